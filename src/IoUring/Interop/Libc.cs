@@ -1,0 +1,85 @@
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+[assembly: DisableRuntimeMarshalling]
+
+namespace IoUring.Interop;
+
+/// <summary>
+/// The libc entry points the library calls: the three io_uring syscalls through <c>syscall(2)</c> (there is no
+/// liburing), memory mapping, eventfd and fd handling. Every call returns -1 and leaves errno for
+/// <see cref="Marshal.GetLastPInvokeError"/> on failure.
+/// </summary>
+internal static unsafe partial class Libc
+{
+    private const string LibcName = "libc";
+
+    // x86-64 and arm64 share these numbers (asm-generic).
+    public const long SYS_io_uring_setup = 425;
+    public const long SYS_io_uring_enter = 426;
+    public const long SYS_io_uring_register = 427;
+
+    public const int PROT_READ = 0x1;
+    public const int PROT_WRITE = 0x2;
+    public const int MAP_SHARED = 0x01;
+    public const int MAP_PRIVATE = 0x02;
+    public const int MAP_ANONYMOUS = 0x20;
+    public const int MAP_POPULATE = 0x8000;
+    public static readonly void* MAP_FAILED = (void*)-1;
+
+    public const int EFD_CLOEXEC = 0x80000;
+    public const int EFD_NONBLOCK = 0x800;
+    public const int O_CLOEXEC = 0x80000;
+
+    [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
+    private static partial long syscall_setup(long number, uint entries, io_uring_params* p);
+
+    [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
+    private static partial long syscall_enter(long number, int fd, uint toSubmit, uint minComplete, uint flags, void* arg, nuint argSize);
+
+    [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
+    private static partial long syscall_register(long number, int fd, uint opcode, void* arg, uint nrArgs);
+
+    public static int io_uring_setup(uint entries, io_uring_params* p)
+        => (int)syscall_setup(SYS_io_uring_setup, entries, p);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static int io_uring_enter(int fd, uint toSubmit, uint minComplete, uint flags, void* arg, nuint argSize)
+        => (int)syscall_enter(SYS_io_uring_enter, fd, toSubmit, minComplete, flags, arg, argSize);
+
+    public static int io_uring_register(int fd, uint opcode, void* arg, uint nrArgs)
+        => (int)syscall_register(SYS_io_uring_register, fd, opcode, arg, nrArgs);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial void* mmap(void* addr, nuint length, int prot, int flags, int fd, long offset);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int munmap(void* addr, nuint length);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int close(int fd);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int eventfd(uint initval, int flags);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial nint write(int fd, void* buf, nuint count);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial nint read(int fd, void* buf, nuint count);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int socketpair(int domain, int type, int protocol, int* sv);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int fcntl(int fd, int cmd, int arg);
+
+    public const int F_GETFD = 1;
+    public const int FD_CLOEXEC = 1;
+    public const int AF_UNIX = 1;
+    public const int SOCK_STREAM = 1;
+    public const int SOCK_CLOEXEC = 0x80000;
+    public const int SOCK_NONBLOCK = 0x800;
+
+    public static int GetLastErrno() => Marshal.GetLastPInvokeError();
+}

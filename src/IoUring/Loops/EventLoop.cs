@@ -1,0 +1,457 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using IoUring.Rings;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring;
+
+/// <summary>
+/// One io_uring and the dedicated thread that is its only submitter. Each iteration drains the completion
+/// queue and dispatches every completion to its owner, runs work posted from other threads, then submits all
+/// new requests and waits for the next completion in a single io_uring_enter.
+/// </summary>
+/// <remarks>
+/// <para>Other threads never touch the ring: they <see cref="Schedule"/> work onto the loop. While the loop is
+/// busy that costs them no system call; a sleeping loop is woken through an eventfd it keeps a READ armed on.</para>
+/// <para>The loop is a <see cref="PipeScheduler"/>: pipe callbacks scheduled on it run on the loop thread.</para>
+/// <para>Disposing stops the loop: everything in flight is cancelled, the loop waits for each request's final
+/// completion, then closes every fd it opened and frees the memory it gave the kernel.</para>
+/// </remarks>
+public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
+{
+    private static readonly TimeSpan s_shutdownDeadline = TimeSpan.FromSeconds(10);
+    private static int s_nextGroupId;
+
+    private readonly EventLoopOptions _options;
+    private readonly Ring _ring;
+    private readonly Thread _thread;
+    private readonly ConcurrentQueue<WorkItem> _posted = new();
+    private readonly CustomValueTable _customValues = new();
+    private readonly LoopOwner _loopOwner;
+    private readonly ManualResetEventSlim _started = new();
+    private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private ExceptionDispatchInfo? _startupError;
+
+    private BufferRing? _bufferRing;
+    private int _eventFd = -1;
+    private ulong* _eventFdValue;   // the wakeup READ's 8-byte target; freed after the loop's last completion
+    private int _sleeping;          // 1 while the loop is (about to be) blocked in io_uring_enter
+    private int _stopRequested;
+    private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
+    private int _inFlight;          // requests submitted whose final CQE has not arrived
+    private int _threadId;
+    private EventLoopCounters _counters;
+
+    /// <summary>Creates the ring and starts the loop thread.</summary>
+    /// <exception cref="ArgumentException">An option is invalid.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
+    public EventLoop(EventLoopOptions? options = null)
+    {
+        _options = options ?? new EventLoopOptions();
+        _options.Validate();
+
+        // Created here so setup errors reach the caller; started disabled so the loop thread becomes the single issuer.
+        _ring = Ring.Create(new RingOptions
+        {
+            SqEntries = (uint)_options.SubmissionQueueSize,
+            CqEntries = (uint)_options.CompletionQueueSize,
+            StartDisabled = true,
+            RegisterRingFd = false,
+            RefusedFlagsForTesting = _options.RefusedSetupFlagsForTesting,
+            SetupErrnoForTesting = _options.SetupErrnoForTesting,
+        });
+        _loopOwner = new LoopOwner(this);
+        _thread = new Thread(Run) { IsBackground = true, Name = _options.ThreadName };
+        _thread.UnsafeStart();
+        _started.Wait();
+        _started.Dispose();
+        if (_startupError is not null)
+        {
+            _thread.Join();
+            _startupError.Throw();
+        }
+    }
+
+    /// <summary>The IORING_SETUP_* flags this loop's ring runs with (after any fallback).</summary>
+    public uint SetupFlags => _ring.SetupFlags;
+
+    /// <summary>Whether io_uring_enter uses the registered ring fd.</summary>
+    public bool IsRingFdRegistered => _ring.IsRingFdRegistered;
+
+    /// <summary>Whether the calling thread is this loop's thread.</summary>
+    public bool IsOnLoopThread => Environment.CurrentManagedThreadId == _threadId;
+
+    /// <summary>Completes when the loop thread has stopped and released everything.</summary>
+    public Task Stopped => _stopped.Task;
+
+    /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while running).</summary>
+    public EventLoopCounters Counters => _counters;
+
+    /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>
+    public int InFlight => Volatile.Read(ref _inFlight);
+
+    internal Ring Ring => _ring;
+    internal BufferRing BufferRing => _bufferRing!;
+    internal bool IsStopping => _stopping;
+    internal int RingSetupRefusals => _ring.RefusedSetupAttempts;
+    internal int CustomSlotsInUse => _customValues.InUse;
+
+    /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it inline.</summary>
+    /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
+    public override void Schedule(Action<object?> action, object? state)
+    {
+        ArgumentNullException.ThrowIfNull(action);
+        if (_stopped.Task.IsCompleted)
+        {
+            throw new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped.");
+        }
+        _posted.Enqueue(new WorkItem(action, state));
+        // Dekker pairing with the loop's sleep check: the enqueue above is a full fence, the loop publishes
+        // _sleeping with Interchange before re-checking the queue; one of the two sides sees the other.
+        if (Volatile.Read(ref _sleeping) != 0 && Interlocked.Exchange(ref _sleeping, 0) != 0)
+        {
+            Wake();
+        }
+    }
+
+    /// <summary>Stops the loop and waits for it: see the class remarks. Safe to call more than once.</summary>
+    public void Dispose()
+    {
+        RequestStop();
+        if (!IsOnLoopThread)
+        {
+            _thread.Join();
+        }
+    }
+
+    /// <summary>Asks the loop to stop; <see cref="Stopped"/> completes when it has.</summary>
+    public Task StopAsync()
+    {
+        RequestStop();
+        return _stopped.Task;
+    }
+
+    private void RequestStop()
+    {
+        if (Interlocked.Exchange(ref _stopRequested, 1) == 0 && !_stopped.Task.IsCompleted)
+        {
+            Schedule(static s => ((EventLoop)s!).BeginStop(), this);
+        }
+    }
+
+    private void Wake()
+    {
+        ulong one = 1;
+        _ = Libc.write(_eventFd, &one, sizeof(ulong));
+        _counters.Wakeups++;
+    }
+
+    // ---- loop-thread API used by owners ----
+
+    /// <summary>
+    /// A zeroed SQE for a request of <paramref name="owner"/>, with user_data set and the request counted in
+    /// flight. If the SQ is full, queued SQEs are submitted first. Loop thread only.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal io_uring_sqe* GetSqe(RingOwner owner, uint kind, uint slot = 0)
+    {
+        AssertOnLoopThread();
+        ObjectDisposedException.ThrowIf(_ring.IsDisposed, this);
+        io_uring_sqe* sqe = _ring.TryGetSqe();
+        if (sqe == null)
+        {
+            sqe = GetSqeAfterSubmit();
+        }
+        sqe->user_data = UserData.Encode(owner.HandleBits, kind, slot);
+        owner.OnSubmitted();
+        _inFlight++;
+        _counters.Sqes++;
+        return sqe;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private io_uring_sqe* GetSqeAfterSubmit()
+    {
+        SubmitAndWait(wait: false);
+        io_uring_sqe* sqe = _ring.TryGetSqe();
+        if (sqe == null)
+        {
+            throw new InvalidOperationException("The submission queue stays full after io_uring_enter.");
+        }
+        return sqe;
+    }
+
+    internal uint RentCustomSlot(ulong value) => _customValues.Rent(value);
+
+    internal ulong GetCustomValue(uint slot, bool final)
+    {
+        ulong value = _customValues.Get(slot);
+        if (final)
+        {
+            _customValues.Return(slot);
+        }
+        return value;
+    }
+
+    internal void ReportUnhandled(Exception exception)
+    {
+        _counters.HandlerExceptions++;
+        try
+        {
+            _options.UnhandledException?.Invoke(exception);
+        }
+        catch (Exception)
+        {
+            // A faulty reporter must not kill the loop either.
+        }
+    }
+
+    [Conditional("DEBUG")]
+    internal void AssertOnLoopThread() => Debug.Assert(IsOnLoopThread, "ring access off the loop thread");
+
+    internal void ThrowIfNotOnLoopThread()
+    {
+        if (!IsOnLoopThread)
+        {
+            throw new InvalidOperationException("This must be called on the event loop's thread; use Schedule to get there.");
+        }
+    }
+
+    // ---- the loop ----
+
+    private void Run()
+    {
+        _threadId = Environment.CurrentManagedThreadId;
+        try
+        {
+            Start();
+        }
+        catch (Exception ex)
+        {
+            _startupError = ExceptionDispatchInfo.Capture(ex);
+            ReleaseResources(drained: true);
+            _stopped.TrySetResult();
+            _started.Set();
+            return;
+        }
+        _started.Set();
+
+        try
+        {
+            while (!_stopping || ((_inFlight > 0 || !_posted.IsEmpty) && !ShutdownDeadlinePassed))
+            {
+                RunOnce();
+            }
+        }
+        catch (Exception ex)
+        {
+            // Only a broken ring gets here (enter failing with an unexpected errno).
+            ReportUnhandled(ex);
+        }
+        ReleaseResources(drained: _inFlight == 0);
+        _stopped.TrySetResult();
+        // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
+        // access in it throws ObjectDisposedException, which is reported.
+        RunPostedWork();
+    }
+
+    private void Start()
+    {
+        _ring.Enable(_options.RegisterRingFd);
+        ushort groupId = (ushort)Interlocked.Increment(ref s_nextGroupId);
+        _bufferRing = new BufferRing(_ring, groupId, _options.BufferCount, _options.BufferSize);
+        _eventFd = Libc.eventfd(0, Libc.EFD_CLOEXEC | Libc.EFD_NONBLOCK);
+        if (_eventFd < 0)
+        {
+            throw IoUringException.FromErrno("eventfd", Libc.GetLastErrno());
+        }
+        _eventFdValue = (ulong*)NativeMemory.Alloc(sizeof(ulong));
+        ArmWakeup();
+    }
+
+    private void ArmWakeup()
+    {
+        io_uring_sqe* sqe = GetSqe(_loopOwner, LoopOwner.KindWakeup);
+        sqe->opcode = IORING_OP_READ;
+        sqe->fd = _eventFd;
+        sqe->addr = (ulong)_eventFdValue;
+        sqe->len = sizeof(ulong);
+        sqe->off = ulong.MaxValue; // read at the current position (eventfd has none)
+    }
+
+    private void RunOnce()
+    {
+        DrainCompletions();
+        RunPostedWork();
+
+        // Block for a completion unless stopping with nothing left in flight.
+        bool wait = !_stopping || _inFlight > 0;
+        if (wait)
+        {
+            // Announce the sleep, then re-check: a poster either sees _sleeping and wakes us, or we see its item.
+            Interlocked.Exchange(ref _sleeping, 1);
+            if (!_posted.IsEmpty)
+            {
+                Volatile.Write(ref _sleeping, 0);
+                wait = false;
+            }
+        }
+        _bufferRing!.Publish();
+        SubmitAndWait(wait);
+        if (wait)
+        {
+            Volatile.Write(ref _sleeping, 0);
+        }
+    }
+
+    private void SubmitAndWait(bool wait)
+    {
+        __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
+        // While stopping, bound each wait so the shutdown deadline is checked.
+        int result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null);
+        _counters.Syscalls++;
+        if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)
+        {
+            if (_ring.HasCqOverflow)
+            {
+                _counters.CqOverflows++;
+            }
+            return;
+        }
+        switch (-result)
+        {
+            case Errno.EBUSY:
+            case Errno.EAGAIN:
+                // The kernel has completions it cannot post until we drain the CQ; the next iteration does.
+                _counters.CqOverflows++;
+                return;
+            case Errno.EBADR:
+                throw new IoUringException("io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them.", Errno.EBADR);
+            default:
+                throw IoUringException.FromErrno("io_uring_enter", -result);
+        }
+    }
+
+    private void DrainCompletions()
+    {
+        uint ready = _ring.ReadyCompletions(out uint head);
+        while (ready != 0)
+        {
+            for (uint i = 0; i < ready; i++)
+            {
+                io_uring_cqe* cqe = _ring.CqeAt(head + i);
+                Dispatch(cqe->user_data, cqe->res, cqe->flags);
+            }
+            _ring.AdvanceCq(ready);
+            _counters.Cqes += ready;
+            ready = _ring.ReadyCompletions(out head);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void Dispatch(ulong userData, int result, uint flags)
+    {
+        RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
+        try
+        {
+            owner.HandleCompletion(UserData.Kind(userData), result, flags, userData);
+        }
+        catch (Exception ex)
+        {
+            owner.HandleException(ex);
+        }
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _inFlight--;
+            owner.OnFinalCompletion();
+        }
+    }
+
+    private void RunPostedWork()
+    {
+        // Bounded so a stream of posts cannot starve completions.
+        int count = _posted.Count;
+        while (count-- > 0 && _posted.TryDequeue(out WorkItem item))
+        {
+            try
+            {
+                item.Action(item.State);
+            }
+            catch (Exception ex)
+            {
+                ReportUnhandled(ex);
+            }
+        }
+    }
+
+    private void BeginStop()
+    {
+        if (_stopping)
+        {
+            return;
+        }
+        _stopping = true;
+        _shutdownStarted = Stopwatch.GetTimestamp();
+        Stopping?.Invoke();
+        // Cancel every request on the ring (including the wakeup READ); each still posts its final CQE.
+        io_uring_sqe* sqe = GetSqe(_loopOwner, LoopOwner.KindCancel);
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->cancel_flags = IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL;
+    }
+
+    private long _shutdownStarted;
+
+    /// <summary>Raised on the loop thread when it starts stopping, before everything is cancelled.</summary>
+    internal event Action? Stopping;
+
+    private void ReleaseResources(bool drained)
+    {
+        if (!drained)
+        {
+            // Requests still in flight may write into the buffer ring or the wakeup value: leak them rather than
+            // free memory the kernel may still use. Closing the ring below makes the kernel cancel them.
+            ReportUnhandled(new IoUringException($"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.", Errno.EBUSY));
+        }
+        else
+        {
+            _bufferRing?.Dispose();
+            if (_eventFdValue != null)
+            {
+                NativeMemory.Free(_eventFdValue);
+                _eventFdValue = null;
+            }
+        }
+        _loopOwner.Release();
+        if (_eventFd >= 0)
+        {
+            _ = Libc.close(_eventFd);
+            _eventFd = -1;
+        }
+        _ring.Dispose();
+    }
+
+    private bool ShutdownDeadlinePassed => _stopping && Stopwatch.GetElapsedTime(_shutdownStarted) > s_shutdownDeadline;
+
+    private readonly record struct WorkItem(Action<object?> Action, object? State);
+
+    /// <summary>The loop's own requests: the eventfd wakeup READ and the shutdown cancel.</summary>
+    private sealed class LoopOwner(EventLoop loop) : RingOwner(loop)
+    {
+        public const uint KindWakeup = 1;
+        public const uint KindCancel = 2;
+
+        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+        {
+            if (kind == KindWakeup && !Loop._stopping)
+            {
+                Loop.ArmWakeup();
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+namespace IoUring;
+
+/// <summary>What one <see cref="EventLoop"/> has done since it started.</summary>
+public struct EventLoopCounters
+{
+    /// <summary>io_uring_enter calls.</summary>
+    public long Syscalls { readonly get; internal set; }
+
+    /// <summary>Submission queue entries written.</summary>
+    public long Sqes { readonly get; internal set; }
+
+    /// <summary>Completion queue entries handled.</summary>
+    public long Cqes { readonly get; internal set; }
+
+    /// <summary>Times the kernel reported completions waiting in its overflow list (CQ full).</summary>
+    public long CqOverflows { readonly get; internal set; }
+
+    /// <summary>Times a receive found the provided buffer ring empty (ENOBUFS).</summary>
+    public long BufferRingExhaustions { readonly get; internal set; }
+
+    /// <summary>eventfd writes made by other threads to wake a sleeping loop.</summary>
+    public long Wakeups { readonly get; internal set; }
+
+    /// <summary>Exceptions thrown by completion handlers or posted work (the loop kept running).</summary>
+    public long HandlerExceptions { readonly get; internal set; }
+}

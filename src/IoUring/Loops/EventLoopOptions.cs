@@ -1,0 +1,66 @@
+using System.Numerics;
+
+namespace IoUring;
+
+/// <summary>Settings of one <see cref="EventLoop"/> and its ring.</summary>
+public sealed class EventLoopOptions
+{
+    /// <summary>Submission queue entries (power of two, 2..32768).</summary>
+    /// <remarks>Defaults to 512. A full SQ is submitted early, so this bounds batching, not concurrency.</remarks>
+    public int SubmissionQueueSize { get; set; } = 512;
+
+    /// <summary>Completion queue entries (power of two, at least <see cref="SubmissionQueueSize"/>, at most 65536), or 0 for 4 x the SQ.</summary>
+    /// <remarks>Defaults to 0 (4 x SQ). Completions that do not fit wait in the kernel and are flushed; none is lost.</remarks>
+    public int CompletionQueueSize { get; set; }
+
+    /// <summary>Buffers in the loop's provided buffer ring (power of two, 1..32768).</summary>
+    /// <remarks>Defaults to 512. All connections of the loop receive into these and give them back at once.</remarks>
+    public int BufferCount { get; set; } = 512;
+
+    /// <summary>Size of each provided buffer in bytes.</summary>
+    /// <remarks>Defaults to 8192.</remarks>
+    public int BufferSize { get; set; } = 8192;
+
+    /// <summary>Register the ring fd with the loop thread (IORING_REGISTER_RING_FDS), saving an fd lookup per io_uring_enter.</summary>
+    /// <remarks>Defaults to true; ignored where the kernel lacks it (before 5.18).</remarks>
+    public bool RegisterRingFd { get; set; } = true;
+
+    /// <summary>Receives exceptions thrown by completion handlers; the loop keeps running.</summary>
+    /// <remarks>Defaults to null (the exception is dropped after the owner is told).</remarks>
+    public Action<Exception>? UnhandledException { get; set; }
+
+    /// <summary>Name of the loop thread.</summary>
+    /// <remarks>Defaults to "io_uring loop".</remarks>
+    public string ThreadName { get; set; } = "io_uring loop";
+
+    /// <summary>Test seam: setup flags the ring setup treats as refused (EINVAL).</summary>
+    internal uint RefusedSetupFlagsForTesting { get; set; }
+
+    /// <summary>Test seam: ring setup fails with this errno.</summary>
+    internal int SetupErrnoForTesting { get; set; }
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
+    public void Validate()
+    {
+        if (SubmissionQueueSize < 2 || SubmissionQueueSize > 32768 || !BitOperations.IsPow2(SubmissionQueueSize))
+        {
+            throw new ArgumentException($"{nameof(SubmissionQueueSize)} must be a power of two between 2 and 32768 (was {SubmissionQueueSize}).", nameof(SubmissionQueueSize));
+        }
+        if (CompletionQueueSize != 0 && (CompletionQueueSize < SubmissionQueueSize || CompletionQueueSize > 65536 || !BitOperations.IsPow2(CompletionQueueSize)))
+        {
+            throw new ArgumentException($"{nameof(CompletionQueueSize)} must be 0 or a power of two between {nameof(SubmissionQueueSize)} ({SubmissionQueueSize}) and 65536 (was {CompletionQueueSize}).", nameof(CompletionQueueSize));
+        }
+        if (BufferCount < 1 || BufferCount > 32768 || !BitOperations.IsPow2(BufferCount))
+        {
+            throw new ArgumentException($"{nameof(BufferCount)} must be a power of two between 1 and 32768 (was {BufferCount}).", nameof(BufferCount));
+        }
+        if (BufferSize < 64 || BufferSize > 1 << 24)
+        {
+            throw new ArgumentException($"{nameof(BufferSize)} must be between 64 bytes and 16 MiB (was {BufferSize}).", nameof(BufferSize));
+        }
+        if (string.IsNullOrEmpty(ThreadName))
+        {
+            throw new ArgumentException($"{nameof(ThreadName)} must not be empty.", nameof(ThreadName));
+        }
+    }
+}

@@ -1,0 +1,114 @@
+using IoUring.Interop;
+using IoUring.Loops;
+
+namespace IoUring;
+
+/// <summary>
+/// Submits your own io_uring requests (any opcode) on an <see cref="EventLoop"/>'s ring and receives their
+/// completions with a full 64-bit value of your choice. Subclass it and override <see cref="OnCompletion"/>.
+/// </summary>
+/// <remarks>
+/// <para>Requests are submitted on the loop thread (use <see cref="EventLoop.Schedule"/> to get there) and go to the
+/// kernel with the loop's next io_uring_enter, batched with everything else of that iteration.</para>
+/// <para>Every byte of memory a request points to must stay valid until its final completion (the one without
+/// IORING_CQE_F_MORE): pin it or use native memory. <see cref="OnCompletion"/> runs on the loop thread: keep it short.</para>
+/// <para>Dispose when done: no request can be submitted after that, and <see cref="OnReleased"/> runs once the last
+/// one in flight has completed.</para>
+/// </remarks>
+/// <example>
+/// <code>
+/// sealed class Nops(EventLoop loop) : RingHandler(loop)
+/// {
+///     protected override void OnCompletion(ulong userValue, int result, uint flags) => Console.WriteLine(userValue);
+/// }
+/// var handler = new Nops(loop);
+/// loop.Schedule(_ => handler.Submit(new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP }, 0xDEADBEEF_CAFEF00D), null);
+/// </code>
+/// </example>
+public abstract class RingHandler : IDisposable
+{
+    private readonly Owner _owner;
+
+    /// <summary>Binds the handler to <paramref name="loop"/>.</summary>
+    protected RingHandler(EventLoop loop)
+    {
+        ArgumentNullException.ThrowIfNull(loop);
+        _owner = new Owner(loop, this);
+    }
+
+    /// <summary>The loop this handler submits on.</summary>
+    public EventLoop Loop => _owner.Loop;
+
+    /// <summary>Requests whose final completion has not arrived yet.</summary>
+    public int InFlight => _owner.InFlight;
+
+    /// <summary>
+    /// Queues <paramref name="sqe"/> on the loop's ring. Its user_data is replaced: <paramref name="userValue"/> comes
+    /// back in <see cref="OnCompletion"/> for every completion of this request. Loop thread only.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">Called off the loop thread, or the loop is stopping.</exception>
+    /// <exception cref="ObjectDisposedException">The handler was disposed.</exception>
+    /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request without a final completion.</exception>
+    public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
+    {
+        EventLoop loop = _owner.Loop;
+        loop.ThrowIfNotOnLoopThread();
+        ObjectDisposedException.ThrowIf(_owner.IsReleased, this);
+        if (loop.IsStopping)
+        {
+            throw new InvalidOperationException("The event loop is stopping; no new requests are accepted.");
+        }
+        if ((sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        {
+            throw new ArgumentException("IOSQE_CQE_SKIP_SUCCESS is not supported: every request needs a final completion so its memory and handle can be released.", nameof(sqe));
+        }
+        uint slot = loop.RentCustomSlot(userValue);
+        io_uring_sqe* target = loop.GetSqe(_owner, Owner.KindCustom, slot);
+        ulong userData = target->user_data;
+        *target = sqe;
+        target->user_data = userData;
+    }
+
+    /// <summary>Called on the loop thread for each completion of a request submitted through this handler.</summary>
+    /// <param name="userValue">The value given to <see cref="Submit"/>.</param>
+    /// <param name="result">The CQE's res: a result, or a negated errno (see <see cref="Errno"/>).</param>
+    /// <param name="flags">The CQE's flags (IORING_CQE_F_MORE when more completions follow for this request).</param>
+    protected abstract void OnCompletion(ulong userValue, int result, uint flags);
+
+    /// <summary>Called on the loop thread when <see cref="OnCompletion"/> threw. The default reports it to <see cref="EventLoopOptions.UnhandledException"/>.</summary>
+    protected virtual void OnException(Exception exception) => _owner.Loop.ReportUnhandled(exception);
+
+    /// <summary>Called on the loop thread after disposal, once no request of this handler is in flight.</summary>
+    protected virtual void OnReleased() { }
+
+    /// <summary>Stops new submissions; the handler is released after its last in-flight request completes.</summary>
+    public void Dispose()
+    {
+        GC.SuppressFinalize(this);
+        if (_owner.Loop.IsOnLoopThread || _owner.Loop.Stopped.IsCompleted)
+        {
+            // After the loop stopped nothing is in flight and no other thread touches the owner.
+            _owner.Release();
+        }
+        else
+        {
+            _owner.Loop.Schedule(static o => ((Owner)o!).Release(), _owner);
+        }
+    }
+
+    private sealed class Owner(EventLoop loop, RingHandler handler) : RingOwner(loop)
+    {
+        public const uint KindCustom = 1;
+
+        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+        {
+            bool final = (flags & IoUringConstants.IORING_CQE_F_MORE) == 0;
+            ulong value = Loop.GetCustomValue(UserData.Slot(userData), final);
+            handler.OnCompletion(value, result, flags);
+        }
+
+        internal override void HandleException(Exception exception) => handler.OnException(exception);
+
+        protected override void OnFreed() => handler.OnReleased();
+    }
+}

@@ -1,0 +1,84 @@
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// Anything that submits requests on a loop's ring and receives their completions: a connection, a listener,
+/// a user's <see cref="RingHandler"/>. One GCHandle per owner, allocated in the constructor and freed only when the
+/// owner was released and its last request's final CQE arrived, so a handle value in flight in the kernel
+/// can never be reused by another owner (no stale CQE reaches a new owner).
+/// </summary>
+/// <remarks>All members but the constructor run on the loop thread.</remarks>
+internal abstract class RingOwner
+{
+    private GCHandle<RingOwner> _handle;
+    private readonly ulong _handleBits;
+    private int _inFlight;
+    private bool _released;
+
+    protected RingOwner(EventLoop loop)
+    {
+        Loop = loop;
+        _handle = new GCHandle<RingOwner>(this);
+        nint value = GCHandle<RingOwner>.ToIntPtr(_handle);
+        if (!UserData.FitsHandle(value))
+        {
+            _handle.Dispose();
+            throw new PlatformNotSupportedException($"GCHandle value 0x{value:x} leaves no room for the operation kind and slot bits of user_data.");
+        }
+        _handleBits = (ulong)value;
+    }
+
+    public EventLoop Loop { get; }
+
+    /// <summary>Requests submitted whose final CQE has not arrived yet.</summary>
+    public int InFlight => _inFlight;
+
+    public bool IsReleased => _released;
+
+    /// <summary>True once released and every request's final CQE arrived: the handle is free.</summary>
+    public bool IsFreed => !_handle.IsAllocated;
+
+    internal ulong HandleBits => _handleBits;
+
+    /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at submit.</summary>
+    internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
+
+    /// <summary>Called when a completion handler threw; the loop keeps running.</summary>
+    internal virtual void HandleException(Exception exception) => Loop.ReportUnhandled(exception);
+
+    /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
+    protected virtual void OnFreed() { }
+
+    internal void OnSubmitted() => _inFlight++;
+
+    internal void OnFinalCompletion()
+    {
+        Debug.Assert(_inFlight > 0);
+        if (--_inFlight == 0 && _released)
+        {
+            Free();
+        }
+    }
+
+    /// <summary>No new requests after this; the handle is freed when the last in-flight request completes.</summary>
+    internal void Release()
+    {
+        if (_released)
+        {
+            return;
+        }
+        _released = true;
+        if (_inFlight == 0)
+        {
+            Free();
+        }
+    }
+
+    private void Free()
+    {
+        _handle.Dispose();
+        OnFreed();
+    }
+}

@@ -1,0 +1,38 @@
+using System.Runtime.CompilerServices;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// The 64-bit user_data of every SQE the loop submits:
+/// <code>
+///  63          48 47                                   3 2    0
+/// [ custom slot  ][ GCHandle of the owner (8-aligned)   ][ kind ]
+/// </code>
+/// The GCHandle is the owner's address in the runtime's handle table: pointer-aligned, so its low 3 bits are
+/// free for the operation kind, and a user-space address (below 2^47 on x86-64 and arm64 with 48-bit VAs), so its
+/// top 16 bits are free for the slot of a custom operation's 64-bit value. <see cref="RingOwner"/> checks both
+/// assumptions for every handle it allocates.
+/// </summary>
+internal static class UserData
+{
+    public const int KindBits = 3;
+    public const ulong KindMask = (1UL << KindBits) - 1;
+    public const int SlotShift = 48;
+    public const ulong HandleMask = ((1UL << SlotShift) - 1) & ~KindMask;
+    public const int MaxSlots = 1 << (64 - SlotShift);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static ulong Encode(ulong handleBits, uint kind, uint slot = 0) => handleBits | kind | ((ulong)slot << SlotShift);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static nint Handle(ulong userData) => (nint)(userData & HandleMask);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static uint Kind(ulong userData) => (uint)(userData & KindMask);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static uint Slot(ulong userData) => (uint)(userData >> SlotShift);
+
+    /// <summary>Whether a GCHandle value leaves the kind and slot bits free.</summary>
+    public static bool FitsHandle(nint handle) => ((ulong)handle & ~HandleMask) == 0 && handle != 0;
+}

@@ -1,0 +1,146 @@
+using System.Diagnostics;
+using System.Numerics;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Rings;
+
+/// <summary>
+/// A provided buffer ring (IORING_REGISTER_PBUF_RING): <see cref="Count"/> buffers of <see cref="BufferSize"/>
+/// bytes that the kernel picks from for requests with IOSQE_BUFFER_SELECT and this <see cref="GroupId"/>.
+/// </summary>
+/// <remarks>
+/// Memory: the entry ring and the buffers are page-aligned native allocations owned by this object. They are
+/// registered with the kernel in the constructor and must stay alive until no request that may select a buffer
+/// is in flight; the loop disposes this only after its last completion. Buffers never move (native memory).
+/// Thread: only the ring's thread touches it.
+/// </remarks>
+internal sealed unsafe class BufferRing : IDisposable
+{
+    private const int PageSize = 4096;
+    private const int TailOffset = 14; // the ring's tail aliases entry 0's resv field
+
+    private readonly Ring _ring;
+    private readonly uint _mask;
+    private io_uring_buf* _entries;
+    private byte* _buffers;
+    private ushort _tail;           // local tail: entries written, not necessarily published
+    private ushort _publishedTail;
+
+    public BufferRing(Ring ring, ushort groupId, int count, int bufferSize)
+    {
+        if (count <= 0 || count > 32768 || !BitOperations.IsPow2(count))
+        {
+            throw new ArgumentOutOfRangeException(nameof(count), count, "The buffer ring's entry count must be a power of two between 1 and 32768.");
+        }
+        ArgumentOutOfRangeException.ThrowIfLessThan(bufferSize, 1);
+        _ring = ring;
+        GroupId = groupId;
+        Count = count;
+        BufferSize = bufferSize;
+        _mask = (uint)count - 1;
+
+        nuint entriesSize = (nuint)(count * sizeof(io_uring_buf));
+        _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), PageSize);
+        NativeMemory.Clear(_entries, entriesSize);
+        _buffers = (byte*)NativeMemory.AlignedAlloc(RoundUpToPage((nuint)count * (nuint)bufferSize), PageSize);
+
+        io_uring_buf_reg reg = new() { ring_addr = (ulong)_entries, ring_entries = (uint)count, bgid = groupId };
+        int result = ring.TryRegister(IORING_REGISTER_PBUF_RING, &reg, 1);
+        if (result < 0)
+        {
+            FreeMemory();
+            int errno = -result;
+            if (errno == Errno.ENOMEM)
+            {
+                throw new IoUringUnavailableException($"io_uring unavailable: registering the provided buffer ring ({count} x {bufferSize} bytes) failed with ENOMEM; check RLIMIT_MEMLOCK.", errno);
+            }
+            if (errno is Errno.EINVAL or Errno.ENOENT)
+            {
+                throw new IoUringUnavailableException($"io_uring unavailable: the kernel refused a provided buffer ring (IORING_REGISTER_PBUF_RING, {IoUringException.ErrnoName(errno)}); Linux 6.0 or later is required.", errno);
+            }
+            throw IoUringException.FromErrno("IORING_REGISTER_PBUF_RING", errno);
+        }
+
+        for (int bid = 0; bid < count; bid++)
+        {
+            Recycle((ushort)bid);
+        }
+        Publish();
+    }
+
+    public ushort GroupId { get; }
+    public int Count { get; }
+    public int BufferSize { get; }
+
+    /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after it).</summary>
+    public int UnpublishedCount => (ushort)(_tail - _publishedTail);
+
+    /// <summary>The memory of buffer <paramref name="bid"/>.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public Span<byte> GetBuffer(ushort bid, int length)
+    {
+        Debug.Assert(bid < Count && (uint)length <= (uint)BufferSize);
+        return new Span<byte>(_buffers + (nint)bid * BufferSize, length);
+    }
+
+    /// <summary>Hands buffer <paramref name="bid"/> back to the kernel; takes effect at the next <see cref="Publish"/>.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void Recycle(ushort bid)
+    {
+        Debug.Assert(bid < Count);
+        io_uring_buf* entry = &_entries[_tail & _mask];
+        // Field by field: entry 0's resv is the ring tail, which only Publish writes.
+        entry->addr = (ulong)(_buffers + (nint)bid * BufferSize);
+        entry->len = (uint)BufferSize;
+        entry->bid = bid;
+        _tail++;
+    }
+
+    /// <summary>Makes every recycled buffer visible to the kernel with one store-release of the tail.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void Publish()
+    {
+        if (_tail != _publishedTail)
+        {
+            Volatile.Write(ref *(ushort*)((byte*)_entries + TailOffset), _tail);
+            _publishedTail = _tail;
+        }
+    }
+
+    /// <summary>The kernel's head (IORING_REGISTER_PBUF_STATUS, 6.8+): how many buffers it has taken so far, modulo 2^16.</summary>
+    public int TryGetKernelHead()
+    {
+        uint* status = stackalloc uint[10]; // struct io_uring_buf_status { u32 buf_group; u32 head; u32 resv[8]; }
+        new Span<uint>(status, 10).Clear();
+        status[0] = GroupId;
+        int result = _ring.TryRegister(IORING_REGISTER_PBUF_STATUS, status, 1);
+        return result < 0 ? result : (int)status[1];
+    }
+
+    public void Dispose()
+    {
+        if (_entries == null)
+        {
+            return;
+        }
+        if (!_ring.IsDisposed)
+        {
+            io_uring_buf_reg reg = new() { bgid = GroupId };
+            _ = _ring.TryRegister(IORING_UNREGISTER_PBUF_RING, &reg, 1);
+        }
+        FreeMemory();
+    }
+
+    private void FreeMemory()
+    {
+        NativeMemory.AlignedFree(_entries);
+        NativeMemory.AlignedFree(_buffers);
+        _entries = null;
+        _buffers = null;
+    }
+
+    private static nuint RoundUpToPage(nuint size) => (size + PageSize - 1) & ~(nuint)(PageSize - 1);
+}

@@ -1,0 +1,29 @@
+namespace IoUring.Tests.Support;
+
+/// <summary>Counts this process's open fds in /proc/self/fd, to prove nothing was left open.</summary>
+internal static class FdCount
+{
+    public static int Current() => Directory.GetFileSystemEntries("/proc/self/fd").Length;
+
+    /// <summary>The fds whose link target matches <paramref name="fragment"/> (e.g. "io_uring", "eventfd").</summary>
+    public static int Matching(string fragment)
+    {
+        int count = 0;
+        foreach (string entry in Directory.GetFileSystemEntries("/proc/self/fd"))
+        {
+            try
+            {
+                string? target = new FileInfo(entry).LinkTarget;
+                if (target is not null && target.Contains(fragment, StringComparison.Ordinal))
+                {
+                    count++;
+                }
+            }
+            catch (IOException)
+            {
+                // closed while we looked
+            }
+        }
+        return count;
+    }
+}

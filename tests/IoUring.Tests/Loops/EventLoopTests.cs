@@ -1,0 +1,309 @@
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Tests.Loops;
+
+public sealed class EventLoopTests
+{
+    [Fact]
+    public async Task Custom_operations_return_every_random_64bit_value_exactly_once()
+    {
+        using var loop = new EventLoop();
+        using var handler = new RecordingHandler(loop);
+        var random = new Random(1234);
+        var values = new ulong[5000];
+        random.NextBytes(MemoryMarshal.AsBytes(values.AsSpan()));
+        values[0] = 0;
+        values[1] = ulong.MaxValue;
+        values[2] = 1UL << 63;
+
+        // Batches of varying size, each submitted from the loop thread in one iteration.
+        int offset = 0;
+        while (offset < values.Length)
+        {
+            int batch = Math.Min(values.Length - offset, random.Next(1, 700));
+            int start = offset;
+            await handler.OnLoopAsync(h =>
+            {
+                for (int i = start; i < start + batch; i++)
+                {
+                    h.Submit(RecordingHandler.Nop(), values[i]);
+                }
+            });
+            offset += batch;
+        }
+        await handler.WaitForAsync(values.Length);
+
+        Assert.Equal(values.OrderBy(v => v), handler.Completions.Select(c => c.Value).OrderBy(v => v));
+        Assert.All(handler.Completions, c => Assert.Equal(0, c.Result));
+        Assert.Equal(0, handler.InFlight);
+        Assert.Equal(0, loop.CustomSlotsInUse);
+    }
+
+    [Fact]
+    public async Task Nop_with_an_injected_result_reaches_the_handler_unchanged()
+    {
+        using var loop = new EventLoop();
+        using var handler = new RecordingHandler(loop);
+        await handler.OnLoopAsync(h => h.Submit(new io_uring_sqe { opcode = IORING_OP_NOP, nop_flags = IORING_NOP_INJECT_RESULT, len = unchecked((uint)-Errno.ECONNRESET) }, 42));
+        await handler.WaitForAsync(1);
+        Assert.Equal((42UL, -Errno.ECONNRESET), (handler.Completions.Single().Value, handler.Completions.Single().Result));
+    }
+
+    [Fact]
+    public async Task Timeouts_fire_through_the_loop_and_ordering_follows_their_deadlines()
+    {
+        using var loop = new EventLoop();
+        using var handler = new RecordingHandler(loop);
+        using var slow = new NativeTimespec(TimeSpan.FromMilliseconds(60));
+        using var fast = new NativeTimespec(TimeSpan.FromMilliseconds(10));
+        await handler.OnLoopAsync(h =>
+        {
+            h.Submit(slow.TimeoutSqe(), 60);
+            h.Submit(fast.TimeoutSqe(), 10);
+        });
+        await handler.WaitForAsync(2);
+        Assert.Equal([10UL, 60UL], handler.Completions.Select(c => c.Value));
+        Assert.All(handler.Completions, c => Assert.Equal(-Errno.ETIME, c.Result));
+    }
+
+    [Fact]
+    public async Task A_stale_completion_never_reaches_a_new_owner()
+    {
+        using var loop = new EventLoop();
+        using var ts = new NativeTimespec(TimeSpan.FromMilliseconds(100));
+        {
+            var old = new RecordingHandler(loop);
+            await old.OnLoopAsync(h => h.Submit(ts.TimeoutSqe(), 0x01D));
+            old.Dispose();
+
+            // The old owner is released but its request is in flight: its handle must not be freed, so the
+            // handles allocated now can never take its place.
+            var fresh = Enumerable.Range(0, 200).Select(_ => new RecordingHandler(loop)).ToList();
+            await old.OnLoopAsync(_ => { });
+            Assert.Equal(1, old.InFlight);
+            Assert.False(old.Released.IsCompleted);
+
+            await old.Released.WaitAsync(TimeSpan.FromSeconds(10));
+            var completion = Assert.Single(old.Completions);
+            Assert.Equal((0x01DUL, -Errno.ETIME), (completion.Value, completion.Result));
+            Assert.All(fresh, h => Assert.Empty(h.Completions));
+            fresh.ForEach(h => h.Dispose());
+        }
+    }
+
+    [Fact]
+    public async Task Submitting_after_dispose_or_off_the_loop_thread_is_refused()
+    {
+        using var loop = new EventLoop();
+        var handler = new RecordingHandler(loop);
+        Assert.Throws<InvalidOperationException>(() => handler.Submit(RecordingHandler.Nop(), 1));
+        await handler.OnLoopAsync(h => Assert.Throws<ArgumentException>(() => h.Submit(new io_uring_sqe { flags = IOSQE_CQE_SKIP_SUCCESS }, 1)));
+        handler.Dispose();
+        await handler.Released.WaitAsync(TimeSpan.FromSeconds(10));
+        await handler.OnLoopAsync(h => Assert.Throws<ObjectDisposedException>(() => h.Submit(RecordingHandler.Nop(), 1)));
+    }
+
+    [Fact]
+    public async Task Cq_overflow_with_a_tiny_cq_loses_no_completion()
+    {
+        using var loop = new EventLoop(new EventLoopOptions { SubmissionQueueSize = 4, CompletionQueueSize = 4 });
+        using var handler = new RecordingHandler(loop);
+        const int Total = 3000;
+        // All submitted within one loop iteration: the SQ fills and is submitted 750 times before any CQE is reaped.
+        await handler.OnLoopAsync(h =>
+        {
+            for (int i = 0; i < Total; i++)
+            {
+                h.Submit(RecordingHandler.Nop(), (ulong)i);
+            }
+        });
+        await handler.WaitForAsync(Total);
+        Assert.Equal(Enumerable.Range(0, Total).Select(i => (ulong)i), handler.Completions.Select(c => c.Value).Order());
+        Assert.True(loop.Counters.CqOverflows > 0, "the CQ never overflowed; the test proves nothing");
+    }
+
+    [Fact]
+    public async Task An_exception_in_a_completion_handler_does_not_stop_the_loop()
+    {
+        var reported = new List<Exception>();
+        using var loop = new EventLoop(new EventLoopOptions { UnhandledException = ex => { lock (reported) { reported.Add(ex); } } });
+        using var handler = new RecordingHandler(loop) { Throw = (value, _, _) => value == 1 };
+        await handler.OnLoopAsync(h => h.Submit(RecordingHandler.Nop(), 1));
+        await handler.WaitForAsync(1);
+        await handler.OnLoopAsync(h => h.Submit(RecordingHandler.Nop(), 2));
+        await handler.WaitForAsync(1);
+        Assert.Single(reported);
+        Assert.Equal(0, handler.InFlight);
+    }
+
+    [Fact]
+    public async Task Posts_from_many_threads_to_a_busy_loop_all_run_without_waking_it()
+    {
+        using var loop = new EventLoop();
+        using var gate = new ManualResetEventSlim();
+        var blocked = new TaskCompletionSource();
+        loop.Schedule(_ => { blocked.SetResult(); gate.Wait(); }, null);
+        await blocked.Task;
+        long wakeupsBefore = loop.Counters.Wakeups;
+
+        const int Threads = 4, PerThread = 25_000;
+        int ran = 0, offLoop = 0;
+        Action<object?> work = _ =>
+        {
+            if (!loop.IsOnLoopThread)
+            {
+                Interlocked.Increment(ref offLoop);
+            }
+            ran++; // loop thread only: no interlocked needed
+        };
+        await Task.WhenAll(Enumerable.Range(0, Threads).Select(_ => Task.Run(() =>
+        {
+            for (int i = 0; i < PerThread; i++)
+            {
+                loop.Schedule(work, null);
+            }
+        })));
+        // The loop was running (blocked in our work item) the whole time: no poster needed a syscall.
+        Assert.Equal(wakeupsBefore, loop.Counters.Wakeups);
+        gate.Set();
+
+        var done = new TaskCompletionSource();
+        loop.Schedule(_ => done.SetResult(), null);
+        await done.Task.WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.Equal(Threads * PerThread, Volatile.Read(ref ran));
+        Assert.Equal(0, offLoop);
+    }
+
+    [Fact]
+    public async Task Posts_to_a_sleeping_loop_wake_it()
+    {
+        using var loop = new EventLoop();
+        for (int round = 0; round < 50; round++)
+        {
+            await Task.Delay(2); // let the loop go to sleep in io_uring_enter
+            var done = await Task.WhenAll(Enumerable.Range(0, 4).Select(_ => Task.Run(() =>
+            {
+                var tcs = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+                loop.Schedule(_ => tcs.SetResult(loop.IsOnLoopThread), null);
+                return tcs.Task;
+            }))).WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.All(done, Assert.True);
+        }
+        Assert.True(loop.Counters.Wakeups > 0);
+    }
+
+    [Fact]
+    public async Task Stopping_cancels_requests_in_flight_and_waits_for_their_completions()
+    {
+        var loop = new EventLoop();
+        var handler = new RecordingHandler(loop);
+        using var ts = new NativeTimespec(TimeSpan.FromHours(1));
+        {
+            await handler.OnLoopAsync(h =>
+            {
+                for (int i = 0; i < 10; i++)
+                {
+                    h.Submit(ts.TimeoutSqe(), (ulong)i);
+                }
+            });
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal(10, handler.Completions.Count);
+            Assert.All(handler.Completions, c => Assert.Equal(-Errno.ECANCELED, c.Result));
+            Assert.Equal(0, loop.InFlight);
+            Assert.Throws<ObjectDisposedException>(() => loop.Schedule(_ => { }, null));
+            handler.Dispose();
+            await handler.Released.WaitAsync(TimeSpan.FromSeconds(10));
+            loop.Dispose();
+        }
+    }
+
+    [Fact]
+    public void Disposed_loops_leave_no_fd_open()
+    {
+        // Warm up once so lazily opened runtime fds are not counted.
+        new EventLoop().Dispose();
+        int before = FdCount.Current();
+        int rings = FdCount.Matching("io_uring");
+        for (int i = 0; i < 20; i++)
+        {
+            var loop = new EventLoop();
+            Assert.Equal(rings + 1, FdCount.Matching("io_uring"));
+            loop.Dispose();
+        }
+        Assert.Equal(before, FdCount.Current());
+        Assert.Equal(rings, FdCount.Matching("io_uring"));
+    }
+
+    [Fact]
+    public void Loop_rings_are_enabled_on_the_loop_thread_with_the_best_flags_and_a_registered_fd()
+    {
+        using var loop = new EventLoop();
+        Assert.NotEqual(0u, loop.SetupFlags & IORING_SETUP_DEFER_TASKRUN);
+        Assert.NotEqual(0u, loop.SetupFlags & IORING_SETUP_SINGLE_ISSUER);
+        Assert.NotEqual(0u, loop.SetupFlags & IORING_SETUP_R_DISABLED);
+        Assert.True(loop.IsRingFdRegistered);
+        using var withoutRegistration = new EventLoop(new EventLoopOptions { RegisterRingFd = false });
+        Assert.False(withoutRegistration.IsRingFdRegistered);
+    }
+
+    [Fact]
+    public void A_loop_falls_back_when_the_kernel_refuses_a_setup_flag()
+    {
+        using var loop = new EventLoop(new EventLoopOptions { RefusedSetupFlagsForTesting = IORING_SETUP_DEFER_TASKRUN });
+        Assert.Equal(0u, loop.SetupFlags & IORING_SETUP_DEFER_TASKRUN);
+        Assert.Equal(2, loop.RingSetupRefusals);
+    }
+
+    [Theory]
+    [InlineData(Errno.EPERM)]
+    [InlineData(Errno.ENOSYS)]
+    public void A_loop_on_a_machine_without_io_uring_throws_naming_the_cause_and_leaks_nothing(int errno)
+    {
+        int before = FdCount.Current();
+        var ex = Assert.Throws<IoUringUnavailableException>(() => new EventLoop(new EventLoopOptions { SetupErrnoForTesting = errno }));
+        Assert.Contains("kernel.io_uring_disabled", ex.Message, StringComparison.Ordinal);
+        Assert.Equal(before, FdCount.Current());
+    }
+
+    [Theory]
+    [InlineData(nameof(EventLoopOptions.SubmissionQueueSize))]
+    [InlineData(nameof(EventLoopOptions.CompletionQueueSize))]
+    [InlineData(nameof(EventLoopOptions.BufferCount))]
+    [InlineData(nameof(EventLoopOptions.BufferSize))]
+    public void Invalid_options_throw_naming_the_option(string option)
+    {
+        var options = new EventLoopOptions();
+        switch (option)
+        {
+            case nameof(EventLoopOptions.SubmissionQueueSize): options.SubmissionQueueSize = 100; break;
+            case nameof(EventLoopOptions.CompletionQueueSize): options.CompletionQueueSize = 64; break;
+            case nameof(EventLoopOptions.BufferCount): options.BufferCount = 0; break;
+            case nameof(EventLoopOptions.BufferSize): options.BufferSize = 1; break;
+        }
+        var ex = Assert.Throws<ArgumentException>(() => new EventLoop(options));
+        Assert.Equal(option, ex.ParamName);
+        Assert.Contains(option, ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void GCHandle_values_leave_the_kind_and_slot_bits_of_user_data_free()
+    {
+        var handles = Enumerable.Range(0, 10_000).Select(_ => GCHandle.Alloc(new object())).ToList();
+        try
+        {
+            Assert.All(handles, h => Assert.True(UserData.FitsHandle(GCHandle.ToIntPtr(h)), $"0x{GCHandle.ToIntPtr(h):x}"));
+        }
+        finally
+        {
+            handles.ForEach(h => h.Free());
+        }
+        ulong encoded = UserData.Encode(0x7FFF_1234_5678, kind: 5, slot: 0xFFFF);
+        Assert.Equal(unchecked((nint)0x7FFF_1234_5678), UserData.Handle(encoded));
+        Assert.Equal(5u, UserData.Kind(encoded));
+        Assert.Equal(0xFFFFu, UserData.Slot(encoded));
+    }
+}

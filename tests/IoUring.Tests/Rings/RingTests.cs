@@ -1,0 +1,185 @@
+using IoUring.Interop;
+using IoUring.Rings;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Tests.Rings;
+
+/// <summary>The raw ring on the test thread (its single issuer): NOPs, registered fd, timeouts, setup fallback, overflow.</summary>
+public sealed unsafe class RingTests
+{
+    private static List<io_uring_cqe> Drain(Ring ring)
+    {
+        var list = new List<io_uring_cqe>();
+        uint ready = ring.ReadyCompletions(out uint head);
+        for (uint i = 0; i < ready; i++)
+        {
+            list.Add(*ring.CqeAt(head + i));
+        }
+        ring.AdvanceCq(ready);
+        return list;
+    }
+
+    private static void QueueNop(Ring ring, ulong userData)
+    {
+        io_uring_sqe* sqe = ring.TryGetSqe();
+        Assert.True(sqe != null, "SQ unexpectedly full");
+        sqe->opcode = IORING_OP_NOP;
+        sqe->user_data = userData;
+    }
+
+    [Theory]
+    [InlineData(1, true)]
+    [InlineData(1, false)]
+    [InlineData(32, true)]
+    [InlineData(32, false)]
+    public void Nops_round_trip_single_and_batched_with_and_without_registered_ring_fd(int batch, bool registerRingFd)
+    {
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 64, RegisterRingFd = registerRingFd });
+        Assert.Equal(registerRingFd, ring.IsRingFdRegistered);
+        var seen = new HashSet<ulong>();
+        for (int round = 0; round < 10; round++)
+        {
+            for (int i = 0; i < batch; i++)
+            {
+                QueueNop(ring, (ulong)(uint)(round * batch + i) | 0xA5A5_0000_0000_0000UL);
+            }
+            Assert.Equal(batch, ring.Enter(minComplete: (uint)batch));
+            foreach (io_uring_cqe cqe in Drain(ring))
+            {
+                Assert.Equal(0, cqe.res);
+                Assert.True(seen.Add(cqe.user_data), "duplicate completion");
+            }
+        }
+        Assert.Equal(10 * batch, seen.Count);
+    }
+
+    [Fact]
+    public void Enter_with_a_timeout_returns_ETIME_when_nothing_completes()
+    {
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        __kernel_timespec ts = new() { tv_nsec = 20_000_000 };
+        long start = Environment.TickCount64;
+        int result = ring.Enter(minComplete: 1, &ts);
+        Assert.Equal(-Errno.ETIME, result);
+        Assert.True(Environment.TickCount64 - start >= 15, "the wait ended before its timeout");
+    }
+
+    [Fact]
+    public void Timeout_request_completes_with_ETIME_and_a_count_timeout_with_zero()
+    {
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        __kernel_timespec* ts = stackalloc __kernel_timespec[1];
+        ts->tv_nsec = 10_000_000;
+        io_uring_sqe* sqe = ring.TryGetSqe();
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)ts;
+        sqe->len = 1;
+        sqe->user_data = 7;
+        ring.Enter(minComplete: 1);
+        io_uring_cqe cqe = Assert.Single(Drain(ring));
+        Assert.Equal(7UL, cqe.user_data);
+        Assert.Equal(-Errno.ETIME, cqe.res);
+
+        // A timeout with off = 1 completes (res 0) as soon as one other completion arrives.
+        sqe = ring.TryGetSqe();
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)ts;
+        sqe->len = 1;
+        sqe->off = 1;
+        sqe->user_data = 8;
+        ts->tv_sec = 60;
+        QueueNop(ring, 9);
+        ring.Enter(minComplete: 2);
+        var cqes = Drain(ring).ToDictionary(c => c.user_data, c => c.res);
+        Assert.Equal(0, cqes[9]);
+        Assert.Equal(0, cqes[8]);
+    }
+
+    [Fact]
+    public void Setup_prefers_single_issuer_defer_taskrun_and_no_sqarray_on_this_kernel()
+    {
+        using Ring ring = Ring.Create(new RingOptions());
+        Assert.Equal(RingOptions.PreferredFlags | IORING_SETUP_CQSIZE, ring.SetupFlags);
+        Assert.Equal(0, ring.RefusedSetupAttempts);
+        Assert.NotEqual(0u, ring.Features & IORING_FEAT_NODROP);
+        Assert.Equal(4 * ring.SqEntries, ring.CqEntries);
+    }
+
+    [Theory]
+    [InlineData(IORING_SETUP_NO_SQARRAY, 1)]
+    [InlineData(IORING_SETUP_DEFER_TASKRUN, 2)]
+    [InlineData(IORING_SETUP_SINGLE_ISSUER, 3)]
+    [InlineData(IORING_SETUP_SUBMIT_ALL, 5)]
+    public void Setup_falls_back_when_a_flag_is_refused_and_the_ring_still_works(uint refused, int expectedRefusals)
+    {
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 16, RefusedFlagsForTesting = refused });
+        Assert.Equal(0u, ring.SetupFlags & refused);
+        Assert.Equal(expectedRefusals, ring.RefusedSetupAttempts);
+        for (int i = 0; i < 40; i++)
+        {
+            QueueNop(ring, (ulong)i);
+            ring.Enter(minComplete: 1);
+            Assert.Equal((ulong)i, Assert.Single(Drain(ring)).user_data);
+        }
+    }
+
+    [Theory]
+    [InlineData(Errno.EPERM, "disabled by sysctl")]
+    [InlineData(Errno.ENOSYS, "disabled by sysctl")]
+    [InlineData(Errno.ENOMEM, "RLIMIT_MEMLOCK")]
+    public void Setup_failures_name_the_cause(int errno, string expected)
+    {
+        var ex = Assert.Throws<IoUringUnavailableException>(() => Ring.Create(new RingOptions { SetupErrnoForTesting = errno }));
+        Assert.Equal(errno, ex.Errno);
+        Assert.Contains("io_uring unavailable", ex.Message, StringComparison.Ordinal);
+        Assert.Contains(expected, ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void Cq_overflow_with_a_tiny_cq_loses_no_completion()
+    {
+        // 8 SQ entries, 8 CQ entries: 1000 NOPs submitted without reaping overflow the CQ many times over.
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8, CqEntries = 8 });
+        Assert.Equal(8u, ring.CqEntries);
+        const int Total = 1000;
+        int next = 0;
+        bool sawOverflow = false;
+        var seen = new HashSet<ulong>();
+        while (next < Total)
+        {
+            while (next < Total && ring.SqSpace > 0)
+            {
+                QueueNop(ring, (ulong)next++);
+            }
+            int r = ring.Enter(minComplete: 0);
+            Assert.True(r >= 0 || r == -Errno.EBUSY, $"enter failed: {r}");
+            sawOverflow |= ring.HasCqOverflow;
+        }
+        Assert.True(sawOverflow, "the CQ never overflowed; the test proves nothing");
+        while (seen.Count < Total)
+        {
+            foreach (io_uring_cqe cqe in Drain(ring))
+            {
+                Assert.True(seen.Add(cqe.user_data));
+            }
+            if (seen.Count < Total)
+            {
+                int r = ring.Enter(minComplete: 0); // flushes the overflow list into the drained CQ
+                Assert.True(r >= 0, $"flush failed: {r}");
+            }
+        }
+        Assert.Equal(0u, ring.DroppedCompletions);
+        Assert.False(ring.HasCqOverflow);
+    }
+
+    [Fact]
+    public void Ring_fd_is_close_on_exec_and_closed_by_dispose()
+    {
+        int before = Support.FdCount.Matching("io_uring");
+        Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        Assert.Equal(before + 1, Support.FdCount.Matching("io_uring"));
+        Assert.Equal(Libc.FD_CLOEXEC, Libc.fcntl(ring.Fd, Libc.F_GETFD, 0) & Libc.FD_CLOEXEC);
+        ring.Dispose();
+        Assert.Equal(before, Support.FdCount.Matching("io_uring"));
+    }
+}

@@ -176,7 +176,7 @@ public unsafe struct io_uring_buf_reg
     public ushort bgid;
     /// <summary>flags</summary>
     public ushort flags;
-    /// <summary>min_left (6.18+; zero before)</summary>
+    /// <summary>min_left (newer kernels; reserved and zero before)</summary>
     public uint min_left;
     /// <summary>resv</summary>
     public fixed uint resv[5];

@@ -1,0 +1,327 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Reflection;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using Xunit.Abstractions;
+
+namespace IoUring.Tests.Abi;
+
+/// <summary>
+/// Compares every interop struct layout and every constant in IoUring.Interop with the machine's
+/// &lt;linux/io_uring.h&gt; and &lt;errno.h&gt;, as printed by abi_dump.c compiled with gcc.
+/// </summary>
+public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper output) : IClassFixture<AbiDumpFixture>
+{
+    // C# names that deliberately have no counterpart in the kernel headers, with the reason.
+    // Anything else abi_dump.c does not print fails the test, so a new binding can't skip the check.
+    private static readonly Dictionary<string, string> NotInHeader = new(StringComparer.Ordinal);
+
+    // Constants are checked from these classes only: Libc's socket constants are glibc's, not io_uring's.
+    private static readonly Type[] ConstantClasses = [typeof(IoUringConstants), typeof(Errno)];
+
+    [Fact]
+    public void Struct_sizes_are_the_documented_kernel_sizes()
+    {
+        // Sizes from the io_uring man pages and uapi header comments; holds without gcc.
+        var failures = new List<string>();
+        Expect<io_uring_sqe>(64);
+        Expect<io_uring_cqe>(16);
+        Expect<io_uring_params>(120);
+        Expect<io_sqring_offsets>(40);
+        Expect<io_cqring_offsets>(40);
+        Expect<io_uring_buf>(16);
+        Expect<io_uring_buf_reg>(40);
+        Expect<io_uring_rsrc_update>(16);
+        Expect<io_uring_getevents_arg>(24);
+        Expect<__kernel_timespec>(16);
+        Expect<io_uring_probe>(16);
+        Expect<io_uring_probe_op>(8);
+        Expect<iovec>(16);
+        Assert.True(failures.Count == 0, string.Join('\n', failures));
+
+        void Expect<T>(int size)
+            where T : unmanaged
+        {
+            if (Unsafe.SizeOf<T>() != size || Marshal.SizeOf<T>() != size)
+            {
+                failures.Add($"sizeof({typeof(T).Name}): documented {size}, C# Unsafe.SizeOf {Unsafe.SizeOf<T>()}, Marshal.SizeOf {Marshal.SizeOf<T>()}");
+            }
+        }
+    }
+
+    [Fact]
+    public void Every_interop_struct_and_field_matches_the_header()
+    {
+        HeaderAbi abi = dump.Abi;
+        var failures = new List<string>();
+        int compared = 0;
+        output.WriteLine($"linux/io_uring.h {abi.Header}; probes built: {string.Join(' ', abi.Defines)}");
+
+        foreach (Type type in InteropStructs())
+        {
+            string name = type.Name;
+            if (NotInHeader.TryGetValue(name, out string? reason))
+            {
+                output.WriteLine($"not compared: struct {name} ({reason})");
+                continue;
+            }
+            int unsafeSize = (int)typeof(Unsafe).GetMethod(nameof(Unsafe.SizeOf))!.MakeGenericMethod(type).Invoke(null, null)!;
+            if (!abi.Values.TryGetValue($"sizeof({name})", out long headerSize))
+            {
+                failures.Add($"abi_dump.c does not print struct {name}: add it, or list it in NotInHeader with a reason");
+                continue;
+            }
+            compared++;
+            if (unsafeSize != headerSize || Marshal.SizeOf(type) != headerSize)
+            {
+                failures.Add($"sizeof({name}): C# {unsafeSize} (Marshal {Marshal.SizeOf(type)}), header {headerSize}");
+            }
+
+            foreach (FieldInfo field in type.GetFields(BindingFlags.Instance | BindingFlags.Public | BindingFlags.NonPublic))
+            {
+                string key = $"{name}.{field.Name}";
+                long offset = Marshal.OffsetOf(type, field.Name).ToInt64();
+                long size = Marshal.SizeOf(field.FieldType); // a fixed buffer's generated struct has the array's size
+                if (abi.Within.TryGetValue(key, out string? container))
+                {
+                    // An older header: these bytes have another name there, or are still reserved.
+                    long start = abi.Values[$"offsetof({container})"];
+                    long end = start + abi.Values[$"sizeof({container})"];
+                    compared++;
+                    if (offset < start || offset + size > end)
+                    {
+                        failures.Add($"{key}: C# bytes [{offset}, {offset + size}) are outside the header's {container} [{start}, {end})");
+                    }
+                    string state = abi.Missing.Contains(key) ? "not in this header" : "laid out differently in this header";
+                    output.WriteLine($"older header: {key} is {state}; checked it lies within {container}");
+                }
+                else if (abi.Values.TryGetValue($"offsetof({key})", out long headerOffset))
+                {
+                    compared += 2;
+                    if (offset != headerOffset)
+                    {
+                        failures.Add($"offsetof({key}): C# {offset}, header {headerOffset}");
+                    }
+                    long headerFieldSize = abi.Values[$"sizeof({key})"];
+                    if (size != headerFieldSize)
+                    {
+                        failures.Add($"sizeof({key}): C# {size}, header {headerFieldSize}");
+                    }
+                }
+                else if (abi.Missing.Contains(key))
+                {
+                    output.WriteLine($"skipped: {key} is not in this header");
+                }
+                else
+                {
+                    failures.Add($"abi_dump.c does not print {key}: add it (guarded by a probe if newer than the 6.1 header)");
+                }
+            }
+        }
+
+        output.WriteLine($"compared {compared} struct sizes, field offsets and field sizes");
+        Assert.True(failures.Count == 0, string.Join('\n', failures));
+    }
+
+    [Fact]
+    public void Every_constant_matches_the_header()
+    {
+        HeaderAbi abi = dump.Abi;
+        var failures = new List<string>();
+        int compared = 0;
+        output.WriteLine($"linux/io_uring.h {abi.Header}");
+
+        foreach (Type holder in ConstantClasses)
+        {
+            foreach (FieldInfo field in holder.GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
+            {
+                string name = field.Name;
+                long value = Convert.ToInt64(field.GetRawConstantValue(), CultureInfo.InvariantCulture);
+                if (NotInHeader.TryGetValue(name, out string? reason))
+                {
+                    output.WriteLine($"not compared: {holder.Name}.{name} ({reason})");
+                    if (abi.Values.ContainsKey(name))
+                    {
+                        failures.Add($"{name} is listed in NotInHeader but the header has it: remove it from NotInHeader");
+                    }
+                }
+                else if (abi.Values.TryGetValue(name, out long headerValue))
+                {
+                    compared++;
+                    if (value != headerValue)
+                    {
+                        failures.Add($"{holder.Name}.{name}: C# {value} (0x{value:X}), header {headerValue} (0x{headerValue:X})");
+                    }
+                }
+                else if (abi.Missing.Contains(name))
+                {
+                    output.WriteLine($"skipped: {name} is not in this header");
+                }
+                else
+                {
+                    failures.Add($"abi_dump.c does not print {holder.Name}.{name}: add it (with #ifdef or a probe if newer than the 6.1 header), or list it in NotInHeader with a reason");
+                }
+            }
+        }
+
+        output.WriteLine($"compared {compared} constants");
+        Assert.True(failures.Count == 0, string.Join('\n', failures));
+    }
+
+    private static IEnumerable<Type> InteropStructs() =>
+        typeof(io_uring_sqe).Assembly.GetTypes()
+            .Where(t => t.Namespace == typeof(io_uring_sqe).Namespace && t.IsValueType && !t.IsEnum && !t.IsNested && t.IsPublic)
+            .OrderBy(t => t.Name, StringComparer.Ordinal);
+}
+
+/// <summary>The parsed output of abi_dump.c: values by key, names this header lacks, and older-layout containers.</summary>
+internal sealed class HeaderAbi
+{
+    public required string Header { get; init; }
+    public required IReadOnlyList<string> Defines { get; init; }
+    public Dictionary<string, long> Values { get; } = new(StringComparer.Ordinal);
+    public HashSet<string> Missing { get; } = new(StringComparer.Ordinal);
+    public Dictionary<string, string> Within { get; } = new(StringComparer.Ordinal);
+}
+
+/// <summary>Compiles and runs abi_dump.c once for the test class, on first use.</summary>
+public sealed class AbiDumpFixture : IDisposable
+{
+    private const string SourceRelativePath = "tests/IoUring.Tests/Abi/abi_dump.c";
+    private static readonly TimeSpan ProcessTimeout = TimeSpan.FromSeconds(60);
+
+    private readonly DirectoryInfo _work = Directory.CreateTempSubdirectory("iouring-abi-");
+    private readonly Lazy<HeaderAbi> _abi;
+
+    public AbiDumpFixture() => _abi = new Lazy<HeaderAbi>(Build);
+
+    // Lazy caches a failure, so every test that needs gcc fails with the same message.
+    internal HeaderAbi Abi => _abi.Value;
+
+    public void Dispose() => _work.Delete(recursive: true);
+
+    private HeaderAbi Build()
+    {
+        string gcc = FindOnPath("gcc")
+            ?? throw new InvalidOperationException("gcc was not found on PATH, so the ABI contract can't be checked against <linux/io_uring.h>. Install it: sudo apt-get install build-essential");
+        string source = FindSource();
+        string text = File.ReadAllText(source);
+
+        // Enum members and struct fields can't be #ifdef'd: build each probe alone to learn which exist.
+        var defines = new List<string>();
+        var declared = new HashSet<string>(StringComparer.Ordinal);
+        foreach (string line in text.Split('\n'))
+        {
+            string trimmed = line.Trim();
+            if (!trimmed.StartsWith("* probe ", StringComparison.Ordinal))
+            {
+                continue;
+            }
+            string[] parts = trimmed["* probe ".Length..].Split(' ', 2, StringSplitOptions.TrimEntries);
+            declared.Add(parts[0]);
+            string probe = Path.Combine(_work.FullName, $"{parts[0]}.c");
+            File.WriteAllText(probe, $"#include <stddef.h>\n#include <linux/io_uring.h>\nlong long abi_probe = (long long)({parts[1]});\n");
+            if (Run(gcc, ["-fsyntax-only", probe]).ExitCode == 0)
+            {
+                defines.Add(parts[0]);
+            }
+        }
+        foreach (string line in text.Split('\n'))
+        {
+            string trimmed = line.Trim();
+            if (trimmed.StartsWith("#ifdef HAVE_", StringComparison.Ordinal) && !declared.Contains(trimmed["#ifdef ".Length..].Trim()))
+            {
+                throw new InvalidOperationException($"abi_dump.c uses '{trimmed}' without a matching '* probe' line, so it would never be printed");
+            }
+        }
+
+        string binary = Path.Combine(_work.FullName, "abi_dump");
+        var compileArgs = new List<string> { "-std=gnu11", "-Wall", "-Wextra", "-o", binary, source };
+        compileArgs.AddRange(defines.Select(d => $"-D{d}"));
+        (int compileExit, _, string compileErrors) = Run(gcc, compileArgs);
+        Assert.True(compileExit == 0, $"gcc could not compile {source} against this machine's headers (is linux-libc-dev installed?):\n{compileErrors}");
+
+        (int exit, string stdout, string stderr) = Run(binary, []);
+        Assert.True(exit == 0, $"abi_dump exited with {exit}:\n{stderr}");
+        return Parse(stdout, defines);
+    }
+
+    private static HeaderAbi Parse(string stdout, List<string> defines)
+    {
+        var lines = stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        string header = lines.FirstOrDefault(l => l.StartsWith("header ", StringComparison.Ordinal))?["header ".Length..] ?? "unknown";
+        var abi = new HeaderAbi { Header = header, Defines = defines };
+        foreach (string line in lines)
+        {
+            string[] parts = line.Split(' ');
+            switch (parts[0])
+            {
+                case "header":
+                    break;
+                case "missing" when parts.Length == 2:
+                    abi.Missing.Add(parts[1]);
+                    break;
+                case "within" when parts.Length == 3:
+                    abi.Within.Add(parts[1], parts[2]);
+                    break;
+                default:
+                    if (parts.Length != 2 || !long.TryParse(parts[1], NumberStyles.Integer, CultureInfo.InvariantCulture, out long value))
+                    {
+                        throw new InvalidOperationException($"abi_dump printed an unexpected line: '{line}'");
+                    }
+                    if (!abi.Values.TryAdd(parts[0], value))
+                    {
+                        throw new InvalidOperationException($"abi_dump printed '{parts[0]}' twice");
+                    }
+                    break;
+            }
+        }
+        return abi;
+    }
+
+    private static string FindSource()
+    {
+        // Walk up from bin/<config>/<tfm>/ to the repo, so the .c file needs no copy step in the csproj.
+        for (DirectoryInfo? dir = new(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            string candidate = Path.Combine(dir.FullName, SourceRelativePath);
+            if (File.Exists(candidate))
+            {
+                return candidate;
+            }
+        }
+        throw new FileNotFoundException($"{SourceRelativePath} was not found above {AppContext.BaseDirectory}");
+    }
+
+    private static string? FindOnPath(string program) =>
+        (Environment.GetEnvironmentVariable("PATH") ?? "")
+            .Split(':', StringSplitOptions.RemoveEmptyEntries)
+            .Select(dir => Path.Combine(dir, program))
+            .FirstOrDefault(File.Exists);
+
+    private static (int ExitCode, string Stdout, string Stderr) Run(string program, IEnumerable<string> args)
+    {
+        var start = new ProcessStartInfo(program)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        foreach (string arg in args)
+        {
+            start.ArgumentList.Add(arg);
+        }
+        using Process process = Process.Start(start) ?? throw new InvalidOperationException($"could not start {program}");
+        // Read stderr concurrently so neither pipe can fill up and block the child.
+        Task<string> stderr = process.StandardError.ReadToEndAsync();
+        string stdout = process.StandardOutput.ReadToEnd();
+        if (!process.WaitForExit(ProcessTimeout))
+        {
+            process.Kill(entireProcessTree: true);
+            throw new TimeoutException($"{program} did not finish within {ProcessTimeout}");
+        }
+        return (process.ExitCode, stdout, stderr.GetAwaiter().GetResult());
+    }
+}

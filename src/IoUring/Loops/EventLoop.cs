@@ -199,6 +199,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         return value;
     }
 
+    internal void CountBufferRingExhaustion() => _counters.BufferRingExhaustions++;
+
     internal void ReportUnhandled(Exception exception)
     {
         _counters.HandlerExceptions++;

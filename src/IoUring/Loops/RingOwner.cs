@@ -42,6 +42,9 @@ internal abstract class RingOwner
 
     internal ulong HandleBits => _handleBits;
 
+    /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by user_data).</summary>
+    internal ulong UserDataOf(uint kind) => UserData.Encode(_handleBits, kind);
+
     /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at submit.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
 
@@ -51,14 +54,24 @@ internal abstract class RingOwner
     /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
     protected virtual void OnFreed() { }
 
+    /// <summary>Called when the last request in flight finished and the owner is not released (e.g. to close its fd now).</summary>
+    protected virtual void OnIdle() { }
+
     internal void OnSubmitted() => _inFlight++;
 
     internal void OnFinalCompletion()
     {
         Debug.Assert(_inFlight > 0);
-        if (--_inFlight == 0 && _released)
+        if (--_inFlight == 0)
         {
-            Free();
+            if (_released)
+            {
+                Free();
+            }
+            else
+            {
+                OnIdle();
+            }
         }
     }
 

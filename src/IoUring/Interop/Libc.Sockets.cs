@@ -1,0 +1,52 @@
+using System.Runtime.InteropServices;
+
+namespace IoUring.Interop;
+
+#pragma warning disable CS8981, IDE1006 // kernel names
+
+/// <summary>The socket calls made outside the ring: creating, configuring and naming sockets.</summary>
+internal static unsafe partial class Libc
+{
+    public const int AF_INET = 2;
+    public const int AF_INET6 = 10;
+    public const int SOL_SOCKET = 1;
+    public const int SO_LINGER = 13;
+    public const int IPPROTO_TCP = 6;
+    public const int TCP_NODELAY = 1;
+    public const uint MSG_NOSIGNAL = 0x4000;
+    public const int SHUT_WR = 1;
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct linger
+    {
+        public int l_onoff;
+        public int l_linger;
+    }
+
+    /// <summary>struct msghdr (56 bytes on 64-bit Linux).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct msghdr
+    {
+        public void* msg_name;
+        public uint msg_namelen;
+        public iovec* msg_iov;
+        public nuint msg_iovlen;
+        public void* msg_control;
+        public nuint msg_controllen;
+        public int msg_flags;
+    }
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int socket(int domain, int type, int protocol);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int setsockopt(int fd, int level, int name, void* value, uint length);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int getsockname(int fd, byte* address, uint* length);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int getpeername(int fd, byte* address, uint* length);
+
+    public static int SetIntOption(int fd, int level, int name, int value) => setsockopt(fd, level, name, &value, sizeof(int));
+}

@@ -1,0 +1,126 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>One outbound IORING_OP_CONNECT; on success the socket becomes a connection on the same loop.</summary>
+internal sealed unsafe class ConnectOperation : RingOwner
+{
+    private const uint KindConnect = 1;
+    private const uint KindCancel = 2;
+
+    private readonly ConnectionSettings _settings;
+    private readonly EndPoint _endPoint;
+    private readonly TaskCompletionSource<IoUringConnection> _result = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private byte* _address;     // the sockaddr the kernel reads; freed when the connect's final CQE arrived
+    private int _fd = -1;
+    private CancellationTokenRegistration _cancellation;
+
+    public ConnectOperation(EventLoop loop, EndPoint endPoint, ConnectionSettings settings) : base(loop)
+    {
+        _endPoint = endPoint;
+        _settings = settings;
+    }
+
+    public Task<IoUringConnection> Task => _result.Task;
+
+    /// <summary>Creates the socket and queues the connect. Loop thread.</summary>
+    public void Start(CancellationToken cancellationToken)
+    {
+        try
+        {
+            SocketAddress address = SocketAddresses.Serialize(_endPoint);
+            int family = _endPoint.AddressFamily switch
+            {
+                AddressFamily.InterNetwork => Libc.AF_INET,
+                AddressFamily.InterNetworkV6 => Libc.AF_INET6,
+                AddressFamily.Unix => Libc.AF_UNIX,
+                _ => throw new NotSupportedException($"Endpoint family {_endPoint.AddressFamily} is not supported."),
+            };
+            _fd = Libc.socket(family, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0);
+            if (_fd < 0)
+            {
+                throw new SocketException(Libc.GetLastErrno());
+            }
+            _address = (byte*)NativeMemory.Alloc((nuint)address.Size);
+            address.Buffer.Span[..address.Size].CopyTo(new Span<byte>(_address, address.Size));
+
+            io_uring_sqe* sqe = Loop.GetSqe(this, KindConnect);
+            sqe->opcode = IORING_OP_CONNECT;
+            sqe->fd = _fd;
+            sqe->addr = (ulong)_address;
+            sqe->off = (ulong)address.Size;
+            if (cancellationToken.CanBeCanceled)
+            {
+                _cancellation = cancellationToken.UnsafeRegister(static s => ((ConnectOperation)s!).RequestCancel(), this);
+            }
+        }
+        catch (Exception ex)
+        {
+            Fail(ex);
+            Release();
+        }
+    }
+
+    private void RequestCancel()
+    {
+        try
+        {
+            Loop.Schedule(static s =>
+            {
+                var op = (ConnectOperation)s!;
+                if (op.InFlight > 0 && !op.Loop.IsStopping)
+                {
+                    io_uring_sqe* sqe = op.Loop.GetSqe(op, KindCancel);
+                    sqe->opcode = IORING_OP_ASYNC_CANCEL;
+                    sqe->addr = op.UserDataOf(KindConnect);
+                }
+            }, this);
+        }
+        catch (ObjectDisposedException)
+        {
+            // The loop stopped and cancelled the connect itself.
+        }
+    }
+
+    internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+    {
+        if (kind != KindConnect)
+        {
+            return;
+        }
+        NativeMemory.Free(_address);
+        _address = null;
+        _cancellation.Dispose();
+        if (result == 0)
+        {
+            var connection = new IoUringConnection(Loop, _fd, _settings);
+            _fd = -1;
+            connection.Start();
+            _result.TrySetResult(connection);
+        }
+        else if (result == -Errno.ECANCELED)
+        {
+            Fail(new OperationCanceledException("The connect was cancelled."));
+        }
+        else
+        {
+            Fail(new SocketException(-result));
+        }
+        Release();
+    }
+
+    private void Fail(Exception error)
+    {
+        if (_fd >= 0)
+        {
+            _ = Libc.close(_fd); // no request on it is in flight any more
+            _fd = -1;
+        }
+        _result.TrySetException(error);
+    }
+}

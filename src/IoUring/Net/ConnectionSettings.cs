@@ -1,0 +1,50 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Net.Sockets;
+
+namespace IoUring.Net;
+
+/// <summary>What every connection of one network shares: options, memory pool, error types, the live set.</summary>
+internal sealed class ConnectionSettings
+{
+    public required MemoryPool<byte> MemoryPool { get; init; }
+    public long? MaxReadBufferSize { get; init; }
+    public long? MaxWriteBufferSize { get; init; }
+    public bool NoDelay { get; init; }
+    public bool UnsafePreferInlineScheduling { get; init; }
+    public bool AbortWithReset { get; init; }
+    public ConnectionRegistry? Registry { get; init; }
+
+    /// <summary>The exception a peer reset surfaces as (the Kestrel layer makes it ConnectionResetException).</summary>
+    public Func<string, Exception> CreateResetException { get; init; } =
+        static message => new IOException(message, new SocketException((int)SocketError.ConnectionReset));
+
+    /// <summary>The exception reads fail with after an abort (the Kestrel layer makes it ConnectionAbortedException).</summary>
+    public Func<string, Exception> CreateAbortedException { get; init; } =
+        static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
+
+    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte> pool, ConnectionRegistry registry) => new()
+    {
+        MemoryPool = pool,
+        MaxReadBufferSize = options.MaxReadBufferSize,
+        MaxWriteBufferSize = options.MaxWriteBufferSize,
+        NoDelay = options.NoDelay,
+        UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
+        AbortWithReset = options.AbortWithReset,
+        Registry = registry,
+    };
+}
+
+/// <summary>The live connections of a network, so that disposing it can close them.</summary>
+internal sealed class ConnectionRegistry
+{
+    private readonly ConcurrentDictionary<IoUringConnection, byte> _connections = new();
+
+    public int Count => _connections.Count;
+
+    public void Add(IoUringConnection connection) => _connections.TryAdd(connection, 0);
+
+    public void Remove(IoUringConnection connection) => _connections.TryRemove(connection, out _);
+
+    public ICollection<IoUringConnection> Snapshot() => _connections.Keys;
+}

@@ -1,0 +1,170 @@
+using System.IO.Pipelines;
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+// Receiving: one multishot RECV with buffer select; bytes are copied into Input and the buffer goes straight back.
+public sealed partial class IoUringConnection
+{
+    private readonly Action _onFlushCompleted;
+    private ValueTask<FlushResult> _pendingFlush;
+    private bool _receiveArmed;     // a RECV is in flight (until its final CQE)
+    private bool _receivePaused;    // Input's flush did not complete: backpressure
+    private bool _receiveEnded;     // FIN, error, the reader went away, or closing
+    private bool _unflushed;        // bytes written to Input since the last flush
+    private long _bytesReceived;
+
+    private unsafe void ArmReceive()
+    {
+        io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindReceive);
+        sqe->opcode = IORING_OP_RECV;
+        sqe->fd = _fd;
+        sqe->ioprio = IORING_RECV_MULTISHOT;
+        sqe->flags = IOSQE_BUFFER_SELECT;
+        sqe->buf_group = _owner.Loop.BufferRing.GroupId;
+        _receiveArmed = true;
+    }
+
+    private void MaybeRearmReceive()
+    {
+        if (!_receiveArmed && !_receivePaused && !_receiveEnded && !_closing && !_owner.Loop.IsStopping)
+        {
+            ArmReceive();
+        }
+    }
+
+    private unsafe void CancelReceive()
+    {
+        if (_receiveArmed)
+        {
+            io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindReceiveCancel);
+            sqe->opcode = IORING_OP_ASYNC_CANCEL;
+            sqe->addr = _owner.UserDataOf(KindReceive);
+        }
+    }
+
+    private void OnReceive(int result, uint flags)
+    {
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _receiveArmed = false;
+        }
+        if (result > 0)
+        {
+            ushort bid = (ushort)(flags >> IORING_CQE_BUFFER_SHIFT);
+            Rings.BufferRing buffers = _owner.Loop.BufferRing;
+            if (!_receiveEnded)
+            {
+                WriteToInput(buffers.GetBuffer(bid, result));
+            }
+            buffers.Recycle(bid);
+            _bytesReceived += result;
+            if (!_receiveEnded && !_receivePaused)
+            {
+                FlushInput();
+            }
+            MaybeRearmReceive();
+            return;
+        }
+
+        switch (-result)
+        {
+            case 0:
+                // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
+                EndReceive(null);
+                break;
+            case Errno.ENOBUFS:
+                // Every ring buffer was taken; they are given back before the next submit, so re-arming is safe.
+                _owner.Loop.CountBufferRingExhaustion();
+                MaybeRearmReceive();
+                break;
+            case Errno.ECANCELED:
+                MaybeRearmReceive(); // cancelled for backpressure or close; re-arms only if neither holds any more
+                break;
+            case Errno.ECONNRESET:
+                BeginClose(_settings.CreateResetException("Connection reset by peer."), abortive: false);
+                break;
+            default:
+                BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}."), abortive: false);
+                break;
+        }
+    }
+
+    private void WriteToInput(ReadOnlySpan<byte> data)
+    {
+        PipeWriter writer = _input.Writer;
+        while (!data.IsEmpty)
+        {
+            Span<byte> target = writer.GetSpan();
+            int count = Math.Min(target.Length, data.Length);
+            data[..count].CopyTo(target);
+            writer.Advance(count);
+            data = data[count..];
+        }
+        _unflushed = true;
+    }
+
+    private void FlushInput()
+    {
+        _unflushed = false;
+        ValueTask<FlushResult> flush = _input.Writer.FlushAsync();
+        if (flush.IsCompletedSuccessfully)
+        {
+            if (flush.Result.IsCompleted)
+            {
+                OnInputReaderGone();
+            }
+            return;
+        }
+        // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
+        _receivePaused = true;
+        _pendingFlush = flush;
+        CancelReceive();
+        flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted); // runs on the loop (Input's writer scheduler)
+    }
+
+    private void OnInputFlushCompleted()
+    {
+        FlushResult result;
+        try
+        {
+            result = _pendingFlush.GetAwaiter().GetResult();
+        }
+        catch (Exception)
+        {
+            result = new FlushResult(isCanceled: false, isCompleted: true);
+        }
+        _pendingFlush = default;
+        _receivePaused = false;
+        if (result.IsCompleted)
+        {
+            OnInputReaderGone();
+            return;
+        }
+        if (_unflushed && !_receiveEnded)
+        {
+            FlushInput();
+        }
+        MaybeRearmReceive();
+    }
+
+    private void OnInputReaderGone()
+    {
+        // The application will read no more: stop receiving; the connection stays open for sending.
+        _receiveEnded = true;
+        CancelReceive();
+        CheckBothDirectionsEnded();
+    }
+
+    private void EndReceive(Exception? error)
+    {
+        if (_receiveEnded)
+        {
+            return;
+        }
+        _receiveEnded = true;
+        _input.Writer.Complete(error);
+        CheckBothDirectionsEnded();
+    }
+}

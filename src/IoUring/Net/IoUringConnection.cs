@@ -1,0 +1,174 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Threading.Tasks.Sources;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// A connected socket driven by an io_uring loop, exposed as a pair of pipes: read what the peer sent from
+/// <see cref="Input"/>, write what to send to <see cref="Output"/>.
+/// </summary>
+/// <remarks>
+/// <para>The connection lives on one <see cref="EventLoop"/> for its whole life. Receiving is one multishot RECV
+/// that takes buffers from the loop's buffer ring; the bytes are copied into <see cref="Input"/> and the buffer goes
+/// back at once. Sending reads <see cref="Output"/> on the loop and sends every readable segment in one SEND/SENDMSG.</para>
+/// <para>Completing <see cref="Output"/> sends FIN after the data. When the peer's FIN arrives, <see cref="Input"/>
+/// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
+/// transport turns it into ConnectionResetException). <see cref="Abort"/> resets the connection (RST).</para>
+/// </remarks>
+public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, IValueTaskSource<int>
+{
+    private const uint KindReceive = 1;
+    private const uint KindReceiveCancel = 2;
+    private const uint KindSend = 3;
+    private const uint KindShutdown = 4;
+    private const uint KindCancelAll = 5;
+    private const uint KindClose = 6;
+
+    private readonly Owner _owner;
+    private readonly ConnectionSettings _settings;
+    private readonly int _fd;
+    private readonly Pipe _input;
+    private readonly Pipe _output;
+    private readonly CancellationTokenSource _closedTokenSource = new();
+    private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private EndPoint? _localEndPoint;
+    private EndPoint? _remoteEndPoint;
+    private Exception? _abortReason;
+    private int _abortRequested;
+
+    internal IoUringConnection(EventLoop loop, int fd, ConnectionSettings settings)
+    {
+        _fd = fd;
+        _settings = settings;
+        _owner = new Owner(loop, this);
+        PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
+        long maxRead = settings.MaxReadBufferSize ?? 0;
+        long maxWrite = settings.MaxWriteBufferSize ?? 0;
+        // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
+        _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
+        _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
+        _onFlushCompleted = OnInputFlushCompleted;
+    }
+
+    /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
+    public PipeReader Input => _input.Reader;
+
+    /// <summary>What to send. Complete it to send FIN after the data.</summary>
+    public PipeWriter Output => _output.Writer;
+
+    /// <summary>The loop this connection runs on.</summary>
+    public EventLoop Loop => _owner.Loop;
+
+    /// <summary>The local endpoint.</summary>
+    public EndPoint? LocalEndPoint => _localEndPoint ??= SocketAddresses.GetLocal(_fd);
+
+    /// <summary>The peer's endpoint.</summary>
+    public EndPoint? RemoteEndPoint => _remoteEndPoint ??= SocketAddresses.GetRemote(_fd);
+
+    /// <summary>Cancelled (on the thread pool, once) when the connection has closed and its fd is released.</summary>
+    public CancellationToken ConnectionClosed => _closedTokenSource.Token;
+
+    /// <summary>Completes when the connection has closed and its fd is released.</summary>
+    public Task Closed => _closed.Task;
+
+    /// <summary>The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it.</summary>
+    public int Handle => _fd;
+
+    /// <summary>Bytes received from the peer so far.</summary>
+    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+
+    /// <summary>Bytes sent to the peer so far.</summary>
+    public long BytesSent => Volatile.Read(ref _bytesSent);
+
+    /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the connection.</summary>
+    public Stream AsStream() => new DuplexPipeStream(Input, Output);
+
+    /// <summary>
+    /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
+    /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
+    /// </summary>
+    public void Abort(Exception? reason = null)
+    {
+        if (Interlocked.Exchange(ref _abortRequested, 1) != 0)
+        {
+            return;
+        }
+        _abortReason = reason ?? _settings.CreateAbortedException("The connection was aborted by the application.");
+        ScheduleOnLoop(static c => c.BeginClose(c._abortReason, abortive: true));
+    }
+
+    /// <summary>Closes the connection (FIN, not RST) and waits until its fd is released.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        ScheduleOnLoop(static c => c.BeginClose(null, abortive: false));
+        await _closed.Task.ConfigureAwait(false);
+    }
+
+    internal void Start()
+    {
+        _owner.Loop.AssertOnLoopThread();
+        if (_settings.NoDelay)
+        {
+            // Fails harmlessly (ENOTSUP) on Unix domain sockets.
+            _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
+        }
+        _settings.Registry?.Add(this);
+        ArmReceive();
+        _ = SendLoopAsync();
+    }
+
+    private void ScheduleOnLoop(Action<IoUringConnection> action)
+    {
+        if (_owner.Loop.IsOnLoopThread)
+        {
+            action(this);
+            return;
+        }
+        try
+        {
+            _owner.Loop.Schedule(static s => { var (c, a) = ((IoUringConnection, Action<IoUringConnection>))s!; a(c); }, (this, action));
+        }
+        catch (ObjectDisposedException)
+        {
+            // The loop stopped: it closed every connection on its way out.
+        }
+    }
+
+    private sealed class Owner(EventLoop loop, IoUringConnection connection) : RingOwner(loop)
+    {
+        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+        {
+            switch (kind)
+            {
+                case KindReceive: connection.OnReceive(result, flags); break;
+                case KindSend: connection.OnSendCompleted(result); break;
+                case KindShutdown: connection.OnShutdownCompleted(); break;
+                case KindClose: connection.OnCloseCompleted(); break;
+                default: break; // cancel requests: their targets report for themselves
+            }
+        }
+
+        internal override void HandleException(Exception exception)
+        {
+            Loop.ReportUnhandled(exception);
+            connection.BeginClose(exception, abortive: true);
+        }
+
+        protected override void OnIdle() => connection.OnIdle();
+
+        protected override void OnFreed() => connection.OnFreed();
+    }
+
+    // IValueTaskSource<int>: the pending send's result; completed inline on the loop thread.
+    int IValueTaskSource<int>.GetResult(short token) => _sendSource.GetResult(token);
+
+    ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => _sendSource.GetStatus(token);
+
+    void IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _sendSource.OnCompleted(continuation, state, token, flags);
+}

@@ -1,0 +1,194 @@
+using System.Buffers;
+using System.Net;
+using System.Net.Sockets;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// The entry point for plain .NET code: a set of io_uring event loops (one thread and ring each) on which you
+/// listen, accept and connect, getting <see cref="IoUringConnection"/>s (pipes, or a <see cref="Stream"/>).
+/// </summary>
+/// <example>
+/// <code>
+/// await using var network = new IoUringNetwork();
+/// await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 5000));
+/// while (await listener.AcceptAsync() is { } connection)
+/// {
+///     _ = Task.Run(async () =>
+///     {
+///         await using var _ = connection;
+///         await connection.Input.CopyToAsync(connection.Output); // echo until the peer's FIN
+///         await connection.Output.CompleteAsync();
+///     });
+/// }
+/// </code>
+/// </example>
+public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
+{
+    private readonly EventLoop[] _loops;
+    private readonly IoUringNetworkOptions _options;
+    private readonly ConnectionRegistry _registry = new();
+    private readonly PinnedBlockMemoryPool? _ownedPool;
+    private int _nextConnectLoop;
+    private int _disposed;
+
+    /// <summary>Starts <see cref="IoUringNetworkOptions.LoopCount"/> loops.</summary>
+    /// <exception cref="ArgumentException">An option is invalid.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
+    public IoUringNetwork(IoUringNetworkOptions? options = null) : this(options, memoryPool: null, settingsOverride: null)
+    {
+    }
+
+    internal IoUringNetwork(IoUringNetworkOptions? options, MemoryPool<byte>? memoryPool, Func<ConnectionSettings, ConnectionSettings>? settingsOverride)
+    {
+        _options = options ?? new IoUringNetworkOptions();
+        _options.Validate();
+        IoUringCapabilities.Current.EnsureSupported();
+
+        if (memoryPool is null)
+        {
+            memoryPool = _ownedPool = new PinnedBlockMemoryPool();
+        }
+        ConnectionSettings settings = ConnectionSettings.From(_options, memoryPool, _registry);
+        Settings = settingsOverride?.Invoke(settings) ?? settings;
+
+        _loops = new EventLoop[_options.LoopCount];
+        try
+        {
+            for (int i = 0; i < _loops.Length; i++)
+            {
+                EventLoopOptions loopOptions = _options.Loop;
+                string baseName = loopOptions.ThreadName;
+                EventLoop loop = new(CopyWithName(loopOptions, $"{baseName} {i}"));
+                _loops[i] = loop;
+                loop.Stopping += () => CloseConnectionsOf(loop);
+            }
+        }
+        catch
+        {
+            foreach (EventLoop? loop in _loops)
+            {
+                loop?.Dispose();
+            }
+            _ownedPool?.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>The loops, one per thread.</summary>
+    public IReadOnlyList<EventLoop> Loops => _loops;
+
+    /// <summary>Connections open right now.</summary>
+    public int ConnectionCount => _registry.Count;
+
+    internal ConnectionSettings Settings { get; }
+
+    internal int RentedMemoryBlocks => _ownedPool?.RentedBlocks ?? -1;
+
+    /// <summary>
+    /// Binds and listens on <paramref name="endPoint"/> (IPv4, IPv6 — dual mode for <see cref="IPAddress.IPv6Any"/> —
+    /// or a <see cref="UnixDomainSocketEndPoint"/>) and starts accepting on every loop.
+    /// </summary>
+    /// <exception cref="NotSupportedException">The endpoint type is not supported.</exception>
+    /// <exception cref="SocketException">Binding failed (e.g. <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
+    public IoUringListener Listen(EndPoint endPoint)
+    {
+        ArgumentNullException.ThrowIfNull(endPoint);
+        ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        Socket socket = CreateListeningSocket(endPoint, _options.Backlog);
+        return new IoUringListener(socket, _loops, Settings);
+    }
+
+    internal IoUringListener Listen(Socket listeningSocket) => new(listeningSocket, _loops, Settings);
+
+    internal static Socket CreateListeningSocket(EndPoint endPoint, int backlog)
+    {
+        ProtocolType protocol = endPoint switch
+        {
+            IPEndPoint => ProtocolType.Tcp,
+            UnixDomainSocketEndPoint => ProtocolType.Unspecified,
+            _ => throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint or a UnixDomainSocketEndPoint."),
+        };
+        var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, protocol);
+        try
+        {
+            if (endPoint is IPEndPoint ip && ip.Address.Equals(IPAddress.IPv6Any))
+            {
+                socket.DualMode = true;
+            }
+            socket.Bind(endPoint);
+            socket.Listen(backlog);
+            return socket;
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>Connects to <paramref name="endPoint"/> with IORING_OP_CONNECT on one of the loops (round robin).</summary>
+    /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>).</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endPoint);
+        ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        if (endPoint is not (IPEndPoint or UnixDomainSocketEndPoint))
+        {
+            throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint or a UnixDomainSocketEndPoint.");
+        }
+        cancellationToken.ThrowIfCancellationRequested();
+        EventLoop loop = _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
+        var operation = new ConnectOperation(loop, endPoint, Settings);
+        loop.Schedule(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
+        return await operation.Task.ConfigureAwait(false);
+    }
+
+    /// <summary>Aborts every open connection, then stops the loops (closing every fd they opened).</summary>
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+        foreach (IoUringConnection connection in _registry.Snapshot())
+        {
+            connection.Abort();
+        }
+        await Task.WhenAll(_loops.Select(l => l.StopAsync())).ConfigureAwait(false);
+        foreach (EventLoop loop in _loops)
+        {
+            loop.Dispose();
+        }
+        _ownedPool?.Dispose();
+    }
+
+    /// <summary>A stopping loop closes its connections, so that no fd outlives it. Runs on that loop.</summary>
+    private void CloseConnectionsOf(EventLoop loop)
+    {
+        foreach (IoUringConnection connection in _registry.Snapshot())
+        {
+            if (connection.Loop == loop)
+            {
+                connection.Abort();
+            }
+        }
+    }
+
+    /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
+    public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
+
+    private static EventLoopOptions CopyWithName(EventLoopOptions o, string name) => new()
+    {
+        SubmissionQueueSize = o.SubmissionQueueSize,
+        CompletionQueueSize = o.CompletionQueueSize,
+        BufferCount = o.BufferCount,
+        BufferSize = o.BufferSize,
+        RegisterRingFd = o.RegisterRingFd,
+        UnhandledException = o.UnhandledException,
+        ThreadName = name,
+        RefusedSetupFlagsForTesting = o.RefusedSetupFlagsForTesting,
+        SetupErrnoForTesting = o.SetupErrnoForTesting,
+    };
+}

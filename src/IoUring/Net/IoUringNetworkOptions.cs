@@ -1,0 +1,66 @@
+namespace IoUring.Net;
+
+/// <summary>Settings of an <see cref="IoUringNetwork"/>: its loops and the connections it makes.</summary>
+public sealed class IoUringNetworkOptions
+{
+    /// <summary>Number of event loops (threads, each with its own ring).</summary>
+    /// <remarks>Defaults to the number of CPUs the process may use.</remarks>
+    public int LoopCount { get; set; } = Environment.ProcessorCount;
+
+    /// <summary>Settings of each loop's ring and buffer ring.</summary>
+    /// <remarks>Defaults to <see cref="EventLoopOptions"/>' defaults. The thread name gets the loop's index appended.</remarks>
+    public EventLoopOptions Loop { get; set; } = new();
+
+    /// <summary>The listen backlog.</summary>
+    /// <remarks>Defaults to 512.</remarks>
+    public int Backlog { get; set; } = 512;
+
+    /// <summary>Set TCP_NODELAY on TCP connections.</summary>
+    /// <remarks>Defaults to true.</remarks>
+    public bool NoDelay { get; set; } = true;
+
+    /// <summary>
+    /// Bytes received but not yet read by the application at which the connection stops receiving (backpressure),
+    /// or null for no limit.
+    /// </summary>
+    /// <remarks>Defaults to 1 MiB. Null lets a fast sender grow memory without bound: a security risk.</remarks>
+    public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
+
+    /// <summary>Bytes written but not yet sent at which the application's FlushAsync waits, or null for no limit.</summary>
+    /// <remarks>Defaults to 64 KiB.</remarks>
+    public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
+
+    /// <summary>
+    /// Run the application's read continuations inline on the loop thread instead of the thread pool. Faster, but
+    /// application code then blocks the loop and every connection on it.
+    /// </summary>
+    /// <remarks>Defaults to false.</remarks>
+    public bool UnsafePreferInlineScheduling { get; set; }
+
+    /// <summary>Abort sends RST (SO_LINGER 0) rather than FIN, as Kestrel's Sockets transport does.</summary>
+    /// <remarks>Defaults to true.</remarks>
+    public bool AbortWithReset { get; set; } = true;
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
+    public void Validate()
+    {
+        if (LoopCount < 1 || LoopCount > 1024)
+        {
+            throw new ArgumentException($"{nameof(LoopCount)} must be between 1 and 1024 (was {LoopCount}).", nameof(LoopCount));
+        }
+        if (Backlog < 1)
+        {
+            throw new ArgumentException($"{nameof(Backlog)} must be positive (was {Backlog}).", nameof(Backlog));
+        }
+        if (MaxReadBufferSize is < 1)
+        {
+            throw new ArgumentException($"{nameof(MaxReadBufferSize)} must be positive or null (was {MaxReadBufferSize}).", nameof(MaxReadBufferSize));
+        }
+        if (MaxWriteBufferSize is < 1)
+        {
+            throw new ArgumentException($"{nameof(MaxWriteBufferSize)} must be positive or null (was {MaxWriteBufferSize}).", nameof(MaxWriteBufferSize));
+        }
+        ArgumentNullException.ThrowIfNull(Loop, nameof(Loop));
+        Loop.Validate();
+    }
+}

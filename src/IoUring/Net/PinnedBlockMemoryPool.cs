@@ -1,0 +1,89 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// A pool of fixed-size blocks on the pinned object heap. Pipes of io_uring connections use it so that memory
+/// handed to the kernel for a send never moves and pinning it costs nothing (no GCHandle per send).
+/// </summary>
+internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
+{
+    public const int BlockSize = 4096;
+
+    private readonly ConcurrentQueue<Block> _blocks = new();
+    private int _rented;
+    private bool _disposed;
+
+    public override int MaxBufferSize => BlockSize;
+
+    /// <summary>Blocks rented and not yet returned (the tests' leak check).</summary>
+    public int RentedBlocks => Volatile.Read(ref _rented);
+
+    public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
+    {
+        if (minBufferSize > BlockSize)
+        {
+            throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize, $"Blocks are {BlockSize} bytes.");
+        }
+        if (!_blocks.TryDequeue(out Block? block))
+        {
+            block = new Block(this);
+        }
+        Interlocked.Increment(ref _rented);
+        block.IsRented = true;
+        return block;
+    }
+
+    private void Return(Block block)
+    {
+        Interlocked.Decrement(ref _rented);
+        if (!_disposed)
+        {
+            _blocks.Enqueue(block);
+        }
+    }
+
+    protected override void Dispose(bool disposing)
+    {
+        _disposed = true;
+        _blocks.Clear();
+    }
+
+    /// <summary>One pinned block; it is its own owner and memory manager, so renting allocates nothing once warm.</summary>
+    private sealed unsafe class Block(PinnedBlockMemoryPool pool) : MemoryManager<byte>, IMemoryOwner<byte>
+    {
+        private readonly byte[] _array = GC.AllocateUninitializedArray<byte>(BlockSize, pinned: true);
+
+        public bool IsRented { get; set; }
+
+        public override Span<byte> GetSpan() => _array;
+
+        public override Memory<byte> Memory => CreateMemory(BlockSize);
+
+        // The array lives on the pinned object heap: its address is stable, so no GCHandle is needed.
+        public override MemoryHandle Pin(int elementIndex = 0)
+            => new((byte*)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array)) + elementIndex);
+
+        public override void Unpin() { }
+
+        protected override bool TryGetArray(out ArraySegment<byte> segment)
+        {
+            segment = new ArraySegment<byte>(_array);
+            return true;
+        }
+
+        void IDisposable.Dispose()
+        {
+            if (IsRented)
+            {
+                IsRented = false;
+                pool.Return(this);
+            }
+        }
+
+        protected override void Dispose(bool disposing) { }
+    }
+}

@@ -44,7 +44,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
             _fd = Libc.socket(family, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0);
             if (_fd < 0)
             {
-                throw new SocketException(Libc.GetLastErrno());
+                throw SocketErrors.FromErrno(Libc.GetLastErrno());
             }
             _address = (byte*)NativeMemory.Alloc((nuint)address.Size);
             address.Buffer.Span[..address.Size].CopyTo(new Span<byte>(_address, address.Size));
@@ -109,7 +109,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         else
         {
-            Fail(new SocketException(-result));
+            Fail(SocketErrors.FromErrno(-result));
         }
         Release();
     }

@@ -86,7 +86,7 @@ public sealed partial class IoUringConnection
                 BeginClose(_settings.CreateResetException("Connection reset by peer."), abortive: false);
                 break;
             default:
-                BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}."), abortive: false);
+                BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)), abortive: false);
                 break;
         }
     }
@@ -152,6 +152,10 @@ public sealed partial class IoUringConnection
     private void OnInputReaderGone()
     {
         // The application will read no more: stop receiving; the connection stays open for sending.
+        if (_closing)
+        {
+            return;
+        }
         _receiveEnded = true;
         CancelReceive();
         CheckBothDirectionsEnded();

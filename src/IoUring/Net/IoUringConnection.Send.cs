@@ -42,7 +42,7 @@ public sealed partial class IoUringConnection
                         reader.AdvanceTo(buffer.End);
                         error = sent is -Errno.EPIPE or -Errno.ECONNRESET
                             ? _settings.CreateResetException("Connection reset by peer.")
-                            : sent == -Errno.ECANCELED ? null : new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.");
+                            : sent == -Errno.ECANCELED ? null : new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent));
                         break;
                     }
                     // After the completion, never before: the kernel read these bytes until now.

@@ -102,10 +102,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         ScheduleOnLoop(static c => c.BeginClose(c._abortReason, abortive: true));
     }
 
-    /// <summary>Closes the connection (FIN, not RST) and waits until its fd is released.</summary>
+    /// <summary>
+    /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
+    /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
+    /// A peer that never reads keeps it waiting: use <see cref="Abort"/> to cut it off.
+    /// </summary>
     public async ValueTask DisposeAsync()
     {
-        ScheduleOnLoop(static c => c.BeginClose(null, abortive: false));
+        await _input.Reader.CompleteAsync().ConfigureAwait(false);
+        await _output.Writer.CompleteAsync().ConfigureAwait(false);
+        ScheduleOnLoop(static c => c.OnInputReaderGone());
         await _closed.Task.ConfigureAwait(false);
     }
 

@@ -6,6 +6,7 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;
 
+[Collection(FdCountingCollection.Name)]
 public sealed class EventLoopTests
 {
     [Fact]

@@ -5,6 +5,7 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Tests.Rings;
 
 /// <summary>The raw ring on the test thread (its single issuer): NOPs, registered fd, timeouts, setup fallback, overflow.</summary>
+[Collection(Support.FdCountingCollection.Name)]
 public sealed unsafe class RingTests
 {
     private static List<io_uring_cqe> Drain(Ring ring)

@@ -1,0 +1,333 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using IoUring.Net;
+using IoUring.Tests.Support;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>Half-close, reset, abort, backpressure, listener lifetime and fd hygiene over real loopback sockets.</summary>
+[Collection(FdCountingCollection.Name)]
+public sealed class LifetimeTests : IAsyncLifetime
+{
+    private IoUringNetwork _network = null!;
+    private IoUringListener _listener = null!;
+
+    public Task InitializeAsync()
+    {
+        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, MaxReadBufferSize = 64 * 1024 });
+        _listener = _network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        return Task.CompletedTask;
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _listener.DisposeAsync();
+        await _network.DisposeAsync();
+    }
+
+    private async Task<(Socket Client, IoUringConnection Server)> ConnectPairAsync()
+    {
+        var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(_listener.LocalEndPoint);
+        IoUringConnection server = (await _listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+        return (client, server);
+    }
+
+    private static async Task<string> ReadAllAsync(PipeReader reader)
+    {
+        var text = new StringBuilder();
+        while (true)
+        {
+            ReadResult result = await reader.ReadAsync();
+            foreach (ReadOnlyMemory<byte> segment in result.Buffer)
+            {
+                text.Append(Encoding.ASCII.GetString(segment.Span));
+            }
+            reader.AdvanceTo(result.Buffer.End);
+            if (result.IsCompleted)
+            {
+                return text.ToString();
+            }
+        }
+    }
+
+    private static void Reset(Socket socket)
+    {
+        socket.LingerState = new LingerOption(true, 0);
+        socket.Close();
+    }
+
+    [Fact]
+    public async Task Client_fin_completes_input_and_the_server_can_still_write()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            await client.SendAsync("request"u8.ToArray());
+            client.Shutdown(SocketShutdown.Send);
+            Assert.Equal("request", await ReadAllAsync(server.Input));
+
+            await server.Output.WriteAsync("response after your FIN"u8.ToArray());
+            await server.Output.CompleteAsync();
+            byte[] buffer = new byte[100];
+            int total = 0, n;
+            while ((n = await client.ReceiveAsync(buffer.AsMemory(total))) > 0)
+            {
+                total += n;
+            }
+            Assert.Equal("response after your FIN", Encoding.ASCII.GetString(buffer, 0, total));
+            // Both directions ended: the connection closes by itself.
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(server.ConnectionClosed.WaitHandle.WaitOne(TimeSpan.FromSeconds(10)));
+        }
+    }
+
+    [Fact]
+    public async Task Server_fin_after_output_completes_reaches_the_client_and_client_can_still_send()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            await server.Output.WriteAsync("bye"u8.ToArray());
+            await server.Output.CompleteAsync();
+            byte[] buffer = new byte[10];
+            Assert.Equal(3, await client.ReceiveAsync(buffer));
+            Assert.Equal(0, await client.ReceiveAsync(buffer)); // FIN
+            await client.SendAsync("still here"u8.ToArray());
+            client.Shutdown(SocketShutdown.Send);
+            Assert.Equal("still here", await ReadAllAsync(server.Input));
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        }
+    }
+
+    [Fact]
+    public async Task Peer_reset_during_a_read_fails_the_input_with_a_reset_error()
+    {
+        var (client, server) = await ConnectPairAsync();
+        Task<ReadResult> pending = server.Input.ReadAsync().AsTask();
+        await Task.Delay(50);
+        Reset(client);
+        var ex = await Assert.ThrowsAsync<IOException>(() => pending.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.Equal(SocketError.ConnectionReset, Assert.IsType<SocketException>(ex.InnerException).SocketErrorCode);
+        await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+    }
+
+    [Fact]
+    public async Task Peer_reset_during_a_large_write_ends_the_connection()
+    {
+        var (client, server) = await ConnectPairAsync();
+        Task writer = Task.Run(async () =>
+        {
+            byte[] chunk = new byte[64 * 1024];
+            try
+            {
+                while (true)
+                {
+                    FlushResult result = await server.Output.WriteAsync(chunk);
+                    if (result.IsCompleted)
+                    {
+                        return;
+                    }
+                }
+            }
+            catch (Exception)
+            {
+                // the writer may also see the failure directly
+            }
+        });
+        await Task.Delay(100); // the client reads nothing: the server's send side fills up
+        Reset(client);
+        await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        await writer.WaitAsync(TimeSpan.FromSeconds(10));
+    }
+
+    [Fact]
+    public async Task Abort_while_sending_resets_the_peer_and_closes_once()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            _ = Task.Run(async () =>
+            {
+                byte[] chunk = new byte[64 * 1024];
+                try
+                {
+                    while (!(await server.Output.WriteAsync(chunk)).IsCompleted)
+                    {
+                    }
+                }
+                catch (Exception)
+                {
+                }
+            });
+            await Task.Delay(50);
+            server.Abort(new InvalidOperationException("first"));
+            server.Abort(new InvalidOperationException("second"));
+            var readError = await Assert.ThrowsAsync<InvalidOperationException>(async () => await server.Input.ReadAsync());
+            Assert.Equal("first", readError.Message);
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+
+            var ex = await Assert.ThrowsAsync<SocketException>(async () =>
+            {
+                byte[] buffer = new byte[65536];
+                while (await client.ReceiveAsync(buffer) > 0)
+                {
+                }
+            });
+            Assert.Equal(SocketError.ConnectionReset, ex.SocketErrorCode);
+        }
+    }
+
+    [Fact]
+    public async Task A_fast_sender_to_a_reader_that_does_not_read_stays_under_the_memory_bound()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            client.Blocking = false;
+            byte[] chunk = new byte[64 * 1024];
+            long sent = 0;
+            var deadline = DateTime.UtcNow.AddSeconds(3);
+            // Send until the kernel pushes back: the server must have stopped receiving.
+            while (DateTime.UtcNow < deadline)
+            {
+                try
+                {
+                    sent += client.Send(chunk);
+                }
+                catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
+                {
+                    await Task.Delay(20);
+                }
+            }
+            long received = server.BytesReceived;
+            // Bounded by MaxReadBufferSize (64 KiB) plus what was on its way when receiving paused.
+            Assert.True(received < 64 * 1024 + 2 * 1024 * 1024, $"server took {received} bytes while the app read none");
+            Assert.True(sent > received, "the sender was not pushed back");
+
+            // The reader catches up: everything arrives, in order.
+            client.Blocking = true;
+            client.Shutdown(SocketShutdown.Send);
+            long total = 0;
+            while (true)
+            {
+                ReadResult result = await server.Input.ReadAsync();
+                total += result.Buffer.Length;
+                server.Input.AdvanceTo(result.Buffer.End);
+                if (result.IsCompleted)
+                {
+                    break;
+                }
+            }
+            Assert.Equal(sent, total);
+        }
+    }
+
+    [Fact]
+    public async Task Disposing_the_listener_leaves_live_connections_working_and_accept_returns_null()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            ValueTask<IoUringConnection?> waiting = _listener.AcceptAsync();
+            await _listener.DisposeAsync();
+            Assert.Null(await waiting);
+            Assert.Null(await _listener.AcceptAsync());
+            await Assert.ThrowsAnyAsync<SocketException>(async () =>
+            {
+                using var late = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                await late.ConnectAsync(_listener.LocalEndPoint);
+            });
+
+            await client.SendAsync("ping"u8.ToArray());
+            ReadResult result = await server.Input.ReadAsync();
+            Assert.Equal("ping", Encoding.ASCII.GetString(result.Buffer.ToArray()));
+            server.Input.AdvanceTo(result.Buffer.End);
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public void Binding_a_port_in_use_fails_with_address_in_use()
+    {
+        var ex = Assert.Throws<SocketException>(() => _network.Listen(_listener.LocalEndPoint));
+        Assert.Equal(SocketError.AddressAlreadyInUse, ex.SocketErrorCode);
+    }
+
+    [Fact]
+    public async Task Connecting_to_a_closed_port_fails_with_connection_refused()
+    {
+        using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        probe.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        EndPoint unused = probe.LocalEndPoint!;
+        probe.Close();
+        var ex = await Assert.ThrowsAsync<SocketException>(async () => await _network.ConnectAsync(unused));
+        Assert.Equal(SocketError.ConnectionRefused, ex.SocketErrorCode);
+    }
+
+    [Fact]
+    public async Task Unsupported_endpoints_and_options_are_rejected_with_clear_errors()
+    {
+        var dns = new DnsEndPoint("localhost", 80);
+        Assert.Contains("DnsEndPoint", Assert.Throws<NotSupportedException>(() => _network.Listen(dns)).Message, StringComparison.Ordinal);
+        await Assert.ThrowsAsync<NotSupportedException>(async () => await _network.ConnectAsync(dns));
+        var bad = Assert.Throws<ArgumentException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 0 }));
+        Assert.Equal(nameof(IoUringNetworkOptions.LoopCount), bad.ParamName);
+        bad = Assert.Throws<ArgumentException>(() => new IoUringNetwork(new IoUringNetworkOptions { MaxReadBufferSize = 0 }));
+        Assert.Equal(nameof(IoUringNetworkOptions.MaxReadBufferSize), bad.ParamName);
+    }
+
+    [Fact]
+    public async Task Ten_thousand_connect_close_cycles_leave_no_fd_handle_or_block_behind()
+    {
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        _ = EchoTests.EchoServerAsync(listener);
+        async Task CycleAsync(int i)
+        {
+            await using IoUringConnection connection = await network.ConnectAsync(listener.LocalEndPoint);
+            await connection.Output.WriteAsync(new byte[] { (byte)i });
+            await connection.Output.CompleteAsync();
+            ReadResult result;
+            do
+            {
+                result = await connection.Input.ReadAsync();
+                connection.Input.AdvanceTo(result.Buffer.End);
+            }
+            while (!result.IsCompleted);
+            await connection.Input.CompleteAsync();
+        }
+
+        for (int i = 0; i < 200; i++)
+        {
+            await CycleAsync(i); // warm up pools and lazily opened runtime fds
+        }
+        await WaitForAsync(() => network.ConnectionCount == 0);
+        int fds = FdCount.Current();
+        int blocks = network.RentedMemoryBlocks;
+
+        const int Cycles = 10_000, Parallel = 50;
+        for (int batch = 0; batch < Cycles / Parallel; batch++)
+        {
+            await Task.WhenAll(Enumerable.Range(0, Parallel).Select(i => CycleAsync(batch * Parallel + i)));
+        }
+
+        await WaitForAsync(() => network.ConnectionCount == 0);
+        Assert.Equal(0, network.ConnectionCount);
+        await WaitForAsync(() => FdCount.Current() <= fds);
+        Assert.Equal(fds, FdCount.Current());
+        Assert.Equal(blocks, network.RentedMemoryBlocks);
+        Assert.All(network.Loops, l => Assert.True(l.InFlight <= 2, $"{l.InFlight} requests still in flight")); // wakeup READ + accept
+    }
+
+    private static async Task WaitForAsync(Func<bool> condition)
+    {
+        for (int i = 0; i < 500 && !condition(); i++)
+        {
+            await Task.Delay(20);
+        }
+    }
+}

@@ -54,24 +54,21 @@ internal abstract class RingOwner
     /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
     protected virtual void OnFreed() { }
 
-    /// <summary>Called when the last request in flight finished and the owner is not released (e.g. to close its fd now).</summary>
-    protected virtual void OnIdle() { }
+    /// <summary>Called after each request's final CQE while the owner is not released (e.g. to close its fd once the rest is done).</summary>
+    protected virtual void OnRequestFinished() { }
 
     internal void OnSubmitted() => _inFlight++;
 
     internal void OnFinalCompletion()
     {
         Debug.Assert(_inFlight > 0);
-        if (--_inFlight == 0)
+        if (--_inFlight == 0 && _released)
         {
-            if (_released)
-            {
-                Free();
-            }
-            else
-            {
-                OnIdle();
-            }
+            Free();
+        }
+        else if (!_released)
+        {
+            OnRequestFinished();
         }
     }
 

@@ -23,8 +23,11 @@ internal sealed unsafe class Acceptor : RingOwner
     private bool _stopped;
     private bool _acceptArmed;
 
-    public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, ConnectionSettings settings) : base(loop)
+    private readonly bool _isTcp;
+
+    public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, bool isTcp, ConnectionSettings settings) : base(loop)
     {
+        _isTcp = isTcp;
         _listener = listener;
         _listenFd = listenFd;
         _settings = settings;
@@ -95,7 +98,7 @@ internal sealed unsafe class Acceptor : RingOwner
             }
             else
             {
-                var connection = new IoUringConnection(Loop, result, _settings);
+                var connection = new IoUringConnection(Loop, result, _isTcp, _settings);
                 connection.Start();
                 _listener.Enqueue(connection);
             }

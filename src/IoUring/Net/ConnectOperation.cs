@@ -98,7 +98,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
         _cancellation.Dispose();
         if (result == 0)
         {
-            var connection = new IoUringConnection(Loop, _fd, _settings);
+            var connection = new IoUringConnection(Loop, _fd, _endPoint.AddressFamily != System.Net.Sockets.AddressFamily.Unix, _settings);
             _fd = -1;
             connection.Start();
             _result.TrySetResult(connection);

@@ -13,6 +13,7 @@ internal sealed class ConnectionSettings
     public bool NoDelay { get; init; }
     public bool UnsafePreferInlineScheduling { get; init; }
     public bool AbortWithReset { get; init; }
+    public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     public ConnectionRegistry? Registry { get; init; }
 
     /// <summary>The exception a peer reset surfaces as (the Kestrel layer makes it ConnectionResetException).</summary>
@@ -31,6 +32,7 @@ internal sealed class ConnectionSettings
         NoDelay = options.NoDelay,
         UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
         AbortWithReset = options.AbortWithReset,
+        ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
         Registry = registry,
     };
 }

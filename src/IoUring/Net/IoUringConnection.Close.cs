@@ -36,7 +36,7 @@ public sealed partial class IoUringConnection
         _receiveEnded = true;
         _input.Writer.Complete(reason);
         _output.Reader.CancelPendingRead();
-        if (_owner.InFlight > 0)
+        if (_owner.InFlight > _notificationsPending)
         {
             io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindCancelAll);
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
@@ -49,15 +49,16 @@ public sealed partial class IoUringConnection
         }
     }
 
-    private void OnIdle()
+    /// <summary>After each completion: close once only notifications remain in flight; release once the fd is closed.</summary>
+    private void CheckCloseProgress()
     {
-        if (_closing && !_closeSubmitted)
+        if (_closing && !_closeSubmitted && _owner.InFlight == _notificationsPending)
         {
             SubmitClose();
         }
         else if (_fdClosed)
         {
-            _owner.Release();
+            _owner.Release(); // frees the handle now, or after the last notification
         }
     }
 

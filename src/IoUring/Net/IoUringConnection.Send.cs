@@ -8,15 +8,23 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 // Sending: Output is read on the loop; all readable segments go out in one SEND (one segment) or SENDMSG (gather).
+// Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send loop at once, the memory stays pinned until
+// the later notification CQE, and if the kernel reports it copied anyway (loopback) the connection returns to plain sends.
 public sealed partial class IoUringConnection
 {
     private const int MaxIovecs = 64;
+    private const int ZeroCopySlots = 8; // zero-copy sends whose notification may be outstanding at once
 
     private ManualResetValueTaskSourceCore<int> _sendSource; // mutable struct: never readonly
     private readonly MemoryHandle[] _pins = new MemoryHandle[MaxIovecs];
     private int _pinCount;
     private unsafe Libc.msghdr* _sendMessage;   // msghdr followed by MaxIovecs iovecs; freed in OnFreed
     private bool _sendEnded;
+    private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
+    private MemoryHandle[][] _zeroCopyPins = [];  // per slot: memory held until that send's notification
+    private int[] _zeroCopyPinCounts = [];
+    private int _zeroCopyBusy;                  // bit per slot awaiting its notification
+    private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
     private long _bytesSent;
 
     private async Task SendLoopAsync()
@@ -77,42 +85,61 @@ public sealed partial class IoUringConnection
             return new ValueTask<int>(-Errno.ECANCELED);
         }
         _sendSource.Reset();
-        io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindSend);
-        sqe->fd = _fd;
-        sqe->msg_flags = Libc.MSG_NOSIGNAL;
-        if (buffer.IsSingleSegment)
+        if (_sendMessage == null)
         {
-            ReadOnlyMemory<byte> memory = buffer.First;
-            _pins[0] = memory.Pin();
-            _pinCount = 1;
-            sqe->opcode = IORING_OP_SEND;
-            sqe->addr = (ulong)_pins[0].Pointer;
-            sqe->len = (uint)memory.Length;
+            _sendMessage = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
+        }
+
+        // Zero-copy pays off only for large sends, and only when the memory can be held past AdvanceTo
+        // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
+        int zeroCopySlot = -1;
+        MemoryHandle[] pins = _pins;
+        if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (zeroCopySlot = RentZeroCopySlot(buffer)) >= 0)
+        {
+            pins = _zeroCopyPins[zeroCopySlot];
+        }
+
+        var iovecs = (iovec*)(_sendMessage + 1);
+        int count = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (segment.IsEmpty)
+            {
+                continue;
+            }
+            pins[count] = segment.Pin();
+            iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
+            if (++count == MaxIovecs)
+            {
+                break; // the rest goes in the next send
+            }
+        }
+
+        io_uring_sqe* sqe;
+        if (zeroCopySlot >= 0)
+        {
+            _zeroCopyPinCounts[zeroCopySlot] = count;
+            sqe = _owner.Loop.GetSqe(_owner, KindSendZeroCopy, (uint)zeroCopySlot);
+            sqe->ioprio = IORING_SEND_ZC_REPORT_USAGE;
+            ZeroCopySends++;
         }
         else
         {
-            if (_sendMessage == null)
-            {
-                _sendMessage = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
-            }
-            var iovecs = (iovec*)(_sendMessage + 1);
-            int count = 0;
-            foreach (ReadOnlyMemory<byte> segment in buffer)
-            {
-                if (segment.IsEmpty)
-                {
-                    continue;
-                }
-                _pins[count] = segment.Pin();
-                iovecs[count] = new iovec { iov_base = (nuint)_pins[count].Pointer, iov_len = (nuint)segment.Length };
-                if (++count == MaxIovecs)
-                {
-                    break; // the rest goes in the next send
-                }
-            }
             _pinCount = count;
+            sqe = _owner.Loop.GetSqe(_owner, KindSend);
+        }
+        sqe->fd = _fd;
+        sqe->msg_flags = Libc.MSG_NOSIGNAL;
+        if (count == 1)
+        {
+            sqe->opcode = zeroCopySlot >= 0 ? IORING_OP_SEND_ZC : IORING_OP_SEND;
+            sqe->addr = iovecs[0].iov_base;
+            sqe->len = (uint)iovecs[0].iov_len;
+        }
+        else
+        {
             *_sendMessage = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
-            sqe->opcode = IORING_OP_SENDMSG;
+            sqe->opcode = zeroCopySlot >= 0 ? IORING_OP_SENDMSG_ZC : IORING_OP_SENDMSG;
             sqe->addr = (ulong)_sendMessage;
         }
         return new ValueTask<int>(this, _sendSource.Version);
@@ -120,16 +147,26 @@ public sealed partial class IoUringConnection
 
     private void OnSendCompleted(int result)
     {
-        for (int i = 0; i < _pinCount; i++)
-        {
-            _pins[i].Dispose();
-        }
+        ReleasePins(_pins, _pinCount);
         _pinCount = 0;
+        CompleteSend(result);
+    }
+
+    private void CompleteSend(int result)
+    {
         if (result > 0)
         {
             _bytesSent += result;
         }
         _sendSource.SetResult(result); // continues SendLoopAsync inline, which may queue the next send
+    }
+
+    private static void ReleasePins(MemoryHandle[] pins, int count)
+    {
+        for (int i = 0; i < count; i++)
+        {
+            pins[i].Dispose();
+        }
     }
 
     private unsafe void EndSend(Exception? error)
@@ -155,3 +192,4 @@ public sealed partial class IoUringConnection
         CheckBothDirectionsEnded();
     }
 }
+

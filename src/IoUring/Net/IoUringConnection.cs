@@ -28,10 +28,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private const uint KindShutdown = 4;
     private const uint KindCancelAll = 5;
     private const uint KindClose = 6;
+    private const uint KindSendZeroCopy = 7;
 
     private readonly Owner _owner;
     private readonly ConnectionSettings _settings;
     private readonly int _fd;
+    private readonly bool _isTcp;
     private readonly Pipe _input;
     private readonly Pipe _output;
     private readonly CancellationTokenSource _closedTokenSource = new();
@@ -41,9 +43,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private Exception? _abortReason;
     private int _abortRequested;
 
-    internal IoUringConnection(EventLoop loop, int fd, ConnectionSettings settings)
+    internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
         _fd = fd;
+        _isTcp = isTcp;
         _settings = settings;
         _owner = new Owner(loop, this);
         PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
@@ -53,6 +56,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
         _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
         _onFlushCompleted = OnInputFlushCompleted;
+        InitializeZeroCopy();
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
@@ -118,9 +122,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     internal void Start()
     {
         _owner.Loop.AssertOnLoopThread();
-        if (_settings.NoDelay)
+        if (_settings.NoDelay && _isTcp)
         {
-            // Fails harmlessly (ENOTSUP) on Unix domain sockets.
             _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
         }
         _settings.Registry?.Add(this);
@@ -155,6 +158,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
                 case KindSend: connection.OnSendCompleted(result); break;
                 case KindShutdown: connection.OnShutdownCompleted(); break;
                 case KindClose: connection.OnCloseCompleted(); break;
+                case KindSendZeroCopy: connection.OnZeroCopySendCompleted(result, flags, UserData.Slot(userData)); break;
                 default: break; // cancel requests: their targets report for themselves
             }
         }
@@ -165,7 +169,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             connection.BeginClose(exception, abortive: true);
         }
 
-        protected override void OnIdle() => connection.OnIdle();
+        protected override void OnRequestFinished() => connection.CheckCloseProgress();
 
         protected override void OnFreed() => connection.OnFreed();
     }

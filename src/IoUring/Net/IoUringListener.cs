@@ -26,7 +26,7 @@ public sealed class IoUringListener : IAsyncDisposable
         _liveAcceptors = loops.Count;
         for (int i = 0; i < loops.Count; i++)
         {
-            var acceptor = new Acceptor(loops[i], this, fd, settings);
+            var acceptor = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
             _acceptors[i] = acceptor;
             loops[i].Schedule(static a => ((Acceptor)a!).Start(), acceptor);
         }

@@ -33,7 +33,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             block = new Block(this);
         }
         Interlocked.Increment(ref _rented);
-        block.IsRented = true;
+        block.OnRented();
         return block;
     }
 
@@ -52,22 +52,35 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         _blocks.Clear();
     }
 
-    /// <summary>One pinned block; it is its own owner and memory manager, so renting allocates nothing once warm.</summary>
-    private sealed unsafe class Block(PinnedBlockMemoryPool pool) : MemoryManager<byte>, IMemoryOwner<byte>
+    /// <summary>
+    /// One pinned block; it is its own owner and memory manager, so renting allocates nothing once warm.
+    /// Reference counted: the renter holds one reference and every <see cref="Pin"/> another, so a block that the
+    /// pipe gave back while a zero-copy send still pins it returns to the pool only when the kernel is done with it.
+    /// </summary>
+    internal sealed unsafe class Block(PinnedBlockMemoryPool pool) : MemoryManager<byte>, IMemoryOwner<byte>
     {
         private readonly byte[] _array = GC.AllocateUninitializedArray<byte>(BlockSize, pinned: true);
-
-        public bool IsRented { get; set; }
+        private int _references;
+        private int _ownerReleased;
 
         public override Span<byte> GetSpan() => _array;
 
         public override Memory<byte> Memory => CreateMemory(BlockSize);
 
+        internal void OnRented()
+        {
+            _references = 1;
+            _ownerReleased = 0;
+        }
+
         // The array lives on the pinned object heap: its address is stable, so no GCHandle is needed.
         public override MemoryHandle Pin(int elementIndex = 0)
-            => new((byte*)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array)) + elementIndex);
+        {
+            Interlocked.Increment(ref _references);
+            return new MemoryHandle((byte*)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array)) + elementIndex, pinnable: this);
+        }
 
-        public override void Unpin() { }
+        public override void Unpin() => ReleaseReference();
 
         protected override bool TryGetArray(out ArraySegment<byte> segment)
         {
@@ -77,9 +90,16 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         void IDisposable.Dispose()
         {
-            if (IsRented)
+            if (Interlocked.Exchange(ref _ownerReleased, 1) == 0)
             {
-                IsRented = false;
+                ReleaseReference();
+            }
+        }
+
+        private void ReleaseReference()
+        {
+            if (Interlocked.Decrement(ref _references) == 0)
+            {
                 pool.Return(this);
             }
         }

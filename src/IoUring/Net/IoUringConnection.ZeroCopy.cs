@@ -1,0 +1,89 @@
+using System.Buffers;
+using System.Runtime.InteropServices;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+// Zero-copy bookkeeping: which sends still hold memory, and what their notifications said.
+public sealed partial class IoUringConnection
+{
+    /// <summary>Sends made with SEND_ZC/SENDMSG_ZC.</summary>
+    public int ZeroCopySends { get; private set; }
+
+    /// <summary>True once the kernel reported that a zero-copy send was copied after all and the connection went back to plain sends.</summary>
+    public bool ZeroCopyReverted { get; private set; }
+
+    // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
+    private void InitializeZeroCopy() => _zeroCopy = _isTcp && _settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
+        && _settings.MemoryPool is PinnedBlockMemoryPool
+        && IoUringCapabilities.Current.HasZeroCopySend;
+
+    /// <summary>A free slot, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.</summary>
+    private int RentZeroCopySlot(in ReadOnlySequence<byte> buffer)
+    {
+        int segments = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? _) || ++segments == MaxIovecs)
+            {
+                if (segments != MaxIovecs)
+                {
+                    return -1;
+                }
+                break;
+            }
+        }
+        if (_zeroCopyPins.Length == 0)
+        {
+            _zeroCopyPins = new MemoryHandle[ZeroCopySlots][];
+            _zeroCopyPinCounts = new int[ZeroCopySlots];
+            for (int i = 0; i < ZeroCopySlots; i++)
+            {
+                _zeroCopyPins[i] = new MemoryHandle[MaxIovecs];
+            }
+        }
+        int free = ~_zeroCopyBusy & ((1 << ZeroCopySlots) - 1);
+        if (free == 0)
+        {
+            return -1;
+        }
+        int slot = System.Numerics.BitOperations.TrailingZeroCount(free);
+        _zeroCopyBusy |= 1 << slot;
+        return slot;
+    }
+
+    private void OnZeroCopySendCompleted(int result, uint flags, uint slot)
+    {
+        if ((flags & IORING_CQE_F_NOTIF) != 0)
+        {
+            // The kernel is done with the memory.
+            if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0 && _zeroCopy)
+            {
+                _zeroCopy = false;
+                ZeroCopyReverted = true;
+            }
+            _notificationsPending--;
+            ReleaseZeroCopySlot(slot);
+            return;
+        }
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            ReleaseZeroCopySlot(slot); // no notification will follow (the send failed early)
+        }
+        else
+        {
+            // The request is done with the socket; only its memory waits for the notification, which may come only
+            // once the socket is closed (unacknowledged data). So closing must not wait for it.
+            _notificationsPending++;
+        }
+        CompleteSend(result);
+        CheckCloseProgress();
+    }
+
+    private void ReleaseZeroCopySlot(uint slot)
+    {
+        ReleasePins(_zeroCopyPins[slot], _zeroCopyPinCounts[slot]);
+        _zeroCopyPinCounts[slot] = 0;
+        _zeroCopyBusy &= ~(1 << (int)slot);
+    }
+}

@@ -46,6 +46,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
     private int _inFlight;          // requests submitted whose final CQE has not arrived
     private int _threadId;
+    private int _liveOwners;
     private EventLoopCounters _counters;
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
@@ -200,6 +201,13 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     }
 
     internal void CountBufferRingExhaustion() => _counters.BufferRingExhaustions++;
+
+    /// <summary>Owners whose GCHandle is allocated (the leak check of the tests: it returns to its baseline).</summary>
+    internal int LiveOwners => Volatile.Read(ref _liveOwners);
+
+    internal void OnOwnerCreated() => Interlocked.Increment(ref _liveOwners);
+
+    internal void OnOwnerFreed() => Interlocked.Decrement(ref _liveOwners);
 
     internal void ReportUnhandled(Exception exception)
     {

@@ -28,6 +28,7 @@ internal abstract class RingOwner
             throw new PlatformNotSupportedException($"GCHandle value 0x{value:x} leaves no room for the operation kind and slot bits of user_data.");
         }
         _handleBits = (ulong)value;
+        loop.OnOwnerCreated();
     }
 
     public EventLoop Loop { get; }
@@ -89,6 +90,7 @@ internal abstract class RingOwner
     private void Free()
     {
         _handle.Dispose();
+        Loop.OnOwnerFreed();
         OnFreed();
     }
 }

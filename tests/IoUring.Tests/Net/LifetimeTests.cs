@@ -308,6 +308,7 @@ public sealed class LifetimeTests : IAsyncLifetime
         await WaitForAsync(() => network.ConnectionCount == 0);
         int fds = FdCount.Current();
         int blocks = network.RentedMemoryBlocks;
+        int owners = network.Loops.Sum(l => l.LiveOwners);
 
         const int Cycles = 10_000, Parallel = 50;
         for (int batch = 0; batch < Cycles / Parallel; batch++)
@@ -320,6 +321,8 @@ public sealed class LifetimeTests : IAsyncLifetime
         await WaitForAsync(() => FdCount.Current() <= fds);
         Assert.Equal(fds, FdCount.Current());
         Assert.Equal(blocks, network.RentedMemoryBlocks);
+        await WaitForAsync(() => network.Loops.Sum(l => l.LiveOwners) == owners);
+        Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners)); // every connection's and connect's GCHandle was freed
         Assert.All(network.Loops, l => Assert.True(l.InFlight <= 2, $"{l.InFlight} requests still in flight")); // wakeup READ + accept
     }
 

@@ -324,6 +324,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
         // While stopping, bound each wait so the shutdown deadline is checked.
+        _options.FaultsForTesting?.Apply(_ring);
         int result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null);
         _counters.Syscalls++;
         if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)

@@ -39,6 +39,9 @@ public sealed class EventLoopOptions
     /// <summary>Test seam: ring setup fails with this errno.</summary>
     internal int SetupErrnoForTesting { get; set; }
 
+    /// <summary>Test seam: fails chosen requests with injected errors, through the real kernel.</summary>
+    internal Loops.FaultInjector? FaultsForTesting { get; set; }
+
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
     public void Validate()
     {

@@ -79,14 +79,19 @@ public sealed partial class IoUringConnection
                 _owner.Loop.CountBufferRingExhaustion();
                 MaybeRearmReceive();
                 break;
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+                MaybeRearmReceive(); // transient: nothing was received, try again
+                break;
             case Errno.ECANCELED:
                 MaybeRearmReceive(); // cancelled for backpressure or close; re-arms only if neither holds any more
                 break;
             case Errno.ECONNRESET:
-                BeginClose(_settings.CreateResetException("Connection reset by peer."), abortive: false);
+                BeginClose(_settings.CreateResetException("Connection reset by peer."), abortive: true);
                 break;
             default:
-                BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)), abortive: false);
+                // Abortive, so the peer sees a reset rather than a FIN that would pass for a complete stream.
+                BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)), abortive: true);
                 break;
         }
     }

@@ -47,10 +47,18 @@ public sealed partial class IoUringConnection
                     int sent = await SendAsync(buffer).ConfigureAwait(false);
                     if (sent < 0)
                     {
+                        if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_closing)
+                        {
+                            reader.AdvanceTo(buffer.Start); // transient: nothing was sent, send the same bytes again
+                            continue;
+                        }
                         reader.AdvanceTo(buffer.End);
-                        error = sent is -Errno.EPIPE or -Errno.ECONNRESET
-                            ? _settings.CreateResetException("Connection reset by peer.")
-                            : sent == -Errno.ECANCELED ? null : new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent));
+                        error = sent switch
+                        {
+                            -Errno.ECANCELED when _closing => null,
+                            -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
+                            _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent)),
+                        };
                         break;
                     }
                     // After the completion, never before: the kernel read these bytes until now.
@@ -175,7 +183,7 @@ public sealed partial class IoUringConnection
         {
             if (!_closing)
             {
-                BeginClose(error, abortive: false);
+                BeginClose(error, abortive: true); // the peer must not mistake a failed stream for a complete one
             }
             return;
         }

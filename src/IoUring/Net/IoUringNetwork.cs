@@ -190,5 +190,6 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         ThreadName = name,
         RefusedSetupFlagsForTesting = o.RefusedSetupFlagsForTesting,
         SetupErrnoForTesting = o.SetupErrnoForTesting,
+        FaultsForTesting = o.FaultsForTesting,
     };
 }

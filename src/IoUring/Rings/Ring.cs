@@ -293,6 +293,12 @@ internal sealed unsafe class Ring : IDisposable
         return sqe;
     }
 
+    /// <summary>SQEs written since the last <see cref="Enter"/>, not yet visible to the kernel.</summary>
+    public uint UnpublishedCount => _sqeTail - *_sqTail;
+
+    /// <summary>The <paramref name="index"/>th SQE written since the last <see cref="Enter"/>.</summary>
+    public io_uring_sqe* UnpublishedSqe(uint index) => &_sqes[(*_sqTail + index) & _sqMask];
+
     /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void PublishSqes() => Volatile.Write(ref *_sqTail, _sqeTail);

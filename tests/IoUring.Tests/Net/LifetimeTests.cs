@@ -306,7 +306,7 @@ public sealed class LifetimeTests : IAsyncLifetime
             await CycleAsync(i); // warm up pools and lazily opened runtime fds
         }
         await WaitForAsync(() => network.ConnectionCount == 0);
-        int fds = FdCount.Current();
+        int fds = FdCount.Owned();
         int blocks = network.RentedMemoryBlocks;
         int owners = network.Loops.Sum(l => l.LiveOwners);
 
@@ -318,8 +318,8 @@ public sealed class LifetimeTests : IAsyncLifetime
 
         await WaitForAsync(() => network.ConnectionCount == 0);
         Assert.Equal(0, network.ConnectionCount);
-        await WaitForAsync(() => FdCount.Current() <= fds);
-        Assert.Equal(fds, FdCount.Current());
+        await WaitForAsync(() => FdCount.Owned() <= fds);
+        Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(blocks, network.RentedMemoryBlocks);
         await WaitForAsync(() => network.Loops.Sum(l => l.LiveOwners) == owners);
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners)); // every connection's and connect's GCHandle was freed

@@ -5,6 +5,12 @@ internal static class FdCount
 {
     public static int Current() => Directory.GetFileSystemEntries("/proc/self/fd").Length;
 
+    /// <summary>
+    /// The fds this library opens: sockets, rings and eventfds. (The total also moves when the runtime lazily opens
+    /// files, e.g. symbol files the first time an exception's stack trace is resolved.)
+    /// </summary>
+    public static int Owned() => Matching("socket:") + Matching("[io_uring]") + Matching("[eventfd]");
+
     /// <summary>The fds whose link target matches <paramref name="fragment"/> (e.g. "io_uring", "eventfd").</summary>
     public static int Matching(string fragment)
     {

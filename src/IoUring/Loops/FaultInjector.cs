@@ -1,0 +1,76 @@
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// Test seam (internal, off unless set in <see cref="EventLoopOptions"/>): just before submission, turns chosen SQEs
+/// into NOPs that make the real kernel complete them with an injected error (IORING_NOP_INJECT_RESULT), keeping their
+/// user_data. The owner then sees exactly what a failing request looks like: one final CQE with -errno and no buffer.
+/// Only data-path opcodes may be targeted, never CLOSE or cancels, so injection cannot leak an fd.
+/// </summary>
+internal sealed class FaultInjector
+{
+    private static readonly byte[] s_injectable = [IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG, IORING_OP_SEND_ZC, IORING_OP_SENDMSG_ZC, IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_NOP, IORING_OP_SHUTDOWN];
+
+    private readonly Random _random;
+    private readonly byte[] _opcodes;
+    private readonly int[] _errnos;
+    private readonly double _probability;
+    private int _injected;
+
+    /// <param name="opcodes">The opcodes that may fail.</param>
+    /// <param name="errnos">The errors to inject (one picked at random each time).</param>
+    /// <param name="probability">The chance that a matching SQE fails.</param>
+    /// <param name="seed">Random seed, so a failing run can be repeated.</param>
+    public FaultInjector(byte[] opcodes, int[] errnos, double probability, int seed)
+    {
+        foreach (byte op in opcodes)
+        {
+            if (Array.IndexOf(s_injectable, op) < 0)
+            {
+                throw new ArgumentException($"Opcode {op} cannot be failed by injection.", nameof(opcodes));
+            }
+        }
+        ArgumentOutOfRangeException.ThrowIfZero(errnos.Length);
+        _opcodes = opcodes;
+        _errnos = errnos;
+        _probability = probability;
+        _random = new Random(seed);
+    }
+
+    /// <summary>How many SQEs were turned into failures so far.</summary>
+    public int Injected => Volatile.Read(ref _injected);
+
+    /// <summary>Loop thread, right before io_uring_enter.</summary>
+    public unsafe void Apply(Rings.Ring ring)
+    {
+        lock (_random) // one injector may serve several loops
+        {
+            ApplyLocked(ring);
+        }
+    }
+
+    private unsafe void ApplyLocked(Rings.Ring ring)
+    {
+        uint count = ring.UnpublishedCount;
+        for (uint i = 0; i < count; i++)
+        {
+            io_uring_sqe* sqe = ring.UnpublishedSqe(i);
+            if (Array.IndexOf(_opcodes, sqe->opcode) < 0 || _random.NextDouble() >= _probability)
+            {
+                continue;
+            }
+            int errno = _errnos[_random.Next(_errnos.Length)];
+            ulong userData = sqe->user_data;
+            *sqe = new io_uring_sqe
+            {
+                opcode = IORING_OP_NOP,
+                nop_flags = IORING_NOP_INJECT_RESULT,
+                len = unchecked((uint)-errno),
+                user_data = userData,
+            };
+            _injected++;
+        }
+    }
+}

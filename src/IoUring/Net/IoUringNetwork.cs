@@ -85,6 +85,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     internal int RentedMemoryBlocks => _ownedPool?.RentedBlocks ?? -1;
 
+    internal int RetainedMemoryBlocks => _ownedPool?.RetainedBlocks ?? -1;
+
     /// <summary>
     /// Binds and listens on <paramref name="endPoint"/> (IPv4, IPv6 — dual mode for <see cref="IPAddress.IPv6Any"/> —
     /// or a <see cref="UnixDomainSocketEndPoint"/>) and starts accepting on every loop.

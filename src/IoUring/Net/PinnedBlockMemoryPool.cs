@@ -13,8 +13,12 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 {
     public const int BlockSize = 4096;
 
+    /// <summary>Free blocks kept for reuse (32 MiB); blocks returned beyond this are left to the GC, so a burst does not pin memory forever.</summary>
+    public const int MaxRetainedBlocks = 8192;
+
     private readonly ConcurrentQueue<Block> _blocks = new();
     private int _rented;
+    private int _retained;
     private bool _disposed;
 
     public override int MaxBufferSize => BlockSize;
@@ -22,13 +26,20 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// <summary>Blocks rented and not yet returned (the tests' leak check).</summary>
     public int RentedBlocks => Volatile.Read(ref _rented);
 
+    /// <summary>Free blocks held for reuse.</summary>
+    public int RetainedBlocks => Volatile.Read(ref _retained);
+
     public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
     {
         if (minBufferSize > BlockSize)
         {
             throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize, $"Blocks are {BlockSize} bytes.");
         }
-        if (!_blocks.TryDequeue(out Block? block))
+        if (_blocks.TryDequeue(out Block? block))
+        {
+            Interlocked.Decrement(ref _retained);
+        }
+        else
         {
             block = new Block(this);
         }
@@ -40,9 +51,13 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     private void Return(Block block)
     {
         Interlocked.Decrement(ref _rented);
-        if (!_disposed)
+        if (!_disposed && Interlocked.Increment(ref _retained) <= MaxRetainedBlocks)
         {
             _blocks.Enqueue(block);
+        }
+        else
+        {
+            Interlocked.Decrement(ref _retained);
         }
     }
 

@@ -1,3 +1,4 @@
+using Xunit.Abstractions;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
@@ -15,7 +16,7 @@ namespace IoUring.Tests.Reliability;
 /// hashed data: each connection ends with exactly its bytes or with an exception, nothing hangs, nothing leaks.
 /// </summary>
 [Collection(FdCountingCollection.Name)]
-public sealed class FaultInjectionTests
+public sealed class FaultInjectionTests(ITestOutputHelper output)
 {
     private const int Connections = 64;
 
@@ -46,21 +47,21 @@ public sealed class FaultInjectionTests
     [Fact]
     public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte()
     {
-        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR, Errno.ECANCELED], probability: 0.3, seed: 7);
+        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { FaultsForTesting = faults } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         var (completed, failed) = await EchoUnderFaultsAsync(network, listener, seed: 100);
+        output.WriteLine($"transient faults: {Connections} connections, {faults.Injected} faults injected, {completed} byte-exact, {failed} failed");
         Assert.True(faults.Injected > 20, $"only {faults.Injected} faults were injected");
-        // ECANCELED on a send that nobody cancelled is a real failure; all other injected errors are retried.
-        Assert.Equal(Connections, completed + failed);
-        Assert.True(completed >= Connections / 2, $"{completed} completed, {failed} failed");
+        // Every one of these errors is retried: no connection may fail, and every byte arrives.
+        Assert.Equal(Connections, completed);
     }
 
     [Fact]
     public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind()
     {
-        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ENOBUFS, Errno.EAGAIN], probability: 0.02, seed: 11);
+        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { FaultsForTesting = faults, BufferCount = 32, BufferSize = 2048 } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
@@ -77,6 +78,7 @@ public sealed class FaultInjectionTests
             totalCompleted += completed;
             totalFailed += failed;
         }
+        output.WriteLine($"reset faults: {3 * Connections} connections, {faults.Injected} faults injected, {totalCompleted} byte-exact, {totalFailed} failed cleanly");
         Assert.True(totalFailed > 0, "no connection failed: the resets were not injected where it matters");
         Assert.True(totalCompleted > 0, "no connection completed");
 
@@ -95,6 +97,7 @@ public sealed class FaultInjectionTests
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         await Task.Delay(500);
         // Every accept fails: with a 50 ms backoff that is about 10 attempts in 500 ms, not a busy spin.
+        output.WriteLine($"EMFILE: {faults.Injected} accept attempts and {network.Loops[0].Counters.Syscalls} io_uring_enter calls in 500 ms");
         Assert.InRange(faults.Injected, 2, 40);
         long syscalls = network.Loops[0].Counters.Syscalls;
         Assert.True(syscalls < 200, $"{syscalls} io_uring_enter calls in 500 ms: the loop is spinning");

@@ -1,0 +1,28 @@
+using System.Globalization;
+using BenchmarkDotNet.Columns;
+using BenchmarkDotNet.Configs;
+using BenchmarkDotNet.Running;
+using IoUring.Benchmarks.Support;
+
+namespace IoUring.Benchmarks;
+
+/// <summary>
+/// Runs the suites chosen on the command line, e.g.
+/// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
+/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds]</c> instead measures
+/// each suite's comparison interleaved in one process. docs/benchmarks.md has the measured numbers.
+/// </summary>
+public static class Program
+{
+    public static void Main(string[] args)
+    {
+        if (args.Length > 0 && args[0] == "--paired")
+        {
+            PairedSuites.Run(args.Length > 1 ? int.Parse(args[1], CultureInfo.InvariantCulture) : 31);
+            return;
+        }
+        IConfig config = DefaultConfig.Instance
+            .AddColumn(StatisticColumn.Median, StatisticColumn.OperationsPerSecond);
+        BenchmarkSwitcher.FromAssembly(typeof(Program).Assembly).Run(args, config);
+    }
+}

@@ -305,7 +305,7 @@ public sealed class LifetimeTests : IAsyncLifetime
         {
             await CycleAsync(i); // warm up pools and lazily opened runtime fds
         }
-        await WaitForAsync(() => network.ConnectionCount == 0);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0);
         int fds = FdCount.Owned();
         int blocks = network.RentedMemoryBlocks;
         int owners = network.Loops.Sum(l => l.LiveOwners);
@@ -316,21 +316,13 @@ public sealed class LifetimeTests : IAsyncLifetime
             await Task.WhenAll(Enumerable.Range(0, Parallel).Select(i => CycleAsync(batch * Parallel + i)));
         }
 
-        await WaitForAsync(() => network.ConnectionCount == 0);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0);
         Assert.Equal(0, network.ConnectionCount);
-        await WaitForAsync(() => FdCount.Owned() <= fds);
+        await Eventually.WaitForAsync(() => FdCount.Owned() <= fds);
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(blocks, network.RentedMemoryBlocks);
-        await WaitForAsync(() => network.Loops.Sum(l => l.LiveOwners) == owners);
+        await Eventually.WaitForAsync(() => network.Loops.Sum(l => l.LiveOwners) == owners);
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners)); // every connection's and connect's GCHandle was freed
         Assert.All(network.Loops, l => Assert.True(l.InFlight <= 2, $"{l.InFlight} requests still in flight")); // wakeup READ + accept
-    }
-
-    private static async Task WaitForAsync(Func<bool> condition)
-    {
-        for (int i = 0; i < 500 && !condition(); i++)
-        {
-            await Task.Delay(20);
-        }
     }
 }

@@ -66,7 +66,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         await EchoUnderFaultsAsync(network, listener, seed: 0); // warm up pools and runtime fds
-        await WaitForAsync(() => network.ConnectionCount == 0);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0);
         int fds = FdCount.Owned();
         int owners = network.Loops.Sum(l => l.LiveOwners);
         int blocks = network.RentedMemoryBlocks;
@@ -82,7 +82,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.True(totalFailed > 0, "no connection failed: the resets were not injected where it matters");
         Assert.True(totalCompleted > 0, "no connection completed");
 
-        await WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() <= fds && network.Loops.Sum(l => l.LiveOwners) == owners);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() <= fds && network.Loops.Sum(l => l.LiveOwners) == owners);
         Assert.Equal(0, network.ConnectionCount);
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
@@ -102,13 +102,5 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         long syscalls = network.Loops[0].Counters.Syscalls;
         Assert.True(syscalls < 200, $"{syscalls} io_uring_enter calls in 500 ms: the loop is spinning");
         Assert.True(listener.FdExhaustions >= 2);
-    }
-
-    private static async Task WaitForAsync(Func<bool> condition)
-    {
-        for (int i = 0; i < 500 && !condition(); i++)
-        {
-            await Task.Delay(20);
-        }
     }
 }

@@ -113,7 +113,7 @@ public sealed class ResourceTests(ITestOutputHelper output)
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         await RunMixedAsync(network, listener.LocalEndPoint, TimeSpan.FromSeconds(1)); // warm up
-        await WaitForAsync(() => network.ConnectionCount == 0);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0);
         int fds = FdCount.Owned();
         int owners = network.Loops.Sum(l => l.LiveOwners);
         int blocks = network.RentedMemoryBlocks;
@@ -125,7 +125,7 @@ public sealed class ResourceTests(ITestOutputHelper output)
         output.WriteLine($"soak: {seconds} s, {connections} connections, {bytes} bytes echoed and checked");
         Assert.True(connections > 100, $"only {connections} connections");
 
-        await WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() == fds);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() == fds);
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
         Assert.Equal(blocks, network.RentedMemoryBlocks);
@@ -176,13 +176,5 @@ public sealed class ResourceTests(ITestOutputHelper output)
         using var process = Process.GetCurrentProcess();
         process.Refresh();
         return process.WorkingSet64;
-    }
-
-    private static async Task WaitForAsync(Func<bool> condition)
-    {
-        for (int i = 0; i < 500 && !condition(); i++)
-        {
-            await Task.Delay(20);
-        }
     }
 }

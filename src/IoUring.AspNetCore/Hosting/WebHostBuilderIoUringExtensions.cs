@@ -1,0 +1,45 @@
+using IoUring.AspNetCore;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.DependencyInjection;
+
+namespace Microsoft.AspNetCore.Hosting;
+
+/// <summary>Selects io_uring as Kestrel's transport.</summary>
+public static class WebHostBuilderIoUringExtensions
+{
+    /// <summary>
+    /// Makes Kestrel serve through io_uring. Where io_uring is unavailable it serves through the Sockets transport
+    /// and logs a warning, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.
+    /// </summary>
+    /// <param name="hostBuilder">The web host builder to configure.</param>
+    /// <returns>The web host builder.</returns>
+    /// <example>
+    /// <code>
+    /// var builder = WebApplication.CreateSlimBuilder(args);
+    /// builder.WebHost.UseIoUring();
+    /// </code>
+    /// </example>
+    public static IWebHostBuilder UseIoUring(this IWebHostBuilder hostBuilder)
+    {
+        ArgumentNullException.ThrowIfNull(hostBuilder);
+        return hostBuilder.ConfigureServices(services =>
+        {
+            services.AddSingleton<IConnectionListenerFactory, IoUringTransportFactory>();
+        });
+    }
+
+    /// <summary>Makes Kestrel serve through io_uring with the given options; see <see cref="UseIoUring(IWebHostBuilder)"/>.</summary>
+    /// <param name="hostBuilder">The web host builder to configure.</param>
+    /// <param name="configureOptions">Sets the transport's options.</param>
+    /// <returns>The web host builder.</returns>
+    /// <example>
+    /// <code>
+    /// builder.WebHost.UseIoUring(options => options.LoopCount = 2);
+    /// </code>
+    /// </example>
+    public static IWebHostBuilder UseIoUring(this IWebHostBuilder hostBuilder, Action<IoUringTransportOptions> configureOptions)
+    {
+        ArgumentNullException.ThrowIfNull(configureOptions);
+        return hostBuilder.UseIoUring().ConfigureServices(services => services.Configure(configureOptions));
+    }
+}

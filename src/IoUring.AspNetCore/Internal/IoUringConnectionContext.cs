@@ -1,0 +1,181 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Http.Features;
+
+namespace IoUring.AspNetCore.Internal;
+
+/// <summary>
+/// What Kestrel sees of one io_uring connection: its pipes as <see cref="Transport"/>, and the features Kestrel's own
+/// transports give (see the FeatureCollection part).
+/// </summary>
+/// <remarks>
+/// <para><see cref="ConnectionClosed"/> fires once, on the thread pool, when the peer sends FIN or RST (even while the
+/// application is not reading) or when the connection has closed, whichever comes first — as with the Sockets
+/// transport, where it tells Kestrel that the client has gone.</para>
+/// <para><see cref="Abort(ConnectionAbortedException)"/> resets the connection; the first reason wins and is what
+/// pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it when it is done with the connection)
+/// sends what is left and FIN, then waits until the socket is closed.</para>
+/// </remarks>
+internal sealed partial class IoUringConnectionContext : ConnectionContext
+{
+    private readonly IoUringConnection _connection;
+    private readonly IoUringTransport _transport;
+    private readonly PeerHangupWatcher _watcher;
+    private readonly CancellationTokenSource _closedSource = new();
+    private readonly TaskCompletionSource _closedFired = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private CancellationToken _connectionClosed;
+    private int _closedScheduled;
+    private int _aborted;
+    private int _disposed;
+
+    public IoUringConnectionContext(IoUringConnection connection, IoUringTransport transport)
+    {
+        _connection = connection;
+        _transport = transport;
+        _connectionClosed = _closedSource.Token;
+        _transportPipe = connection;
+        LocalEndPoint = connection.LocalEndPoint;
+        RemoteEndPoint = connection.RemoteEndPoint;
+
+        _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).ScheduleConnectionClosed(), this);
+        _watcher = new PeerHangupWatcher(connection.Loop, this);
+        OnLoop(static c => c._watcher.Start(c._connection.Handle, c._connection.Closed.IsCompleted));
+    }
+
+    public IoUringConnection Connection => _connection;
+
+    public override string ConnectionId
+    {
+        get => _connectionId ??= ConnectionIds.Next();
+        set => _connectionId = value;
+    }
+
+    public override IFeatureCollection Features => this;
+
+    public override IDictionary<object, object?> Items
+    {
+        get => _items ??= new ConnectionItems();
+        set => _items = value;
+    }
+
+    public override IDuplexPipe Transport
+    {
+        get => _transportPipe;
+        set => _transportPipe = value;
+    }
+
+    public override EndPoint? LocalEndPoint { get; set; }
+
+    public override EndPoint? RemoteEndPoint { get; set; }
+
+    public override CancellationToken ConnectionClosed
+    {
+        get => _connectionClosed;
+        set => _connectionClosed = value;
+    }
+
+    public MemoryPool<byte> MemoryPool => _transport.MemoryPool;
+
+    public override void Abort(ConnectionAbortedException abortReason)
+    {
+        if (abortReason is null)
+        {
+            // Kestrel passes null when the client has gone (ConnectionClosed fired) and FinOnError is off: it wants
+            // FIN, not RST, and completes Transport.Output itself right after this call, which sends FIN once the
+            // output is flushed; DisposeAsync then closes. Not a close reason: a later Abort still resets.
+            IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The client closed the connection.");
+            return;
+        }
+        if (Interlocked.Exchange(ref _aborted, 1) != 0)
+        {
+            return; // the first reason wins
+        }
+        IoUringTransportLog.ConnectionWriteRst(_transport.Logger, ConnectionId, abortReason.Message);
+        // Posted before the connection's close, so the watcher's poll is gone before the socket is closed.
+        OnLoop(static c => c._watcher.Stop());
+        _connection.Abort(abortReason);
+    }
+
+    public override async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+        if (Volatile.Read(ref _aborted) == 0)
+        {
+            IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The io_uring transport's connection was disposed after the application completed it.");
+        }
+        OnLoop(static c => c._watcher.Stop());
+        try
+        {
+            await _connection.DisposeAsync().ConfigureAwait(false);
+        }
+        catch (Exception ex)
+        {
+            IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
+        }
+        _socket?.Dispose();
+        _transport.Metrics.ConnectionClosed(_connection);
+        // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
+        await _closedFired.Task.ConfigureAwait(false);
+        _closedSource.Dispose();
+    }
+
+    /// <summary>The peer sent FIN or RST. Loop thread.</summary>
+    internal void OnPeerHangup(bool reset)
+    {
+        if (reset)
+        {
+            IoUringTransportLog.ConnectionReset(_transport.Logger, ConnectionId);
+        }
+        else
+        {
+            IoUringTransportLog.ConnectionReadFin(_transport.Logger, ConnectionId);
+        }
+        ScheduleConnectionClosed();
+    }
+
+    private void ScheduleConnectionClosed()
+    {
+        if (Interlocked.Exchange(ref _closedScheduled, 1) != 0)
+        {
+            return;
+        }
+        // Never on the loop thread: Kestrel's callbacks on this token do real work.
+        ThreadPool.UnsafeQueueUserWorkItem(static c =>
+        {
+            try
+            {
+                c._closedSource.Cancel();
+            }
+            catch (Exception ex)
+            {
+                IoUringTransportLog.ConnectionError(c._transport.Logger, c.ConnectionId, ex);
+            }
+            c._closedFired.TrySetResult();
+        }, this, preferLocal: false);
+    }
+
+    private void OnLoop(Action<IoUringConnectionContext> action)
+    {
+        EventLoop loop = _connection.Loop;
+        if (loop.IsOnLoopThread)
+        {
+            action(this);
+            return;
+        }
+        try
+        {
+            loop.Schedule(static s => { var (c, a) = ((IoUringConnectionContext, Action<IoUringConnectionContext>))s!; a(c); }, (this, action));
+        }
+        catch (ObjectDisposedException)
+        {
+            // The loop has stopped: it cancelled the watcher's poll and closed the connection on its way out.
+        }
+    }
+}

@@ -1,0 +1,116 @@
+using System.Collections.Concurrent;
+using System.Diagnostics.Metrics;
+using System.Runtime.CompilerServices;
+using IoUring.Net;
+
+namespace IoUring.AspNetCore.Internal;
+
+/// <summary>
+/// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
+/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport.
+/// One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport, so each
+/// instrument exists once; every network registers its loops here.
+/// </summary>
+internal sealed class IoUringMetrics
+{
+    public const string MeterName = "IoUring";
+
+    private static readonly ConditionalWeakTable<IMeterFactory, IoUringMetrics> s_byFactory = new();
+    private static readonly Lazy<IoUringMetrics> s_global = new(() => new IoUringMetrics(null));
+
+    private readonly Meter _meter;
+    private readonly ConcurrentDictionary<IoUringNetwork, byte> _networks = new();
+    private readonly ConcurrentDictionary<IoUringConnection, byte> _connections = new();
+    private readonly Counter<long> _opened;
+    private readonly UpDownCounter<long> _active;
+    private readonly object _retiredLock = new();
+    private EventLoopCounters _retired;     // counters of networks already disposed, so the totals never go back
+    private long _retiredBytesReceived;
+    private long _retiredBytesSent;
+
+    private IoUringMetrics(IMeterFactory? meterFactory)
+    {
+        _meter = meterFactory?.Create(MeterName) ?? new Meter(MeterName);
+        _meter.CreateObservableCounter("iouring.loop.syscalls", () => Sum(static c => c.Syscalls), "{call}", "io_uring_enter calls made by the event loops.");
+        _meter.CreateObservableCounter("iouring.loop.sqes", () => Sum(static c => c.Sqes), "{entry}", "Submission queue entries written.");
+        _meter.CreateObservableCounter("iouring.loop.cqes", () => Sum(static c => c.Cqes), "{entry}", "Completion queue entries handled.");
+        _meter.CreateObservableCounter("iouring.loop.cq_overflows", () => Sum(static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the completion queue was full.");
+        _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", () => Sum(static c => c.BufferRingExhaustions), "{event}", "Receives that found the provided buffer ring empty (ENOBUFS).");
+        _meter.CreateObservableCounter("iouring.connection.bytes_received", () => SumBytes(received: true), "By", "Bytes received from peers.");
+        _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => SumBytes(received: false), "By", "Bytes sent to peers.");
+        _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected.");
+        _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open now.");
+    }
+
+    /// <summary>The metrics published through <paramref name="meterFactory"/>, or through a process-wide meter without one.</summary>
+    public static IoUringMetrics For(IMeterFactory? meterFactory)
+        => meterFactory is null ? s_global.Value : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
+
+    public void Register(IoUringNetwork network) => _networks.TryAdd(network, 0);
+
+    /// <summary>Keeps the counts of a network that is going away.</summary>
+    public void Retire(IoUringNetwork network)
+    {
+        if (!_networks.TryRemove(network, out _))
+        {
+            return;
+        }
+        lock (_retiredLock)
+        {
+            foreach (EventLoop loop in network.Loops)
+            {
+                EventLoopCounters c = loop.Counters;
+                _retired.Syscalls += c.Syscalls;
+                _retired.Sqes += c.Sqes;
+                _retired.Cqes += c.Cqes;
+                _retired.CqOverflows += c.CqOverflows;
+                _retired.BufferRingExhaustions += c.BufferRingExhaustions;
+            }
+        }
+    }
+
+    public void ConnectionOpened(IoUringConnection connection)
+    {
+        _connections.TryAdd(connection, 0);
+        _opened.Add(1);
+        _active.Add(1);
+    }
+
+    public void ConnectionClosed(IoUringConnection connection)
+    {
+        if (_connections.TryRemove(connection, out _))
+        {
+            Interlocked.Add(ref _retiredBytesReceived, connection.BytesReceived);
+            Interlocked.Add(ref _retiredBytesSent, connection.BytesSent);
+            _active.Add(-1);
+        }
+    }
+
+    private long Sum(Func<EventLoopCounters, long> select)
+    {
+        long total;
+        lock (_retiredLock)
+        {
+            total = select(_retired);
+        }
+        foreach (IoUringNetwork network in _networks.Keys)
+        {
+            foreach (EventLoop loop in network.Loops)
+            {
+                total += select(loop.Counters);
+            }
+        }
+        return total;
+    }
+
+    private long SumBytes(bool received)
+    {
+        long total = received ? Volatile.Read(ref _retiredBytesReceived) : Volatile.Read(ref _retiredBytesSent);
+        foreach (IoUringConnection connection in _connections.Keys)
+        {
+            total += received ? connection.BytesReceived : connection.BytesSent;
+        }
+        return total;
+    }
+
+}

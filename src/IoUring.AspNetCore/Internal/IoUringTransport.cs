@@ -1,0 +1,122 @@
+using System.Buffers;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
+
+namespace IoUring.AspNetCore.Internal;
+
+/// <summary>
+/// One <see cref="IoUringNetwork"/> (its loops) as Kestrel uses it: Kestrel's memory pool, Kestrel's exception
+/// types for resets and aborts, loop errors logged, counters on the meter. Listeners and outbound connections
+/// of one factory share it.
+/// </summary>
+internal sealed class IoUringTransport : IAsyncDisposable
+{
+    private readonly IoUringNetwork _network;
+    private readonly MemoryPool<byte>? _ownedPool;
+
+    private IoUringTransport(IoUringNetwork network, MemoryPool<byte>? ownedPool, ILogger logger, IoUringMetrics metrics)
+    {
+        _network = network;
+        _ownedPool = ownedPool;
+        Logger = logger;
+        Metrics = metrics;
+        metrics.Register(network);
+        IoUringTransportLog.TransportStarted(logger, network.Loops.Count, network.Loops[0].SetupFlags);
+    }
+
+    public ILogger Logger { get; }
+
+    public IoUringMetrics Metrics { get; }
+
+    public IoUringNetwork Network => _network;
+
+    public MemoryPool<byte> MemoryPool => _network.Settings.MemoryPool;
+
+    /// <summary>Starts the loops.</summary>
+    /// <exception cref="ArgumentException">An option is invalid.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
+    public static IoUringTransport Create(IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    {
+        ILogger logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
+        IoUringNetworkOptions networkOptions = options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
+        MemoryPool<byte>? pool = memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
+        try
+        {
+            return new IoUringTransport(new IoUringNetwork(networkOptions, pool, WithKestrelExceptions), pool, logger, metrics);
+        }
+        catch
+        {
+            pool?.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
+    private static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => new()
+    {
+        MemoryPool = settings.MemoryPool,
+        MaxReadBufferSize = settings.MaxReadBufferSize,
+        MaxWriteBufferSize = settings.MaxWriteBufferSize,
+        NoDelay = settings.NoDelay,
+        UnsafePreferInlineScheduling = settings.UnsafePreferInlineScheduling,
+        AbortWithReset = settings.AbortWithReset,
+        Registry = settings.Registry,
+        CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset)),
+        CreateAbortedException = static message => new ConnectionAbortedException(message),
+    };
+
+    /// <summary>Binds <paramref name="endPoint"/> (IP, Unix domain socket, or an inherited listening socket) and starts accepting.</summary>
+    /// <exception cref="AddressInUseException">The address is taken.</exception>
+    public IoUringConnectionListener Bind(EndPoint endPoint, int backlog)
+    {
+        IoUringListener listener;
+        try
+        {
+            listener = endPoint is FileHandleEndPoint fileHandle ? ListenOnInherited(fileHandle, backlog) : _network.Listen(endPoint);
+        }
+        catch (SocketException e) when (e.SocketErrorCode == SocketError.AddressAlreadyInUse)
+        {
+            throw new AddressInUseException(e.Message, e);
+        }
+        IoUringTransportLog.ListenerBound(Logger, listener.LocalEndPoint.ToString() ?? "");
+        return new IoUringConnectionListener(listener, this);
+    }
+
+    private IoUringListener ListenOnInherited(FileHandleEndPoint endPoint, int backlog)
+    {
+        // Not owned, as Kestrel's Sockets transport does it: the handle belongs to whoever passed it to us (systemd
+        // socket activation, a parent process), and disposing the listener must not close it under them.
+        var socket = new Socket(new SafeSocketHandle((IntPtr)endPoint.FileHandle, ownsHandle: false));
+        try
+        {
+            if (socket.SocketType != SocketType.Stream)
+            {
+                throw new NotSupportedException($"File handle {endPoint.FileHandle} is a {socket.SocketType} socket; only stream sockets can be served.");
+            }
+            // Listening again on a listening socket only sets the backlog; a bound socket that was not yet listening starts now.
+            socket.Listen(backlog);
+            return _network.Listen(socket);
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+    }
+
+    public IoUringConnectionContext CreateContext(IoUringConnection connection)
+    {
+        Metrics.ConnectionOpened(connection);
+        return new IoUringConnectionContext(connection, this);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await _network.DisposeAsync().ConfigureAwait(false);
+        Metrics.Retire(_network);
+        _ownedPool?.Dispose();
+    }
+}

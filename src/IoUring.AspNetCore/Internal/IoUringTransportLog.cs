@@ -1,0 +1,81 @@
+using Microsoft.Extensions.Logging;
+
+namespace IoUring.AspNetCore.Internal;
+
+/// <summary>
+/// The transport's log events. Where an event is the one Kestrel's Sockets transport logs, it has the same id,
+/// level and name (4 Pause, 5 Resume, 6 ReadFin, 7 WriteFin, 8 WriteRst, 14 Error, 19 Reset), so log filters and
+/// dashboards keep working when the transport changes. Events of our own start at 100.
+/// </summary>
+internal static partial class IoUringTransportLog
+{
+    /// <summary>The logger category.</summary>
+    public const string Category = "IoUring.AspNetCore.Transport";
+
+    [LoggerMessage(6, LogLevel.Debug, @"Connection id ""{ConnectionId}"" received FIN.", EventName = "ConnectionReadFin", SkipEnabledCheck = true)]
+    private static partial void ConnectionReadFinCore(ILogger logger, string connectionId);
+
+    public static void ConnectionReadFin(ILogger logger, string connectionId)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionReadFinCore(logger, connectionId);
+        }
+    }
+
+    [LoggerMessage(7, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending FIN because: ""{Reason}""", EventName = "ConnectionWriteFin", SkipEnabledCheck = true)]
+    private static partial void ConnectionWriteFinCore(ILogger logger, string connectionId, string reason);
+
+    public static void ConnectionWriteFin(ILogger logger, string connectionId, string reason)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionWriteFinCore(logger, connectionId, reason);
+        }
+    }
+
+    [LoggerMessage(8, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending RST because: ""{Reason}""", EventName = "ConnectionWriteRst", SkipEnabledCheck = true)]
+    private static partial void ConnectionWriteRstCore(ILogger logger, string connectionId, string reason);
+
+    public static void ConnectionWriteRst(ILogger logger, string connectionId, string reason)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionWriteRstCore(logger, connectionId, reason);
+        }
+    }
+
+    [LoggerMessage(14, LogLevel.Debug, @"Connection id ""{ConnectionId}"" communication error.", EventName = "ConnectionError", SkipEnabledCheck = true)]
+    private static partial void ConnectionErrorCore(ILogger logger, string connectionId, Exception ex);
+
+    public static void ConnectionError(ILogger logger, string connectionId, Exception ex)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionErrorCore(logger, connectionId, ex);
+        }
+    }
+
+    [LoggerMessage(19, LogLevel.Debug, @"Connection id ""{ConnectionId}"" reset.", EventName = "ConnectionReset", SkipEnabledCheck = true)]
+    private static partial void ConnectionResetCore(ILogger logger, string connectionId);
+
+    public static void ConnectionReset(ILogger logger, string connectionId)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionResetCore(logger, connectionId);
+        }
+    }
+
+    [LoggerMessage(100, LogLevel.Warning, "io_uring is unavailable, so Kestrel serves through its Sockets transport instead: {Reason}", EventName = "IoUringUnavailable")]
+    public static partial void IoUringUnavailable(ILogger logger, string reason);
+
+    [LoggerMessage(101, LogLevel.Error, "An io_uring event loop handler threw; its connection was aborted and the loop goes on.", EventName = "LoopHandlerException")]
+    public static partial void LoopHandlerException(ILogger logger, Exception ex);
+
+    [LoggerMessage(102, LogLevel.Debug, "io_uring transport started {LoopCount} event loops (setup flags 0x{SetupFlags:x}).", EventName = "TransportStarted")]
+    public static partial void TransportStarted(ILogger logger, int loopCount, uint setupFlags);
+
+    [LoggerMessage(103, LogLevel.Debug, "io_uring transport listening on {EndPoint}.", EventName = "ListenerBound")]
+    public static partial void ListenerBound(ILogger logger, string endPoint);
+}

@@ -1,0 +1,107 @@
+using System.Diagnostics.Metrics;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.AspNetCore.Internal;
+using IoUring.Net;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace IoUring.AspNetCore;
+
+/// <summary>
+/// Outbound connections on io_uring (IORING_OP_CONNECT) as <see cref="ConnectionContext"/>s, with the same features
+/// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
+/// </summary>
+/// <remarks>The loops start at the first connect and stop (aborting open connections) when the factory is disposed.</remarks>
+public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
+{
+    private readonly IoUringTransportOptions _options;
+    private readonly ILoggerFactory _loggerFactory;
+    private readonly IMemoryPoolFactory<byte>? _memoryPoolFactory;
+    private readonly IoUringMetrics _metrics;
+    private readonly Lock _lock = new();
+    private IoUringTransport? _transport;
+    private bool _disposed;
+
+    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
+    /// <param name="options">The transport options (the listen-only ones are ignored).</param>
+    /// <param name="loggerFactory">The logger factory.</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory; without one the transport uses a pinned pool of its own.</param>
+    /// <param name="meterFactory">Creates the "IoUring" meter.</param>
+    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    public IoUringConnectionFactory(
+        IOptions<IoUringTransportOptions> options,
+        ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory = null,
+        IMeterFactory? meterFactory = null)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        ArgumentNullException.ThrowIfNull(loggerFactory);
+        _options = options.Value;
+        _options.Validate();
+        _loggerFactory = loggerFactory;
+        _memoryPoolFactory = memoryPoolFactory;
+        _metrics = IoUringMetrics.For(meterFactory);
+    }
+
+    /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
+    /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>).</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endpoint);
+        IoUringTransport transport = GetTransport();
+        if (endpoint is not DnsEndPoint dns)
+        {
+            return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
+        }
+        IPAddress[] addresses = await Dns.GetHostAddressesAsync(dns.Host, dns.AddressFamily, cancellationToken).ConfigureAwait(false);
+        SocketException? last = null;
+        foreach (IPAddress address in addresses)
+        {
+            try
+            {
+                IoUringConnection connection = await transport.Network.ConnectAsync(new IPEndPoint(address, dns.Port), cancellationToken).ConfigureAwait(false);
+                return transport.CreateContext(connection);
+            }
+            catch (SocketException ex)
+            {
+                last = ex;
+            }
+        }
+        throw last ?? new SocketException((int)SocketError.HostNotFound);
+    }
+
+    private IoUringTransport GetTransport()
+    {
+        lock (_lock)
+        {
+            ObjectDisposedException.ThrowIf(_disposed, this);
+            return _transport ??= IoUringTransport.Create(_options, _loggerFactory, _memoryPoolFactory, _metrics);
+        }
+    }
+
+    /// <summary>Stops the event loops, aborting every connection still open.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        IoUringTransport? transport;
+        lock (_lock)
+        {
+            if (_disposed)
+            {
+                return;
+            }
+            _disposed = true;
+            transport = _transport;
+        }
+        if (transport is not null)
+        {
+            await transport.DisposeAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
+    public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
+}

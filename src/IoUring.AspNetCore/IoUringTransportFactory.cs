@@ -1,0 +1,131 @@
+using System.Diagnostics.Metrics;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.AspNetCore.Internal;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace IoUring.AspNetCore;
+
+/// <summary>
+/// Kestrel's transport on io_uring: binds IP endpoints, Unix domain sockets and inherited listening sockets
+/// (<see cref="FileHandleEndPoint"/>) and serves their connections from io_uring event loops.
+/// </summary>
+/// <remarks>
+/// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and stop when the
+/// factory is disposed (with the host's services).</para>
+/// <para>Where io_uring cannot be used (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, a seccomp filter,
+/// RLIMIT_MEMLOCK), it binds through Kestrel's <see cref="SocketTransportFactory"/> instead and logs one warning
+/// naming the cause, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
+/// </remarks>
+public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
+{
+    private readonly IoUringTransportOptions _options;
+    private readonly ILoggerFactory _loggerFactory;
+    private readonly IMemoryPoolFactory<byte>? _memoryPoolFactory;
+    private readonly IOptionsFactory<SocketTransportOptions>? _socketOptionsFactory;
+    private readonly IoUringMetrics _metrics;
+    private readonly Lock _lock = new();
+    private IoUringTransport? _transport;
+    private SocketTransportFactory? _fallback;
+    private bool _disposed;
+
+    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
+    /// <param name="options">The transport options.</param>
+    /// <param name="loggerFactory">The logger factory.</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory; without one the transport uses a pinned pool of its own.</param>
+    /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback (with Kestrel's settings applied).</param>
+    /// <param name="meterFactory">Creates the "IoUring" meter.</param>
+    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    public IoUringTransportFactory(
+        IOptions<IoUringTransportOptions> options,
+        ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory = null,
+        IOptionsFactory<SocketTransportOptions>? socketOptionsFactory = null,
+        IMeterFactory? meterFactory = null)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        ArgumentNullException.ThrowIfNull(loggerFactory);
+        _options = options.Value;
+        _options.Validate();
+        _loggerFactory = loggerFactory;
+        _memoryPoolFactory = memoryPoolFactory;
+        _socketOptionsFactory = socketOptionsFactory;
+        _metrics = IoUringMetrics.For(meterFactory);
+    }
+
+    /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>
+    public bool IsFallbackActive => Volatile.Read(ref _fallback) is not null;
+
+    /// <inheritdoc />
+    /// <exception cref="AddressInUseException">The address is taken.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring is unavailable and <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</exception>
+    public ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endpoint);
+        if (!CanBind(endpoint))
+        {
+            throw new NotSupportedException($"{endpoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a FileHandleEndPoint.");
+        }
+        cancellationToken.ThrowIfCancellationRequested();
+        IoUringTransport? transport = GetTransport();
+        if (transport is null)
+        {
+            return _fallback!.BindAsync(endpoint, cancellationToken);
+        }
+        return new ValueTask<IConnectionListener>(transport.Bind(endpoint, _options.Backlog));
+    }
+
+    /// <inheritdoc />
+    public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
+
+    /// <summary>The io_uring transport, started on first use; null when the Sockets transport serves instead.</summary>
+    private IoUringTransport? GetTransport()
+    {
+        lock (_lock)
+        {
+            ObjectDisposedException.ThrowIf(_disposed, this);
+            if (_transport is not null || _fallback is not null)
+            {
+                return _transport;
+            }
+            try
+            {
+                _transport = IoUringTransport.Create(_options, _loggerFactory, _memoryPoolFactory, _metrics);
+                return _transport;
+            }
+            catch (IoUringUnavailableException ex) when (!_options.ThrowIfUnavailable)
+            {
+                IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
+                SocketTransportOptions socketOptions = _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
+                _options.CopyTo(socketOptions);
+                Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
+                return null;
+            }
+        }
+    }
+
+    /// <summary>Stops the event loops: every connection still open is aborted and every fd they opened is closed.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        IoUringTransport? transport;
+        lock (_lock)
+        {
+            if (_disposed)
+            {
+                return;
+            }
+            _disposed = true;
+            transport = _transport;
+        }
+        if (transport is not null)
+        {
+            await transport.DisposeAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
+    public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
+}

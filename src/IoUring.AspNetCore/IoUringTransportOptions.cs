@@ -1,0 +1,133 @@
+using System.Numerics;
+using IoUring.Net;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
+
+namespace IoUring.AspNetCore;
+
+/// <summary>Options of the io_uring transport for Kestrel.</summary>
+/// <remarks>
+/// The options shared with <see cref="SocketTransportOptions"/> mean the same and have the same defaults; they also
+/// configure the Sockets transport that serves instead when io_uring is unavailable.
+/// </remarks>
+public sealed class IoUringTransportOptions
+{
+    /// <summary>Number of event loops: threads, each with its own ring, accepting and serving its own connections.</summary>
+    /// <remarks>Defaults to <see cref="Environment.ProcessorCount"/>.</remarks>
+    public int LoopCount { get; set; } = Environment.ProcessorCount;
+
+    /// <summary>The maximum length of the pending connection queue.</summary>
+    /// <remarks>Defaults to 512 pending connections.</remarks>
+    public int Backlog { get; set; } = 512;
+
+    /// <summary>Set to false to enable Nagle's algorithm for all connections.</summary>
+    /// <remarks>Defaults to true.</remarks>
+    public bool NoDelay { get; set; } = true;
+
+    /// <summary>
+    /// The maximum unconsumed incoming bytes the transport buffers per connection; past it the connection stops
+    /// receiving until the application catches up.
+    /// <para>A value of <see langword="null"/> or 0 disables backpressure entirely, allowing unlimited buffering:
+    /// a security risk given untrusted clients.</para>
+    /// </summary>
+    /// <remarks>Defaults to 1 MiB.</remarks>
+    public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
+
+    /// <summary>
+    /// The maximum outgoing bytes the transport buffers per connection before the application's flushes wait.
+    /// <para>A value of <see langword="null"/> or 0 disables backpressure entirely, allowing unlimited buffering:
+    /// a security risk given untrusted clients.</para>
+    /// </summary>
+    /// <remarks>Defaults to 64 KiB.</remarks>
+    public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
+
+    /// <summary>
+    /// Run application continuations inline on the event loop thread instead of dispatching them to the thread pool.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to false. Application code then runs on the loop thread and blocks every connection of that loop
+    /// while it runs, which is why this is unsafe. Measure before turning it on.
+    /// </remarks>
+    public bool UnsafePreferInlineScheduling { get; set; }
+
+    /// <summary>Submission queue entries of each loop's ring (a power of two, 2 to 32768).</summary>
+    /// <remarks>Defaults to 512. A full queue is submitted early, so this bounds batching, not concurrency.</remarks>
+    public int SubmissionQueueSize { get; set; } = 512;
+
+    /// <summary>
+    /// Completion queue entries of each loop's ring (a power of two, at least <see cref="SubmissionQueueSize"/>, at
+    /// most 65536), or 0 for four times <see cref="SubmissionQueueSize"/>.
+    /// </summary>
+    /// <remarks>Defaults to 0. Completions that do not fit wait in the kernel and are flushed; none is lost.</remarks>
+    public int CompletionQueueSize { get; set; }
+
+    /// <summary>Buffers in each loop's provided buffer ring (a power of two, 1 to 32768).</summary>
+    /// <remarks>
+    /// Defaults to 512. Every connection of a loop receives into these and gives them back at once, so this bounds
+    /// the bytes one loop takes from the kernel per iteration, not per connection.
+    /// </remarks>
+    public int BufferRingCount { get; set; } = 512;
+
+    /// <summary>Size in bytes of each buffer of the provided buffer ring (64 bytes to 16 MiB).</summary>
+    /// <remarks>Defaults to 8192.</remarks>
+    public int BufferRingBufferSize { get; set; } = 8192;
+
+    /// <summary>
+    /// Throw when io_uring cannot be used here (old kernel, <c>kernel.io_uring_disabled</c>, a seccomp filter,
+    /// RLIMIT_MEMLOCK) instead of serving through Kestrel's Sockets transport.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to false: Kestrel keeps serving through the Sockets transport and one warning names the cause.
+    /// </remarks>
+    public bool ThrowIfUnavailable { get; set; }
+
+    /// <summary>Test seam: make every ring's setup fail with this errno (1 = EPERM), as a kernel refusing io_uring would.</summary>
+    internal int SetupErrnoForTesting { get; set; }
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid option.</summary>
+    /// <exception cref="ArgumentException">An option is out of range; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    public void Validate() => ToNetworkOptions().Validate();
+
+    internal IoUringNetworkOptions ToNetworkOptions(Action<Exception>? unhandledException = null)
+    {
+        // The names the lower layers report differ for the buffer ring: check those here so the message names ours.
+        if (BufferRingCount < 1 || BufferRingCount > 32768 || !BitOperations.IsPow2(BufferRingCount))
+        {
+            throw new ArgumentException($"{nameof(BufferRingCount)} must be a power of two between 1 and 32768 (was {BufferRingCount}).", nameof(BufferRingCount));
+        }
+        if (BufferRingBufferSize < 64 || BufferRingBufferSize > 1 << 24)
+        {
+            throw new ArgumentException($"{nameof(BufferRingBufferSize)} must be between 64 bytes and 16 MiB (was {BufferRingBufferSize}).", nameof(BufferRingBufferSize));
+        }
+        var options = new IoUringNetworkOptions
+        {
+            LoopCount = LoopCount,
+            Backlog = Backlog,
+            NoDelay = NoDelay,
+            // 0 means "no limit" to the Sockets transport; the lower layer spells that null.
+            MaxReadBufferSize = MaxReadBufferSize == 0 ? null : MaxReadBufferSize,
+            MaxWriteBufferSize = MaxWriteBufferSize == 0 ? null : MaxWriteBufferSize,
+            UnsafePreferInlineScheduling = UnsafePreferInlineScheduling,
+            Loop = new EventLoopOptions
+            {
+                SubmissionQueueSize = SubmissionQueueSize,
+                CompletionQueueSize = CompletionQueueSize,
+                BufferCount = BufferRingCount,
+                BufferSize = BufferRingBufferSize,
+                ThreadName = "io_uring kestrel",
+                UnhandledException = unhandledException,
+                SetupErrnoForTesting = SetupErrnoForTesting,
+            },
+        };
+        options.Validate();
+        return options;
+    }
+
+    internal void CopyTo(SocketTransportOptions sockets)
+    {
+        sockets.Backlog = Backlog;
+        sockets.NoDelay = NoDelay;
+        sockets.MaxReadBufferSize = MaxReadBufferSize;
+        sockets.MaxWriteBufferSize = MaxWriteBufferSize;
+        sockets.UnsafePreferInlineScheduling = UnsafePreferInlineScheduling;
+    }
+}

@@ -1,0 +1,238 @@
+using System.Diagnostics.Metrics;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using IoUring.AspNetCore.Internal;
+using IoUring.AspNetCore.Tests.Support;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Connections.Features;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
+using Microsoft.Extensions.Options;
+
+namespace IoUring.AspNetCore.Tests;
+
+/// <summary>What only the io_uring transport has: the fallback, its options, its meter, its outbound connections.</summary>
+public sealed class IoUringTransportTests
+{
+    private static readonly TimeSpan s_hangGuard = TimeSpan.FromSeconds(60);
+
+    [Fact]
+    public async Task Unavailable_io_uring_falls_back_to_sockets_with_one_warning()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+        {
+            o.IoUring = u => u.SetupErrnoForTesting = 1; // EPERM: what a seccomp filter or io_uring_disabled=2 gives
+            o.Kestrel = k => k.Listen(IPAddress.Loopback, 0); // a second endpoint: still one warning
+        });
+        using HttpClient client = server.CreateClient();
+
+        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+
+        Assert.Equal("SocketConnection", server.Connections.All.Single().ContextType);
+        TestLogs.LogRecord warning = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
+        Assert.Equal(100, warning.EventId.Id);
+        Assert.Contains("EPERM", warning.Message);
+        var factory = (IoUringTransportFactory)server.App.Services.GetServices<IConnectionListenerFactory>().Last();
+        Assert.True(factory.IsFallbackActive);
+    }
+
+    [Fact]
+    public async Task Unavailable_io_uring_fails_the_start_when_asked_to()
+    {
+        Exception error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+            o.IoUring = u => { u.SetupErrnoForTesting = 1; u.ThrowIfUnavailable = true; }));
+
+        IoUringUnavailableException unavailable = Assert.IsType<IoUringUnavailableException>(error);
+        Assert.Equal(1, unavailable.Errno);
+    }
+
+    [Theory]
+    [InlineData(nameof(IoUringTransportOptions.LoopCount))]
+    [InlineData(nameof(IoUringTransportOptions.Backlog))]
+    [InlineData(nameof(IoUringTransportOptions.MaxReadBufferSize))]
+    [InlineData(nameof(IoUringTransportOptions.MaxWriteBufferSize))]
+    [InlineData(nameof(IoUringTransportOptions.SubmissionQueueSize))]
+    [InlineData(nameof(IoUringTransportOptions.CompletionQueueSize))]
+    [InlineData(nameof(IoUringTransportOptions.BufferRingCount))]
+    [InlineData(nameof(IoUringTransportOptions.BufferRingBufferSize))]
+    public void Invalid_option_throws_ArgumentException_naming_it(string option)
+    {
+        var options = new IoUringTransportOptions();
+        switch (option)
+        {
+            case nameof(IoUringTransportOptions.LoopCount): options.LoopCount = 0; break;
+            case nameof(IoUringTransportOptions.Backlog): options.Backlog = 0; break;
+            case nameof(IoUringTransportOptions.MaxReadBufferSize): options.MaxReadBufferSize = -1; break;
+            case nameof(IoUringTransportOptions.MaxWriteBufferSize): options.MaxWriteBufferSize = -1; break;
+            case nameof(IoUringTransportOptions.SubmissionQueueSize): options.SubmissionQueueSize = 100; break;
+            case nameof(IoUringTransportOptions.CompletionQueueSize): options.CompletionQueueSize = 16; break;
+            case nameof(IoUringTransportOptions.BufferRingCount): options.BufferRingCount = 3; break;
+            case nameof(IoUringTransportOptions.BufferRingBufferSize): options.BufferRingBufferSize = 1; break;
+        }
+
+        Assert.Equal(option, Assert.Throws<ArgumentException>(options.Validate).ParamName);
+        Assert.Equal(option, Assert.Throws<ArgumentException>(() => new IoUringTransportFactory(Options.Create(options), NullLoggerFactory.Instance)).ParamName);
+    }
+
+    [Fact]
+    public async Task Invalid_option_fails_the_host_start()
+    {
+        ArgumentException error = await Assert.ThrowsAsync<ArgumentException>(() => TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+            o.IoUring = u => u.LoopCount = -1));
+
+        Assert.Equal(nameof(IoUringTransportOptions.LoopCount), error.ParamName);
+    }
+
+    [Fact]
+    public void Defaults_match_the_sockets_transport()
+    {
+        var ours = new IoUringTransportOptions();
+        var sockets = new Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets.SocketTransportOptions();
+
+        Assert.Equal(sockets.Backlog, ours.Backlog);
+        Assert.Equal(sockets.NoDelay, ours.NoDelay);
+        Assert.Equal(sockets.MaxReadBufferSize, ours.MaxReadBufferSize);
+        Assert.Equal(sockets.MaxWriteBufferSize, ours.MaxWriteBufferSize);
+        Assert.Equal(sockets.UnsafePreferInlineScheduling, ours.UnsafePreferInlineScheduling);
+        Assert.Equal(Environment.ProcessorCount, ours.LoopCount);
+        Assert.False(ours.ThrowIfUnavailable);
+    }
+
+    [Fact]
+    public async Task Meter_reports_loop_work_connections_and_bytes()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        var meterFactory = server.App.Services.GetRequiredService<IMeterFactory>();
+        var values = new Dictionary<string, long>();
+        using var listener = new MeterListener
+        {
+            InstrumentPublished = (instrument, l) =>
+            {
+                if (instrument.Meter.Name == IoUringMetrics.MeterName && instrument.Meter.Scope == meterFactory)
+                {
+                    l.EnableMeasurementEvents(instrument);
+                }
+            },
+        };
+        listener.SetMeasurementEventCallback<long>((instrument, value, _, _) =>
+        {
+            lock (values)
+            {
+                values[instrument.Name] = instrument.IsObservable ? value : values.GetValueOrDefault(instrument.Name) + value;
+            }
+        });
+        listener.Start();
+
+        using HttpClient client = server.CreateClient();
+        for (int i = 0; i < 5; i++)
+        {
+            Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+        }
+        listener.RecordObservableInstruments();
+
+        lock (values)
+        {
+            Assert.True(values["iouring.loop.syscalls"] > 0);
+            Assert.True(values["iouring.loop.sqes"] > 0);
+            Assert.True(values["iouring.loop.cqes"] > 0);
+            Assert.True(values.ContainsKey("iouring.loop.cq_overflows"));
+            Assert.True(values.ContainsKey("iouring.loop.buffer_ring_exhaustions"));
+            Assert.True(values["iouring.connection.bytes_received"] > 5 * "GET /plaintext HTTP/1.1\r\n".Length);
+            Assert.True(values["iouring.connection.bytes_sent"] > 5 * "Hello, World!".Length);
+            Assert.Equal(1, values["iouring.connection.opened"]);
+            Assert.Equal(1, values["iouring.connection.active"]); // the client keeps its connection open
+        }
+    }
+
+    [Fact]
+    public async Task Peer_fin_is_logged_with_the_sockets_transport_event_id()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        using (Socket fin = await server.ConnectAsync())
+        {
+            await server.Connections.First.WaitAsync(s_hangGuard);
+            fin.Shutdown(SocketShutdown.Send);
+            await RawClient.DrainAsync(fin);
+        }
+        await Task.WhenAll(server.Connections.All.Select(c => c.Closed.WaitAsync(s_hangGuard)));
+
+        TestLogs.LogRecord readFin = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, eventId: 6));
+        Assert.Equal(LogLevel.Debug, readFin.Level);
+        Assert.Equal("ConnectionReadFin", readFin.EventId.Name);
+    }
+
+    [Fact]
+    public async Task Outbound_connection_factory_connects_and_gives_the_same_features()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        await using var factory = new IoUringConnectionFactory(Options.Create(new IoUringTransportOptions { LoopCount = 1 }), NullLoggerFactory.Instance);
+
+        ConnectionContext connection = await factory.ConnectAsync(server.EndPoint).AsTask().WaitAsync(s_hangGuard);
+        var closed = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        int fired = 0;
+        connection.ConnectionClosed.Register(() => { Interlocked.Increment(ref fired); closed.TrySetResult(); });
+
+        Assert.Equal(server.EndPoint, connection.RemoteEndPoint);
+        Assert.Equal(connection.LocalEndPoint, connection.Features.Get<IConnectionEndPointFeature>()!.LocalEndPoint);
+        Assert.NotNull(connection.Features.Get<IMemoryPoolFeature>()!.MemoryPool);
+        Assert.Same(connection, connection.Features.Get<IConnectionLifetimeFeature>());
+
+        await connection.Transport.Output.WriteAsync(Encoding.ASCII.GetBytes("GET /plaintext HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"));
+        string response = await ReadToEndAsync(connection.Transport.Input);
+
+        Assert.StartsWith("HTTP/1.1 200 OK", response);
+        Assert.EndsWith("Hello, World!", response);
+        await closed.Task.WaitAsync(s_hangGuard); // the server's FIN
+        await connection.Transport.Output.CompleteAsync();
+        await connection.DisposeAsync().AsTask().WaitAsync(s_hangGuard);
+        Assert.Equal(1, fired);
+    }
+
+    [Fact]
+    public async Task Outbound_connect_to_a_closed_port_is_refused()
+    {
+        await using var factory = new IoUringConnectionFactory(Options.Create(new IoUringTransportOptions { LoopCount = 1 }), NullLoggerFactory.Instance);
+        using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        probe.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        EndPoint unused = probe.LocalEndPoint!; // bound, never listening: connects are refused
+
+        SocketException error = await Assert.ThrowsAsync<SocketException>(() => factory.ConnectAsync(unused).AsTask().WaitAsync(s_hangGuard));
+
+        Assert.Equal(SocketError.ConnectionRefused, error.SocketErrorCode);
+    }
+
+    [Fact]
+    public async Task Server_reset_reads_as_ConnectionResetException_on_an_outbound_connection()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        await using var factory = new IoUringConnectionFactory(Options.Create(new IoUringTransportOptions { LoopCount = 1 }), NullLoggerFactory.Instance);
+        ConnectionContext connection = await factory.ConnectAsync(server.EndPoint).AsTask().WaitAsync(s_hangGuard);
+
+        await connection.Transport.Output.WriteAsync(Encoding.ASCII.GetBytes("GET /abort HTTP/1.1\r\nHost: test\r\n\r\n"));
+
+        await Assert.ThrowsAsync<ConnectionResetException>(() => ReadToEndAsync(connection.Transport.Input));
+        await connection.Transport.Output.CompleteAsync();
+        await connection.DisposeAsync().AsTask().WaitAsync(s_hangGuard);
+    }
+
+    private static async Task<string> ReadToEndAsync(PipeReader reader)
+    {
+        var text = new StringBuilder();
+        while (true)
+        {
+            ReadResult result = await reader.ReadAsync().AsTask().WaitAsync(s_hangGuard);
+            foreach (ReadOnlyMemory<byte> segment in result.Buffer)
+            {
+                text.Append(Encoding.ASCII.GetString(segment.Span));
+            }
+            reader.AdvanceTo(result.Buffer.End);
+            if (result.IsCompleted)
+            {
+                return text.ToString();
+            }
+        }
+    }
+}

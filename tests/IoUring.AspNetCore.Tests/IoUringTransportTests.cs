@@ -102,6 +102,23 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
+    public async Task Tiny_buffer_ring_loses_no_byte()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+            o.IoUring = u => { u.BufferRingCount = 16; u.BufferRingBufferSize = 1024; });
+        using HttpClient client = server.CreateClient();
+        const long Length = (16L << 20) + 11;
+
+        HttpResponseMessage[] responses = await Task.WhenAll(Enumerable.Range(0, 4).Select(_ => client.PostAsync("upload", Pattern.Content(Length))));
+
+        foreach (HttpResponseMessage response in responses)
+        {
+            Assert.Equal(TestApp.Describe(Length), await response.Content.ReadAsStringAsync());
+            response.Dispose();
+        }
+    }
+
+    [Fact]
     public async Task Meter_reports_loop_work_connections_and_bytes()
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));

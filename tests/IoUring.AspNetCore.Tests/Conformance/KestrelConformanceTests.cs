@@ -400,6 +400,68 @@ public abstract class KestrelConformanceTests
     }
 
     [Fact]
+    public async Task Shutdown_with_a_connection_paused_by_backpressure_aborts_it()
+    {
+        var probe = new AppProbe();
+        TestServer server = await StartAsync(probe, o => { o.MaxReadBufferSize = 64 * 1024; o.ShutdownTimeout = TimeSpan.FromSeconds(1); });
+        using Socket socket = await server.ConnectAsync();
+        await RawClient.SendAsync(socket, "POST /slow-upload HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n");
+        await WaitAsync(probe.RequestStarted.Task);
+        Task<long> sending = Task.Run(async () =>
+        {
+            byte[] chunk = new byte[1 << 16];
+            long sent = 0;
+            try
+            {
+                while (true)
+                {
+                    sent += await socket.SendAsync(chunk.AsMemory());
+                }
+            }
+            catch (SocketException)
+            {
+                return sent; // the server's reset ends it
+            }
+        });
+        await Task.WhenAny(sending, Task.Delay(TimeSpan.FromSeconds(1)));
+        Assert.False(sending.IsCompleted);
+
+        await server.StopAsync();
+
+        Assert.InRange(await WaitAsync(sending), 1, 999_999_999);
+        await Task.WhenAll(server.Connections.All.Select(c => WaitAsync(c.Closed)));
+        probe.Release.TrySetResult();
+        await server.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Inline_scheduling_serves_http1_and_websockets()
+    {
+        await using TestServer server = await StartAsync(new AppProbe(), o => o.InlineScheduling = true);
+        using HttpClient client = server.CreateClient();
+
+        for (int i = 0; i < 10; i++)
+        {
+            Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+        }
+        const long Length = (16L << 20) + 9;
+        using HttpResponseMessage response = await client.PostAsync("upload", Pattern.Content(Length));
+        Assert.Equal(TestApp.Describe(Length), await response.Content.ReadAsStringAsync());
+    }
+
+    [Fact]
+    public async Task Unlimited_read_buffer_still_delivers_every_byte()
+    {
+        await using TestServer server = await StartAsync(new AppProbe(), o => o.MaxReadBufferSize = null);
+        using HttpClient client = server.CreateClient();
+        const long Length = (32L << 20) + 1;
+
+        using HttpResponseMessage response = await client.PostAsync("upload", Pattern.Content(Length));
+
+        Assert.Equal(TestApp.Describe(Length), await response.Content.ReadAsStringAsync());
+    }
+
+    [Fact]
     public async Task H2c_prior_knowledge_multiplexes_requests_and_streams_both_ways()
     {
         await using TestServer server = await StartAsync(new AppProbe(), o => o.Protocols = HttpProtocols.Http2);

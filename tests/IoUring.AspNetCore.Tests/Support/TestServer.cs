@@ -25,6 +25,9 @@ public sealed class TestServerOptions
     /// <summary>The transport's MaxReadBufferSize, set on whichever transport runs.</summary>
     public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
 
+    /// <summary>UnsafePreferInlineScheduling, set on whichever transport runs.</summary>
+    public bool InlineScheduling { get; set; }
+
     public Action<KestrelServerOptions>? Kestrel { get; set; }
 
     public Action<IoUringTransportOptions>? IoUring { get; set; }
@@ -89,7 +92,11 @@ public sealed class TestServer : IAsyncDisposable
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = options.ShutdownTimeout);
         if (kind == TransportKind.Sockets)
         {
-            builder.WebHost.UseSockets(o => o.MaxReadBufferSize = options.MaxReadBufferSize);
+            builder.WebHost.UseSockets(o =>
+            {
+                o.MaxReadBufferSize = options.MaxReadBufferSize;
+                o.UnsafePreferInlineScheduling = options.InlineScheduling;
+            });
         }
         else
         {
@@ -97,6 +104,7 @@ public sealed class TestServer : IAsyncDisposable
             {
                 o.LoopCount = 2;
                 o.MaxReadBufferSize = options.MaxReadBufferSize;
+                o.UnsafePreferInlineScheduling = options.InlineScheduling;
                 options.IoUring?.Invoke(o);
             });
         }

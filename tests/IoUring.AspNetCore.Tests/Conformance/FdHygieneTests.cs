@@ -1,0 +1,65 @@
+using System.Net.Sockets;
+using IoUring.AspNetCore.Tests.Support;
+
+namespace IoUring.AspNetCore.Tests.Conformance;
+
+/// <summary>Tests that count this process's open fds: they run alone, after or before everything else.</summary>
+[CollectionDefinition(Name, DisableParallelization = true)]
+public sealed class FdCountingCollection
+{
+    public const string Name = "fd counting";
+}
+
+/// <summary>Stopping and disposing a host leaves no fd of the transport open. Written once, run on both transports.</summary>
+[Collection(FdCountingCollection.Name)]
+public abstract class FdHygieneTests
+{
+    protected abstract TransportKind Transport { get; }
+
+    private static int OpenFds() => Directory.GetFiles("/proc/self/fd").Length;
+
+    private async Task ServeAndStopAsync(int connections)
+    {
+        var probe = new AppProbe();
+        await using TestServer server = await TestServer.StartAsync(Transport, TestApp.Map(probe));
+        await Task.WhenAll(Enumerable.Range(0, connections).Select(async i =>
+        {
+            using HttpClient client = server.CreateClient();
+            Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+        }));
+        using (Socket reset = await server.ConnectAsync())
+        {
+            await RawClient.SendAsync(reset, "GET /plaintext HTTP/1.1\r\nHost: test\r\n\r\n");
+            await RawClient.ReceiveUntilAsync(reset, t => t.Contains("Hello, World!", StringComparison.Ordinal));
+            RawClient.Reset(reset);
+        }
+        using Socket idle = await server.ConnectAsync(); // still open when the host stops
+        await server.StopAsync();
+    }
+
+    [Fact]
+    public async Task Stopped_and_disposed_host_leaves_no_fd_open()
+    {
+        await ServeAndStopAsync(2); // warm up: lazily created process-wide fds (epoll, capability probe) stay
+        int before = OpenFds();
+
+        await ServeAndStopAsync(20);
+
+        // Closing is asynchronous in places (the thread pool's socket engine); give it a moment, not a deadline.
+        for (int attempt = 0; OpenFds() != before && attempt < 100; attempt++)
+        {
+            await Task.Delay(100);
+        }
+        Assert.Equal(before, OpenFds());
+    }
+}
+
+public sealed class SocketsFdHygieneTests : FdHygieneTests
+{
+    protected override TransportKind Transport => TransportKind.Sockets;
+}
+
+public sealed class IoUringFdHygieneTests : FdHygieneTests
+{
+    protected override TransportKind Transport => TransportKind.IoUring;
+}

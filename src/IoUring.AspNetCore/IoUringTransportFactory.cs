@@ -17,7 +17,7 @@ namespace IoUring.AspNetCore;
 /// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and stop when the
 /// factory is disposed (with the host's services).</para>
 /// <para>Where io_uring cannot be used (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, a seccomp filter,
-/// RLIMIT_MEMLOCK), it binds through Kestrel's <see cref="SocketTransportFactory"/> instead and logs one warning
+/// RLIMIT_MEMLOCK, or any other failure to set up the rings), it binds through Kestrel's <see cref="SocketTransportFactory"/> instead and logs one warning
 /// naming the cause, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
 /// </remarks>
 public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
@@ -96,8 +96,10 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
                 _transport = IoUringTransport.Create(_options, _loggerFactory, _memoryPoolFactory, _metrics);
                 return _transport;
             }
-            catch (IoUringUnavailableException ex) when (!_options.ThrowIfUnavailable)
+            catch (IoUringException ex) when (!_options.ThrowIfUnavailable)
             {
+                // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to
+                // set the rings up leaves Kestrel better served by Sockets than not at all; the warning names the cause.
                 IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
                 SocketTransportOptions socketOptions = _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
                 _options.CopyTo(socketOptions);

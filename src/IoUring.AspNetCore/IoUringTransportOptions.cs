@@ -107,6 +107,8 @@ public sealed class IoUringTransportOptions
             MaxReadBufferSize = MaxReadBufferSize == 0 ? null : MaxReadBufferSize,
             MaxWriteBufferSize = MaxWriteBufferSize == 0 ? null : MaxWriteBufferSize,
             UnsafePreferInlineScheduling = UnsafePreferInlineScheduling,
+            // Kestrel's switch for FIN instead of RST on abort, honoured as the Sockets transport honours it.
+            AbortWithReset = !(AppContext.TryGetSwitch("Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool finOnError) && finOnError),
             Loop = new EventLoopOptions
             {
                 SubmissionQueueSize = SubmissionQueueSize,

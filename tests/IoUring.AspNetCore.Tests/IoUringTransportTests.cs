@@ -102,6 +102,19 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
+    public async Task Connections_use_kestrels_memory_pool()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        using HttpClient client = server.CreateClient();
+
+        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+
+        ConnectionTracker.Tracked connection = server.Connections.All.Single();
+        Assert.Equal("IoUringConnectionContext", connection.ContextType);
+        Assert.StartsWith("Microsoft.AspNetCore.", connection.MemoryPoolType); // Kestrel's, through IMemoryPoolFactory<byte>
+    }
+
+    [Fact]
     public async Task Tiny_buffer_ring_loses_no_byte()
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>

@@ -178,7 +178,8 @@ public sealed class ConnectionTracker
 
     internal void Track(ConnectionContext connection)
     {
-        var tracked = new Tracked(connection.ConnectionId, connection.GetType().Name);
+        var tracked = new Tracked(connection.ConnectionId, connection.GetType().Name,
+            connection.Features.Get<Microsoft.AspNetCore.Connections.Features.IMemoryPoolFeature>()?.MemoryPool.GetType().FullName);
         _connections[connection.ConnectionId] = tracked;
         connection.ConnectionClosed.Register(static s => ((Tracked)s!).OnClosed(), tracked);
         _first.TrySetResult(tracked);
@@ -186,7 +187,7 @@ public sealed class ConnectionTracker
 
     public Tracked Get(string connectionId) => _connections[connectionId];
 
-    public sealed class Tracked(string id, string contextType)
+    public sealed class Tracked(string id, string contextType, string? memoryPoolType)
     {
         private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
         private int _closedCount;
@@ -195,6 +196,9 @@ public sealed class ConnectionTracker
 
         /// <summary>The transport's ConnectionContext type (SocketConnection, IoUringConnectionContext).</summary>
         public string ContextType { get; } = contextType;
+
+        /// <summary>The memory pool the transport's pipes use.</summary>
+        public string? MemoryPoolType { get; } = memoryPoolType;
 
         public Task Closed => _closed.Task;
 

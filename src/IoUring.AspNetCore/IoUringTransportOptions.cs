@@ -49,6 +49,17 @@ public sealed class IoUringTransportOptions
     /// </remarks>
     public bool UnsafePreferInlineScheduling { get; set; }
 
+    /// <summary>
+    /// Sends of at least this many bytes use zero-copy (IORING_OP_SEND_ZC), or null never to use it. A connection whose
+    /// zero-copy send the kernel reports as copied anyway (always so on loopback) goes back to plain sends.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to 64 KiB: below roughly 16 KiB zero-copy costs more than the copy it saves. Zero-copy needs the
+    /// transport's own pinned pool; where Kestrel provides its memory pool (IMemoryPoolFactory), the pipes use
+    /// Kestrel's and sends are plain.
+    /// </remarks>
+    public long? ZeroCopySendThreshold { get; set; } = 64 * 1024;
+
     /// <summary>Submission queue entries of each loop's ring (a power of two, 2 to 32768).</summary>
     /// <remarks>Defaults to 512. A full queue is submitted early, so this bounds batching, not concurrency.</remarks>
     public int SubmissionQueueSize { get; set; } = 512;
@@ -107,6 +118,7 @@ public sealed class IoUringTransportOptions
             MaxReadBufferSize = MaxReadBufferSize == 0 ? null : MaxReadBufferSize,
             MaxWriteBufferSize = MaxWriteBufferSize == 0 ? null : MaxWriteBufferSize,
             UnsafePreferInlineScheduling = UnsafePreferInlineScheduling,
+            ZeroCopySendThreshold = ZeroCopySendThreshold,
             // Kestrel's switch for FIN instead of RST on abort, honoured as the Sockets transport honours it.
             AbortWithReset = !(AppContext.TryGetSwitch("Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool finOnError) && finOnError),
             Loop = new EventLoopOptions

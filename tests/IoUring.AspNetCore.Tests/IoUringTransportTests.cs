@@ -58,6 +58,7 @@ public sealed class IoUringTransportTests
     [InlineData(nameof(IoUringTransportOptions.CompletionQueueSize))]
     [InlineData(nameof(IoUringTransportOptions.BufferRingCount))]
     [InlineData(nameof(IoUringTransportOptions.BufferRingBufferSize))]
+    [InlineData(nameof(IoUringTransportOptions.ZeroCopySendThreshold))]
     public void Invalid_option_throws_ArgumentException_naming_it(string option)
     {
         var options = new IoUringTransportOptions();
@@ -71,10 +72,31 @@ public sealed class IoUringTransportTests
             case nameof(IoUringTransportOptions.CompletionQueueSize): options.CompletionQueueSize = 16; break;
             case nameof(IoUringTransportOptions.BufferRingCount): options.BufferRingCount = 3; break;
             case nameof(IoUringTransportOptions.BufferRingBufferSize): options.BufferRingBufferSize = 1; break;
+            case nameof(IoUringTransportOptions.ZeroCopySendThreshold): options.ZeroCopySendThreshold = 0; break;
         }
 
         Assert.Equal(option, Assert.Throws<ArgumentException>(options.Validate).ParamName);
         Assert.Equal(option, Assert.Throws<ArgumentException>(() => new IoUringTransportFactory(Options.Create(options), NullLoggerFactory.Instance)).ParamName);
+    }
+
+    [Fact]
+    public void Kestrel_settings_keep_every_connection_setting_of_the_network()
+    {
+        var options = new IoUringTransportOptions { NoDelay = false, MaxReadBufferSize = 12345, MaxWriteBufferSize = 6789, UnsafePreferInlineScheduling = true, ZeroCopySendThreshold = 99999 };
+        IoUring.Net.ConnectionSettings original = IoUring.Net.ConnectionSettings.From(options.ToNetworkOptions(), System.Buffers.MemoryPool<byte>.Shared, new IoUring.Net.ConnectionRegistry());
+
+        IoUring.Net.ConnectionSettings kestrel = IoUringTransport.WithKestrelExceptions(original);
+
+        foreach (System.Reflection.PropertyInfo property in typeof(IoUring.Net.ConnectionSettings).GetProperties())
+        {
+            if (property.PropertyType.IsAssignableTo(typeof(Delegate)))
+            {
+                continue;
+            }
+            Assert.True(Equals(property.GetValue(original), property.GetValue(kestrel)), $"{property.Name} was not copied");
+        }
+        Assert.IsType<ConnectionResetException>(kestrel.CreateResetException("reset"));
+        Assert.IsType<ConnectionAbortedException>(kestrel.CreateAbortedException("aborted"));
     }
 
     [Fact]

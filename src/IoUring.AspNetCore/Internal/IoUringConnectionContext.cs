@@ -16,8 +16,8 @@ namespace IoUring.AspNetCore.Internal;
 /// <para><see cref="ConnectionClosed"/> fires once, on the thread pool, when the peer sends FIN or RST (even while the
 /// application is not reading) or when the connection has closed, whichever comes first — as with the Sockets
 /// transport, where it tells Kestrel that the client has gone.</para>
-/// <para><see cref="Abort(ConnectionAbortedException)"/> resets the connection; the first reason wins and is what
-/// pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it when it is done with the connection)
+/// <para><see cref="Abort(ConnectionAbortedException)"/> resets the connection (FIN instead with Kestrel's FinOnError
+/// switch); the first reason wins and is what pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it when it is done with the connection)
 /// sends what is left and FIN, then waits until the socket is closed.</para>
 /// </remarks>
 internal sealed partial class IoUringConnectionContext : ConnectionContext
@@ -45,8 +45,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         _watcher = new PeerHangupWatcher(connection.Loop, this);
         OnLoop(static c => c._watcher.Start(c._connection.Handle, c._connection.Closed.IsCompleted));
     }
-
-    public IoUringConnection Connection => _connection;
 
     public override string ConnectionId
     {
@@ -175,7 +173,9 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         }
         catch (ObjectDisposedException)
         {
-            // The loop has stopped: it cancelled the watcher's poll and closed the connection on its way out.
+            // The loop has stopped (cancelling the watcher's poll and closing the connection on its way out), so no
+            // other thread touches the watcher, and it submits nothing to a stopped loop: run it here to release it.
+            action(this);
         }
     }
 }

@@ -54,8 +54,11 @@ internal sealed class IoUringTransport : IAsyncDisposable
         }
     }
 
-    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
-    private static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => new()
+    /// <summary>
+    /// Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as
+    /// Kestrel expects. Every other setting is copied (a test checks that none is left out).
+    /// </summary>
+    internal static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => new()
     {
         MemoryPool = settings.MemoryPool,
         MaxReadBufferSize = settings.MaxReadBufferSize,
@@ -63,6 +66,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
         NoDelay = settings.NoDelay,
         UnsafePreferInlineScheduling = settings.UnsafePreferInlineScheduling,
         AbortWithReset = settings.AbortWithReset,
+        ZeroCopySendThreshold = settings.ZeroCopySendThreshold,
         Registry = settings.Registry,
         CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset)),
         CreateAbortedException = static message => new ConnectionAbortedException(message),

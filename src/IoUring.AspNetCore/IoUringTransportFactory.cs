@@ -59,6 +59,9 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>
     public bool IsFallbackActive => Volatile.Read(ref _fallback) is not null;
 
+    /// <summary>The loops serving the listeners, once the first bind started them (for tests).</summary>
+    internal IoUring.Net.IoUringNetwork? Network => _transport?.Network;
+
     /// <inheritdoc />
     /// <exception cref="AddressInUseException">The address is taken.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring is unavailable and <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</exception>

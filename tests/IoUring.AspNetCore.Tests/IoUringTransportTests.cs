@@ -137,6 +137,41 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
+    public async Task Every_ring_owner_of_a_connection_is_freed_when_it_closes()
+    {
+        var probe = new AppProbe();
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(probe));
+        var factory = (IoUringTransportFactory)server.App.Services.GetServices<IConnectionListenerFactory>().Last();
+        IoUring.Net.IoUringNetwork network = factory.Network!;
+        int LiveOwners() => network.Loops.Sum(l => l.LiveOwners);
+        int baseline = LiveOwners();
+
+        for (int i = 0; i < 40; i++)
+        {
+            using Socket socket = await server.ConnectAsync();
+            await RawClient.SendAsync(socket, (i % 4) switch
+            {
+                0 => "GET /plaintext HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", // server FIN
+                1 => "GET /abort HTTP/1.1\r\nHost: test\r\n\r\n",                         // server RST
+                _ => "GET /plaintext HTTP/1.1\r\nHost: test\r\n\r\n",                      // client FIN or RST
+            });
+            await RawClient.ReceiveUntilAsync(socket, t => i % 4 == 1 || t.Contains("Hello, World!", StringComparison.Ordinal));
+            if (i % 4 == 3)
+            {
+                RawClient.Reset(socket);
+            }
+        }
+        await Task.WhenAll(server.Connections.All.Select(c => c.Closed.WaitAsync(s_hangGuard)));
+
+        // Kestrel disposes each connection after its ConnectionClosed; the owners go with the last completions.
+        for (int attempt = 0; LiveOwners() != baseline && attempt < 300; attempt++)
+        {
+            await Task.Delay(100);
+        }
+        Assert.Equal(baseline, LiveOwners());
+    }
+
+    [Fact]
     public async Task Tiny_buffer_ring_loses_no_byte()
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>

@@ -266,6 +266,7 @@ public abstract class KestrelConformanceTests
         await WaitAsync(probe.RequestAborted.Task);
         await WaitAsync(tracked.Closed);
         Assert.Equal(1, tracked.ClosedCount);
+        Assert.StartsWith(".NET TP Worker", tracked.ClosedOnThread);
     }
 
     [Fact]

@@ -204,8 +204,12 @@ public sealed class ConnectionTracker
 
         public int ClosedCount => Volatile.Read(ref _closedCount);
 
+        /// <summary>The thread ConnectionClosed fired on (never a transport's I/O thread).</summary>
+        public string? ClosedOnThread { get; private set; }
+
         internal void OnClosed()
         {
+            ClosedOnThread = Thread.CurrentThread.Name;
             Interlocked.Increment(ref _closedCount);
             _closed.TrySetResult();
         }

@@ -436,7 +436,7 @@ public abstract class KestrelConformanceTests
     }
 
     [Fact]
-    public async Task Inline_scheduling_serves_http1_and_websockets()
+    public async Task Inline_scheduling_serves_requests_and_uploads()
     {
         await using TestServer server = await StartAsync(new AppProbe(), o => o.InlineScheduling = true);
         using HttpClient client = server.CreateClient();

@@ -6,8 +6,9 @@
 //   --port N (default 8080)  --loops N (io_uring loops; default 1)
 //   --inline   run pipe continuations inline (IoUringNetworkOptions.UnsafePreferInlineScheduling; for sockets,
 //              DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, which must be in the environment at start)
-// Prints "pid <n>" first. SIGHUP prints "alloc <bytes> gc0 <n> gc1 <n> gc2 <n>" (GC.GetTotalAllocatedBytes) so the
-// harness can compute allocations per request; SIGINT/SIGTERM stop it.
+// Prints "pid <n>" first. SIGHUP prints "alloc <bytes> gc0 <n> gc1 <n> gc2 <n>" (GC.GetTotalAllocatedBytes), and for
+// iouring the loops' counters "enter <io_uring_enter calls> wakeup <eventfd wakeups> sqe <n> cqe <n>", so the harness
+// can compute them per request; SIGINT/SIGTERM stop it.
 using System.Globalization;
 using System.IO.Pipelines;
 using System.Net;
@@ -44,7 +45,21 @@ using PosixSignalRegistration sigterm = PosixSignalRegistration.Create(PosixSign
 using PosixSignalRegistration sighup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, c =>
 {
     c.Cancel = true;
-    Console.WriteLine($"alloc {GC.GetTotalAllocatedBytes(precise: true)} gc0 {GC.CollectionCount(0)} gc1 {GC.CollectionCount(1)} gc2 {GC.CollectionCount(2)}");
+    string loopCounters = "";
+    if (s_network is { } network)
+    {
+        long enters = 0, wakeups = 0, sqes = 0, cqes = 0;
+        foreach (IoUring.EventLoop loop in network.Loops)
+        {
+            IoUring.EventLoopCounters counters = loop.Counters;
+            enters += counters.Syscalls;
+            wakeups += counters.Wakeups;
+            sqes += counters.Sqes;
+            cqes += counters.Cqes;
+        }
+        loopCounters = $" enter {enters} wakeup {wakeups} sqe {sqes} cqe {cqes}";
+    }
+    Console.WriteLine($"alloc {GC.GetTotalAllocatedBytes(precise: true)} gc0 {GC.CollectionCount(0)} gc1 {GC.CollectionCount(1)} gc2 {GC.CollectionCount(2)}{loopCounters}");
     Console.Out.Flush();
 });
 
@@ -71,6 +86,7 @@ return 0;
 static async Task RunIoUringAsync(IPEndPoint endPoint, int loops, bool inline, CancellationToken stop)
 {
     await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = loops, UnsafePreferInlineScheduling = inline });
+    s_network = network;
     await using IoUringListener listener = network.Listen(endPoint);
     Console.WriteLine($"iouring listening on {listener.LocalEndPoint}, {loops} loop(s), inline {inline}, server GC {System.Runtime.GCSettings.IsServerGC}");
     Console.Out.Flush();
@@ -126,4 +142,9 @@ static async Task ServeSocketAsync(Socket socket)
     {
     }
     await stream.DisposeAsync();
+}
+
+internal partial class Program
+{
+    private static IoUringNetwork? s_network;
 }

@@ -101,16 +101,19 @@ cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
     set -- $stat
     echo $((${12} + ${13}))    # fields 14 and 15
 }
-alloc_bytes() { # .NET servers print "alloc <GC.GetTotalAllocatedBytes>" on SIGHUP
+cpu_lines() { # /proc/stat lines of CPU 0 and CPU 1, fields joined by commas, the two lines by a semicolon
+    grep -E '^cpu[01] ' /proc/stat | tr ' ' ',' | paste -sd';'
+}
+server_stats() { # .NET servers print "alloc <GC.GetTotalAllocatedBytes> gc0 .. [enter .. wakeup .. sqe .. cqe ..]" on SIGHUP
     local name=$1 log="$OUT/server-$1.log" before
-    [[ $name == c ]] && { echo 0; return; }
+    [[ $name == c ]] && { echo "-"; return; }
     before=$(grep -c '^alloc ' "$log" || true)
     kill -HUP "${PID[$name]}"
     for _ in $(seq 50); do
         (( $(grep -c '^alloc ' "$log" || true) > before )) && break
         sleep 0.02
     done
-    grep '^alloc ' "$log" | tail -1 | cut -d' ' -f2
+    grep '^alloc ' "$log" | tail -1
 }
 run_wrk() { # name mode seconds outfile: the load generator, pinned to CPU 1
     local depth=1
@@ -137,7 +140,7 @@ for name in "${server_list[@]}"; do
 done
 
 CLK_TCK=$(getconf CLK_TCK)
-printf 'round\tmode\tserver\twrk_out\tcpu_s\twall_s\talloc_bytes\n' >"$OUT/results.tsv"
+printf 'round\tmode\tserver\twrk_out\tcpu_s\twall_s\tstats_before\tstats_after\tcpus_before\tcpus_after\n' >"$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do
     for mode in $MODES; do
         # rotate the order each round so no server always runs first or last
@@ -145,16 +148,18 @@ for round in $(seq "$ROUNDS"); do
         for k in $(seq 0 $((n - 1))); do
             name=${server_list[$(((k + round - 1) % n))]}
             out="$OUT/round$round-$mode-$name.txt"
-            a0=$(alloc_bytes "$name")
+            a0=$(server_stats "$name")
+            c0=$(cpu_lines)
             t0=$(cpu_ticks "${PID[$name]}")
             s0=$(date +%s.%N)
             run_wrk "$name" "$mode" "$DURATION" "$out"
             s1=$(date +%s.%N)
             t1=$(cpu_ticks "${PID[$name]}")
-            a1=$(alloc_bytes "$name")
+            c1=$(cpu_lines)
+            a1=$(server_stats "$name")
             cpu=$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)
             wall=$(echo "$s1 - $s0" | bc)
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$name" "$out" "$cpu" "$wall" $((a1 - a0)) >>"$OUT/results.tsv"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$name" "$out" "$cpu" "$wall" "$a0" "$a1" "$c0" "$c1" >>"$OUT/results.tsv"
             printf '  round %s %-9s %-15s %s req/s, server CPU %ss of %ss\n' "$round" "$mode" "$name" \
                 "$(sed -n 's/^Requests\/sec: *//p' "$out")" "$cpu" "$wall"
         done
@@ -184,21 +189,42 @@ def parse(path):
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
     return total, rps, p50, p99, errors + (int(non2xx.group(1)) if non2xx else 0)
 
+def counters(before, after):
+    # "alloc 123 gc0 4 ... enter 5 wakeup 6 sqe 7 cqe 8" before and after the round -> deltas by name
+    if before == "-" or after == "-":
+        return {}
+    b, a = before.split(), after.split()
+    return {b[i]: int(a[i + 1]) - int(b[i + 1]) for i in range(0, len(b) - 1, 2)}
+
+def cpu_shares(before, after, cpu):
+    # shares of one CPU over the round from /proc/stat: (user+nice+system, irq+softirq, steal, all busy)
+    b = [int(x) for x in before.split(";")[cpu].split(",")[1:] if x]
+    a = [int(x) for x in after.split(";")[cpu].split(",")[1:] if x]
+    d = [y - x for x, y in zip(b, a)]
+    total = sum(d[:8]) or 1
+    return (d[0] + d[1] + d[2]) / total, (d[5] + d[6]) / total, d[7] / total, (total - d[3] - d[4]) / total
+
 stats = {}
 for r in rows:
     total, rps, p50, p99, errors = parse(r["wrk_out"])
     cpu, wall = float(r["cpu_s"]), float(r["wall_s"])
+    d = counters(r["stats_before"], r["stats_after"])
+    per_req = lambda k: d[k] / total if k in d and total else float("nan")
     util = cpu / wall
     stats.setdefault((r["mode"], r["server"]), []).append(dict(
         rps=rps, per_cpu=total / cpu if cpu else 0.0, p50=p50, p99=p99, util=util, errors=errors,
-        alloc=int(r["alloc_bytes"]) / total if total else 0.0, bound=util < 0.9))
+        cpu0_other=max(0.0, cpu_shares(r["cpus_before"], r["cpus_after"], 0)[0] - util),
+        cpu0_irq=cpu_shares(r["cpus_before"], r["cpus_after"], 0)[1],
+        cpu0_steal=cpu_shares(r["cpus_before"], r["cpus_after"], 0)[2],
+        cpu1_busy=cpu_shares(r["cpus_before"], r["cpus_after"], 1)[3],
+        alloc=per_req("alloc"), enter=per_req("enter"), wakeup=per_req("wakeup"), bound=util < 0.9))
 
 def med(key, xs):
     vals = [x[key] for x in xs if x[key] == x[key]]  # NaN-free
     return statistics.median(vals) if vals else float("nan")
 print()
-print("| mode | server | req/s | req per server CPU-s | vs sockets (CPU-s) | vs C (CPU-s) | p50 ms | p99 ms | server CPU | generator-bound rounds | alloc B/req | errors |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| mode | server | req/s | req per server CPU-s | vs sockets (CPU-s) | vs C (CPU-s) | p50 ms | p99 ms | server CPU | CPU 0: other tasks / softirq / steal | CPU 1 busy | generator-bound rounds | alloc B/req | io_uring_enter/req | wakeups/req | errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for mode in modes:
     base = stats.get((mode, "sockets"))
     ceiling = stats.get((mode, "c"))
@@ -209,11 +235,14 @@ for mode in modes:
         per_cpu = med("per_cpu", xs)
         vs_sockets = f"{per_cpu / med('per_cpu', base):.2f}x" if base else "-"
         vs_c = f"{per_cpu / med('per_cpu', ceiling):.0%}" if ceiling else "-"
-        alloc = "-" if s == "c" else f"{med('alloc', xs):.2f}"
+        fmt = lambda k, f: "-" if med(k, xs) != med(k, xs) else format(med(k, xs), f)
+        alloc, enter, wakeup = fmt("alloc", ".2f"), fmt("enter", ".3f"), fmt("wakeup", ".3f")
         print(f"| {mode} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {vs_sockets} | {vs_c} | {med('p50', xs):.2f} | {med('p99', xs):.2f} "
-              f"| {med('util', xs):.0%} | {sum(x['bound'] for x in xs)}/{len(xs)} | {alloc} | {sum(x['errors'] for x in xs)} |")
+              f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} / {med('cpu0_irq', xs):.0%} / {med('cpu0_steal', xs):.0%} | {med('cpu1_busy', xs):.0%} | {sum(x['bound'] for x in xs)}/{len(xs)} | {alloc} | {enter} | {wakeup} | {sum(x['errors'] for x in xs)} |")
 print()
-print("Medians over rounds. req/s and latency from wrk; server CPU = (utime+stime)/wall from /proc/PID/stat;")
+print("Medians over rounds. req/s and latency from the generator; server CPU = (utime+stime)/wall from /proc/PID/stat;")
 print("a round with server CPU < 90% of one CPU is generator-bound (wrk, or the machine's other load, was the limit).")
+print("CPU 0 (the server's, /proc/stat): other tasks = user+system time not the server's; softirq = irq+softirq (network")
+print("processing, partly the server's own, not in its utime+stime); steal = taken by the hypervisor. CPU 1 busy: wrk and anything else.")
 print("Ratios compare medians of requests per server CPU-second (per_cpu ratio of each server's median).")
 EOF

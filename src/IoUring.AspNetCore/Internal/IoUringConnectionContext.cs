@@ -24,7 +24,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
 {
     private readonly IoUringConnection _connection;
     private readonly IoUringTransport _transport;
-    private readonly PeerHangupWatcher _watcher;
     private readonly CancellationTokenSource _closedSource = new();
     private readonly TaskCompletionSource _closedFired = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private CancellationToken _connectionClosed;
@@ -42,8 +41,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         RemoteEndPoint = connection.RemoteEndPoint;
 
         _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).ScheduleConnectionClosed(), this);
-        _watcher = new PeerHangupWatcher(connection.Loop, this);
-        OnLoop(static c => c._watcher.Start(c._connection.Handle, c._connection.Closed.IsCompleted));
+        _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
     }
 
     public override string ConnectionId
@@ -93,8 +91,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             return; // the first reason wins
         }
         IoUringTransportLog.ConnectionWriteRst(_transport.Logger, ConnectionId, abortReason.Message);
-        // Posted before the connection's close, so the watcher's poll is gone before the socket is closed.
-        OnLoop(static c => c._watcher.Stop());
         _connection.Abort(abortReason);
     }
 
@@ -108,7 +104,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         {
             IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The io_uring transport's connection was disposed after the application completed it.");
         }
-        OnLoop(static c => c._watcher.Stop());
         try
         {
             await _connection.DisposeAsync().ConfigureAwait(false);
@@ -157,25 +152,5 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             }
             c._closedFired.TrySetResult();
         }, this, preferLocal: false);
-    }
-
-    private void OnLoop(Action<IoUringConnectionContext> action)
-    {
-        EventLoop loop = _connection.Loop;
-        if (loop.IsOnLoopThread)
-        {
-            action(this);
-            return;
-        }
-        try
-        {
-            loop.Schedule(static s => { var (c, a) = ((IoUringConnectionContext, Action<IoUringConnectionContext>))s!; a(c); }, (this, action));
-        }
-        catch (ObjectDisposedException)
-        {
-            // The loop has stopped (cancelling the watcher's poll and closing the connection on its way out), so no
-            // other thread touches the watcher, and it submits nothing to a stopped loop: run it here to release it.
-            action(this);
-        }
     }
 }

@@ -56,18 +56,10 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     /// <summary>
     /// Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as
-    /// Kestrel expects. Every other setting is copied (a test checks that none is left out).
+    /// Kestrel expects. Every other setting is kept (a test checks it).
     /// </summary>
-    internal static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => new()
+    internal static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => settings with
     {
-        MemoryPool = settings.MemoryPool,
-        MaxReadBufferSize = settings.MaxReadBufferSize,
-        MaxWriteBufferSize = settings.MaxWriteBufferSize,
-        NoDelay = settings.NoDelay,
-        UnsafePreferInlineScheduling = settings.UnsafePreferInlineScheduling,
-        AbortWithReset = settings.AbortWithReset,
-        ZeroCopySendThreshold = settings.ZeroCopySendThreshold,
-        Registry = settings.Registry,
         CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset)),
         CreateAbortedException = static message => new ConnectionAbortedException(message),
     };

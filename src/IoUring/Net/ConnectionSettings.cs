@@ -4,8 +4,8 @@ using System.Net.Sockets;
 
 namespace IoUring.Net;
 
-/// <summary>What every connection of one network shares: options, memory pool, error types, the live set.</summary>
-internal sealed class ConnectionSettings
+/// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so a layer above overrides with <c>with</c> and keeps every other setting.</summary>
+internal sealed record ConnectionSettings
 {
     public required MemoryPool<byte> MemoryPool { get; init; }
     public long? MaxReadBufferSize { get; init; }

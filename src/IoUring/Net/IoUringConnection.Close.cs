@@ -27,7 +27,7 @@ public sealed partial class IoUringConnection
             return;
         }
         _closing = true;
-        if (abortive && _settings.AbortWithReset)
+        if (abortive && (_abortRequested != 0 ? _abortWithReset : _settings.AbortWithReset))
         {
             // SO_LINGER {on, 0}: close sends RST and drops unsent data, as Kestrel's Sockets transport does on abort.
             Libc.linger linger = new() { l_onoff = 1, l_linger = 0 };

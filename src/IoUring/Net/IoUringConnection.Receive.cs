@@ -72,6 +72,7 @@ public sealed partial class IoUringConnection
         {
             case 0:
                 // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
+                RaisePeerClosed(reset: false);
                 EndReceive(null);
                 break;
             case Errno.ENOBUFS:
@@ -87,6 +88,7 @@ public sealed partial class IoUringConnection
                 MaybeRearmReceive(); // cancelled for backpressure or close; re-arms only if neither holds any more
                 break;
             case Errno.ECONNRESET:
+                RaisePeerClosed(reset: true);
                 BeginClose(_settings.CreateResetException("Connection reset by peer."), abortive: true);
                 break;
             default:

@@ -16,7 +16,7 @@ public sealed partial class IoUringConnection
     private const int ZeroCopySlots = 8; // zero-copy sends whose notification may be outstanding at once
 
     private ManualResetValueTaskSourceCore<int> _sendSource; // mutable struct: never readonly
-    private readonly MemoryHandle[] _pins = new MemoryHandle[MaxIovecs];
+    private MemoryHandle[] _pins = [];         // grown on first use: most connections only ever send one segment
     private int _pinCount;
     private unsafe Libc.msghdr* _sendMessage;   // msghdr followed by MaxIovecs iovecs; freed in OnFreed
     private bool _sendEnded;
@@ -101,6 +101,10 @@ public sealed partial class IoUringConnection
         // Zero-copy pays off only for large sends, and only when the memory can be held past AdvanceTo
         // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
         int zeroCopySlot = -1;
+        if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
+        {
+            _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
+        }
         MemoryHandle[] pins = _pins;
         if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (zeroCopySlot = RentZeroCopySlot(buffer)) >= 0)
         {

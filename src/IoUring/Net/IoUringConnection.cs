@@ -18,7 +18,7 @@ namespace IoUring.Net;
 /// back at once. Sending reads <see cref="Output"/> on the loop and sends every readable segment in one SEND/SENDMSG.</para>
 /// <para>Completing <see cref="Output"/> sends FIN after the data. When the peer's FIN arrives, <see cref="Input"/>
 /// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
-/// transport turns it into ConnectionResetException). <see cref="Abort"/> resets the connection (RST).</para>
+/// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection (RST).</para>
 /// </remarks>
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, IValueTaskSource<int>
 {
@@ -42,6 +42,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private EndPoint? _remoteEndPoint;
     private Exception? _abortReason;
     private int _abortRequested;
+    private bool _abortWithReset;
+    private bool? _peerClosed;      // null until the peer's FIN (false) or reset (true) arrived; loop thread
+    private (Action<object?, bool>? Callback, object? State) _peerClosedCallback;
 
     internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
@@ -68,11 +71,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     /// <summary>The loop this connection runs on.</summary>
     public EventLoop Loop => _owner.Loop;
 
-    /// <summary>The local endpoint.</summary>
-    public EndPoint? LocalEndPoint => _localEndPoint ??= SocketAddresses.GetLocal(_fd);
+    /// <summary>The local endpoint (read when the connection started: the fd number may belong to another socket after close).</summary>
+    public EndPoint? LocalEndPoint => _localEndPoint;
 
-    /// <summary>The peer's endpoint.</summary>
-    public EndPoint? RemoteEndPoint => _remoteEndPoint ??= SocketAddresses.GetRemote(_fd);
+    /// <summary>The peer's endpoint (read when the connection started).</summary>
+    public EndPoint? RemoteEndPoint => _remoteEndPoint;
 
     /// <summary>Cancelled (on the thread pool, once) when the connection has closed and its fd is released.</summary>
     public CancellationToken ConnectionClosed => _closedTokenSource.Token;
@@ -96,20 +99,56 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
     /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
     /// </summary>
-    public void Abort(Exception? reason = null)
+    public void Abort(Exception? reason = null) => Abort(reason, _settings.AbortWithReset);
+
+    /// <summary>As <see cref="Abort(Exception?)"/>, choosing per call whether the peer gets RST (<paramref name="reset"/>) or FIN.</summary>
+    public void Abort(Exception? reason, bool reset)
     {
         if (Interlocked.Exchange(ref _abortRequested, 1) != 0)
         {
             return;
         }
         _abortReason = reason ?? _settings.CreateAbortedException("The connection was aborted by the application.");
+        _abortWithReset = reset;
         ScheduleOnLoop(static c => c.BeginClose(c._abortReason, abortive: true));
+    }
+
+    /// <summary>
+    /// Calls <paramref name="callback"/> once, on the loop thread, when the peer's FIN or reset is received (true for a
+    /// reset) — also while the application is not reading — or at once if that already happened. For transports that
+    /// must tell their server the client has gone (Kestrel's ConnectionClosed).
+    /// </summary>
+    internal void OnPeerClosed(Action<object?, bool> callback, object? state)
+        => ScheduleOnLoop(c =>
+        {
+            if (c._peerClosed is bool reset)
+            {
+                callback(state, reset);
+            }
+            else
+            {
+                c._peerClosedCallback = (callback, state);
+            }
+        });
+
+    private void RaisePeerClosed(bool reset)
+    {
+        if (_peerClosed is not null)
+        {
+            return;
+        }
+        _peerClosed = reset;
+        if (_peerClosedCallback is var (callback, state) && callback is not null)
+        {
+            _peerClosedCallback = default;
+            callback(state, reset);
+        }
     }
 
     /// <summary>
     /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
     /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
-    /// A peer that never reads keeps it waiting: use <see cref="Abort"/> to cut it off.
+    /// A peer that never reads keeps it waiting: use <see cref="Abort(Exception?)"/> to cut it off.
     /// </summary>
     public async ValueTask DisposeAsync()
     {
@@ -127,6 +166,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
         }
         _settings.Registry?.Add(this);
+        // Read now: after close the fd number may belong to another socket.
+        _localEndPoint = SocketAddresses.GetLocal(_fd);
+        _remoteEndPoint = SocketAddresses.GetRemote(_fd);
         ArmReceive();
         _ = SendLoopAsync();
     }

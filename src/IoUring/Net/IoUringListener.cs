@@ -51,7 +51,10 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>Stops accepting; <see cref="AcceptAsync"/> returns null from now on. Accepted connections stay open.</summary>
+    /// <summary>
+    /// Stops accepting and closes the listening socket (new connects are refused); <see cref="AcceptAsync"/> returns
+    /// null from now on. Accepted connections stay open.
+    /// </summary>
     public async ValueTask UnbindAsync()
     {
         if (Interlocked.Exchange(ref _unbound, 1) == 0)
@@ -76,14 +79,11 @@ public sealed class IoUringListener : IAsyncDisposable
         }
         // The listening fd is closed only after every accept request on it has completed.
         await _acceptorsFreed.Task.ConfigureAwait(false);
-    }
-
-    /// <summary>Unbinds and closes the listening socket.</summary>
-    public async ValueTask DisposeAsync()
-    {
-        await UnbindAsync().ConfigureAwait(false);
         _socket.Dispose();
     }
+
+    /// <summary>Same as <see cref="UnbindAsync"/>.</summary>
+    public ValueTask DisposeAsync() => UnbindAsync();
 
     internal void Enqueue(IoUringConnection connection)
     {

@@ -251,6 +251,63 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Endpoints_read_after_the_connection_closed_are_its_own()
+    {
+        var (client, server) = await ConnectPairAsync();
+        var clientLocal = (IPEndPoint)client.LocalEndPoint!;
+        Reset(client);
+        await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        // The fd number is free now and likely taken by the next connection.
+        var (other, _) = await ConnectPairAsync();
+        using (other)
+        {
+            var remote = Assert.IsType<IPEndPoint>(server.RemoteEndPoint);
+            Assert.Equal(clientLocal.Port, remote.Port);
+            Assert.Equal(_listener.LocalEndPoint, server.LocalEndPoint);
+        }
+    }
+
+    [Fact]
+    public async Task The_peers_fin_and_reset_are_observable_without_reading_input()
+    {
+        var (finClient, finServer) = await ConnectPairAsync();
+        var (rstClient, rstServer) = await ConnectPairAsync();
+        var fin = new TaskCompletionSource<bool>();
+        var rst = new TaskCompletionSource<bool>();
+        finServer.OnPeerClosed((s, reset) => ((TaskCompletionSource<bool>)s!).TrySetResult(reset), fin);
+        rstServer.OnPeerClosed((s, reset) => ((TaskCompletionSource<bool>)s!).TrySetResult(reset), rst);
+        finClient.Shutdown(SocketShutdown.Send);
+        Reset(rstClient);
+        Assert.False(await fin.Task.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.True(await rst.Task.WaitAsync(TimeSpan.FromSeconds(10)));
+
+        // Registered after the fact: called at once.
+        var late = new TaskCompletionSource<bool>();
+        finServer.OnPeerClosed((s, reset) => ((TaskCompletionSource<bool>)s!).TrySetResult(reset), late);
+        Assert.False(await late.Task.WaitAsync(TimeSpan.FromSeconds(10)));
+        finClient.Dispose();
+        await finServer.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Connecting_after_unbind_is_refused_and_accepted_connections_stay()
+    {
+        var (client, server) = await ConnectPairAsync();
+        using (client)
+        {
+            await _listener.UnbindAsync();
+            using var late = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            var ex = await Assert.ThrowsAsync<SocketException>(async () => await late.ConnectAsync(_listener.LocalEndPoint));
+            Assert.Equal(SocketError.ConnectionRefused, ex.SocketErrorCode);
+            await client.SendAsync("still"u8.ToArray());
+            ReadResult result = await server.Input.ReadAsync();
+            Assert.Equal("still", Encoding.ASCII.GetString(result.Buffer.ToArray()));
+            server.Input.AdvanceTo(result.Buffer.End);
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
     public void Binding_a_port_in_use_fails_with_address_in_use()
     {
         var ex = Assert.Throws<SocketException>(() => _network.Listen(_listener.LocalEndPoint));

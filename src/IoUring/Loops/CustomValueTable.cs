@@ -1,4 +1,5 @@
 using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
 
 namespace IoUring.Loops;
 
@@ -19,16 +20,16 @@ internal sealed class CustomValueTable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
-        uint slot = _freeCount > 0 ? _free[--_freeCount] : RentNew();
-        _values[slot] = value;
+        uint slot = _freeCount > 0 ? Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_free), --_freeCount) : RentNew();
+        Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot) = value; // slot < _next <= _values.Length
         return slot;
     }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public ulong Get(uint slot) => _values[slot];
+    public ulong Get(uint slot) => Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot); // slot came from Rent: in range
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public void Return(uint slot) => _free[_freeCount++] = (ushort)slot;
+    public void Return(uint slot) => Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_free), _freeCount++) = (ushort)slot; // at most _next slots are out
 
     private uint RentNew()
     {

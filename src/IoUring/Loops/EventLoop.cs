@@ -162,9 +162,20 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* GetSqe(RingOwner owner, uint kind, uint slot = 0)
     {
+        io_uring_sqe* sqe = GetSqeUncleared(owner, kind, slot);
+        ulong userData = sqe->user_data;
+        *sqe = default;
+        sqe->user_data = userData;
+        return sqe;
+    }
+
+    /// <summary>As <see cref="GetSqe"/>, but the SQE keeps old contents besides user_data: the caller writes all of it.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal io_uring_sqe* GetSqeUncleared(RingOwner owner, uint kind, uint slot = 0)
+    {
         AssertOnLoopThread();
         ObjectDisposedException.ThrowIf(_ring.IsDisposed, this);
-        io_uring_sqe* sqe = _ring.TryGetSqe();
+        io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
         if (sqe == null)
         {
             sqe = GetSqeAfterSubmit();
@@ -180,7 +191,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private io_uring_sqe* GetSqeAfterSubmit()
     {
         SubmitAndWait(wait: false);
-        io_uring_sqe* sqe = _ring.TryGetSqe();
+        io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
         if (sqe == null)
         {
             throw new InvalidOperationException("The submission queue stays full after io_uring_enter.");

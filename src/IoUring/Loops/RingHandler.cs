@@ -52,21 +52,30 @@ public abstract class RingHandler : IDisposable
     public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
     {
         EventLoop loop = _owner.Loop;
+        if (!loop.IsOnLoopThread || _owner.IsReleased || loop.IsStopping || (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        {
+            ThrowSubmitError(sqe.flags);
+        }
+        uint slot = loop.RentCustomSlot(userValue);
+        io_uring_sqe* target = loop.GetSqeUncleared(_owner, Owner.KindCustom, slot);
+        ulong userData = target->user_data;
+        *target = sqe; // all 64 bytes
+        target->user_data = userData;
+    }
+
+    private void ThrowSubmitError(byte sqeFlags)
+    {
+        EventLoop loop = _owner.Loop;
         loop.ThrowIfNotOnLoopThread();
         ObjectDisposedException.ThrowIf(_owner.IsReleased, this);
         if (loop.IsStopping)
         {
             throw new InvalidOperationException("The event loop is stopping; no new requests are accepted.");
         }
-        if ((sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        if ((sqeFlags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
         {
-            throw new ArgumentException("IOSQE_CQE_SKIP_SUCCESS is not supported: every request needs a final completion so its memory and handle can be released.", nameof(sqe));
+            throw new ArgumentException("IOSQE_CQE_SKIP_SUCCESS is not supported: every request needs a final completion so its memory and handle can be released.", "sqe");
         }
-        uint slot = loop.RentCustomSlot(userValue);
-        io_uring_sqe* target = loop.GetSqe(_owner, Owner.KindCustom, slot);
-        ulong userData = target->user_data;
-        *target = sqe;
-        target->user_data = userData;
     }
 
     /// <summary>Called on the loop thread for each completion of a request submitted through this handler.</summary>

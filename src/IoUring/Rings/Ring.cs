@@ -282,15 +282,25 @@ internal sealed unsafe class Ring : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_sqe* TryGetSqe()
     {
+        io_uring_sqe* sqe = TryGetSqeUncleared();
+        if (sqe != null)
+        {
+            *sqe = default;
+        }
+        return sqe;
+    }
+
+    /// <summary>The next free SQE with whatever it held before, for a caller that overwrites all 64 bytes; null when full.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public io_uring_sqe* TryGetSqeUncleared()
+    {
         uint tail = _sqeTail;
         if (tail - Volatile.Read(ref *_sqHead) >= SqEntries)
         {
             return null;
         }
-        io_uring_sqe* sqe = &_sqes[tail & _sqMask];
-        *sqe = default;
         _sqeTail = tail + 1;
-        return sqe;
+        return &_sqes[tail & _sqMask];
     }
 
     /// <summary>SQEs written since the last <see cref="Enter"/>, not yet visible to the kernel.</summary>

@@ -382,7 +382,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
         try
         {
-            owner.HandleCompletion(UserData.Kind(userData), result, flags, userData);
+            uint kind = UserData.Kind(userData);
+            if (kind == UserData.CustomKind)
+            {
+                ulong value = GetCustomValue(UserData.Slot(userData), final: (flags & IORING_CQE_F_MORE) == 0);
+                RingHandler.Dispatch(owner, value, result, flags);
+            }
+            else
+            {
+                owner.HandleCompletion(kind, result, flags, userData);
+            }
         }
         catch (Exception ex)
         {

@@ -57,7 +57,7 @@ public abstract class RingHandler : IDisposable
             ThrowSubmitError(sqe.flags);
         }
         uint slot = loop.RentCustomSlot(userValue);
-        io_uring_sqe* target = loop.GetSqeUncleared(_owner, Owner.KindCustom, slot);
+        io_uring_sqe* target = loop.GetSqeUncleared(_owner, UserData.CustomKind, slot);
         ulong userData = target->user_data;
         *target = sqe; // all 64 bytes
         target->user_data = userData;
@@ -105,16 +105,21 @@ public abstract class RingHandler : IDisposable
         }
     }
 
+    /// <summary>
+    /// The loop's fast path for custom completions (kind <see cref="UserData.CustomKind"/>): one virtual call, straight to
+    /// the handler, with the value from the loop's table.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
+    internal static void Dispatch(RingOwner owner, ulong value, int result, uint flags)
+        => System.Runtime.CompilerServices.Unsafe.As<Owner>(owner).Handler.OnCompletion(value, result, flags);
+
     private sealed class Owner(EventLoop loop, RingHandler handler) : RingOwner(loop)
     {
-        public const uint KindCustom = 1;
+        public RingHandler Handler => handler;
 
+        // Custom completions are dispatched by the loop through RingHandler.Dispatch; this owner submits nothing else.
         internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
-        {
-            bool final = (flags & IoUringConstants.IORING_CQE_F_MORE) == 0;
-            ulong value = Loop.GetCustomValue(UserData.Slot(userData), final);
-            handler.OnCompletion(value, result, flags);
-        }
+            => throw new InvalidOperationException($"Unexpected operation kind {kind} for a ring handler.");
 
         internal override void HandleException(Exception exception) => handler.OnException(exception);
 

@@ -21,6 +21,9 @@ internal static class UserData
     public const ulong HandleMask = ((1UL << SlotShift) - 1) & ~KindMask;
     public const int MaxSlots = 1 << (64 - SlotShift);
 
+    /// <summary>The kind of every custom (RingHandler) operation; internal owners use kinds 1 to 7.</summary>
+    public const uint CustomKind = 0;
+
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static ulong Encode(ulong handleBits, uint kind, uint slot = 0) => handleBits | kind | ((ulong)slot << SlotShift);
 

@@ -42,6 +42,10 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
 
         _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).ScheduleConnectionClosed(), this);
         _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
+        if (transport.Logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug))
+        {
+            _connection.OnBackpressure(static (s, paused) => ((IoUringConnectionContext)s!).OnBackpressure(paused), this);
+        }
     }
 
     public override string ConnectionId
@@ -117,6 +121,18 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();
+    }
+
+    private void OnBackpressure(bool paused)
+    {
+        if (paused)
+        {
+            IoUringTransportLog.ConnectionPause(_transport.Logger, ConnectionId);
+        }
+        else
+        {
+            IoUringTransportLog.ConnectionResume(_transport.Logger, ConnectionId);
+        }
     }
 
     /// <summary>The peer sent FIN or RST. Loop thread.</summary>

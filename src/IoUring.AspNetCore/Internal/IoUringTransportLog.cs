@@ -12,6 +12,28 @@ internal static partial class IoUringTransportLog
     /// <summary>The logger category.</summary>
     public const string Category = "IoUring.AspNetCore.Transport";
 
+    [LoggerMessage(4, LogLevel.Debug, @"Connection id ""{ConnectionId}"" paused.", EventName = "ConnectionPause", SkipEnabledCheck = true)]
+    private static partial void ConnectionPauseCore(ILogger logger, string connectionId);
+
+    public static void ConnectionPause(ILogger logger, string connectionId)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionPauseCore(logger, connectionId);
+        }
+    }
+
+    [LoggerMessage(5, LogLevel.Debug, @"Connection id ""{ConnectionId}"" resumed.", EventName = "ConnectionResume", SkipEnabledCheck = true)]
+    private static partial void ConnectionResumeCore(ILogger logger, string connectionId);
+
+    public static void ConnectionResume(ILogger logger, string connectionId)
+    {
+        if (logger.IsEnabled(LogLevel.Debug))
+        {
+            ConnectionResumeCore(logger, connectionId);
+        }
+    }
+
     [LoggerMessage(6, LogLevel.Debug, @"Connection id ""{ConnectionId}"" received FIN.", EventName = "ConnectionReadFin", SkipEnabledCheck = true)]
     private static partial void ConnectionReadFinCore(ILogger logger, string connectionId);
 

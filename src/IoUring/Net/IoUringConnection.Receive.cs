@@ -127,6 +127,7 @@ public sealed partial class IoUringConnection
         // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
         _receivePaused = true;
         _pendingFlush = flush;
+        RaiseBackpressure(paused: true);
         CancelReceive();
         flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted); // runs on the loop (Input's writer scheduler)
     }
@@ -144,6 +145,7 @@ public sealed partial class IoUringConnection
         }
         _pendingFlush = default;
         _receivePaused = false;
+        RaiseBackpressure(paused: false);
         if (result.IsCompleted)
         {
             OnInputReaderGone();

@@ -45,6 +45,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private bool _abortWithReset;
     private bool? _peerClosed;      // null until the peer's FIN (false) or reset (true) arrived; loop thread
     private (Action<object?, bool>? Callback, object? State) _peerClosedCallback;
+    private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
     internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
@@ -130,6 +131,21 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
                 c._peerClosedCallback = (callback, state);
             }
         });
+
+    /// <summary>
+    /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
+    /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events).
+    /// </summary>
+    internal void OnBackpressure(Action<object?, bool> callback, object? state)
+        => ScheduleOnLoop(c => c._backpressureCallback = (callback, state));
+
+    private void RaiseBackpressure(bool paused)
+    {
+        if (_backpressureCallback is var (callback, state) && callback is not null)
+        {
+            callback(state, paused);
+        }
+    }
 
     private void RaisePeerClosed(bool reset)
     {

@@ -339,6 +339,10 @@ public abstract class KestrelConformanceTests
 
         Assert.InRange(sentWhenStalled, MaxReadBufferSize - 4096, Length - 1);
         Assert.Contains(TestApp.Describe(Length), response);
+        // Both transports log the pause and the resume with the same event ids and names.
+        string category = Transport == TransportKind.IoUring ? IoUring.AspNetCore.Internal.IoUringTransportLog.Category : "Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets";
+        Assert.Equal("ConnectionPause", server.Logs.Where(category, eventId: 4).First().EventId.Name);
+        Assert.Equal("ConnectionResume", server.Logs.Where(category, eventId: 5).First().EventId.Name);
     }
 
     [Fact]

@@ -198,6 +198,33 @@ public abstract class KestrelConformanceTests
     [Theory]
     [InlineData(false)]
     [InlineData(true)]
+    public async Task Client_gone_between_requests_fires_ConnectionClosed(bool reset)
+    {
+        await using TestServer server = await StartAsync(new AppProbe());
+        Socket socket = await server.ConnectAsync();
+        await RawClient.SendAsync(socket, "GET /plaintext HTTP/1.1\r\nHost: test\r\n\r\n");
+        string first = await RawClient.ReceiveUntilAsync(socket, t => t.Contains("Hello, World!", StringComparison.Ordinal));
+        Assert.StartsWith("HTTP/1.1 200", first, StringComparison.Ordinal);
+        ConnectionTracker.Tracked tracked = await WaitAsync(server.Connections.First);
+
+        if (reset)
+        {
+            RawClient.Reset(socket);
+        }
+        else
+        {
+            socket.Shutdown(SocketShutdown.Send);
+            await RawClient.DrainAsync(socket);
+            socket.Dispose();
+        }
+
+        await WaitAsync(tracked.Closed);
+        await AssertServesAsync(server);
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
     public async Task Client_gone_mid_request_body_fails_the_read_and_the_server_goes_on(bool reset)
     {
         var probe = new AppProbe();

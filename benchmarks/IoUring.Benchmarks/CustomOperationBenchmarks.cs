@@ -21,6 +21,8 @@ namespace IoUring.Benchmarks;
 /// NOPs by both variants.</para>
 /// <para>The only difference is what is measured: Submit's checks, the 64-bit value's slot (rent at submit, look up
 /// and return at completion), the SQE copy, and the handler's extra virtual call.</para>
+/// <para>Run it pinned (<c>--affinity 2</c>): unpinned, the two threads' placement on this 2-CPU machine makes the
+/// per-NOP time jump between two levels ~20% apart for seconds at a time, which swamps a few-percent difference.</para>
 /// </remarks>
 [MemoryDiagnoser]
 public class CustomOperationBenchmarks
@@ -94,6 +96,10 @@ internal sealed class NopStream(int inFlight)
     /// </summary>
     public void Run(EventLoop loop, INopSubmitter submitter, int count, bool checkValues = false)
     {
+        if (_toSubmit != 0 || _toComplete != 0)
+        {
+            throw new InvalidOperationException("The previous run has not finished.");
+        }
         _submitter = submitter;
         _toSubmit = count;
         _toComplete = count;
@@ -125,7 +131,7 @@ internal sealed class NopStream(int inFlight)
 
     /// <summary>Loop thread: the next NOP's value, or false when all NOPs of this run were submitted.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public bool TryNext(out ulong value)
+    private bool TryNext(out ulong value)
     {
         if (_toSubmit == 0)
         {
@@ -143,19 +149,28 @@ internal sealed class NopStream(int inFlight)
         return true;
     }
 
-    /// <summary>Loop thread: a NOP completed with <paramref name="result"/>, carrying <paramref name="value"/>.</summary>
+    /// <summary>
+    /// Loop thread: a NOP completed with <paramref name="result"/>, carrying <paramref name="value"/>. Returns true
+    /// with the value of the next NOP to submit, if any.
+    /// </summary>
+    /// <remarks>
+    /// Waking the benchmark thread is the last thing done with this object in a run: the woken thread may start the
+    /// next run at once (it does when both threads share a CPU), and must not find this run still drawing values.
+    /// </remarks>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public void Completed(ulong value, int result)
+    public bool Complete(ulong value, int result, out ulong next)
     {
         if (result != 0)
         {
             Fail.Result(result);
         }
         _receivedSum += value;
+        bool more = TryNext(out next);
         if (--_toComplete == 0)
         {
             _done.Set();
         }
+        return more;
     }
 
     public void Fault(Exception exception)
@@ -179,10 +194,9 @@ internal sealed unsafe class InternalNops(EventLoop loop, NopStream stream) : Ri
 
     internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
     {
-        stream.Completed(0, result);
-        if (stream.TryNext(out ulong value))
+        if (stream.Complete(0, result, out ulong next))
         {
-            SubmitNop(value);
+            SubmitNop(next);
         }
     }
 }
@@ -196,10 +210,9 @@ internal sealed class CustomNops(EventLoop loop, NopStream stream) : RingHandler
 
     protected override void OnCompletion(ulong userValue, int result, uint flags)
     {
-        stream.Completed(userValue, result);
-        if (stream.TryNext(out ulong value))
+        if (stream.Complete(userValue, result, out ulong next))
         {
-            SubmitNop(value);
+            SubmitNop(next);
         }
     }
 }

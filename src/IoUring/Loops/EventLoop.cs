@@ -79,7 +79,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    /// <summary>The IORING_SETUP_* flags this loop's ring runs with (after any fallback).</summary>
+    /// <summary>The IORING_SETUP_* flags this loop's ring was set up with, after any fallback (R_DISABLED included: the loop thread enabled it).</summary>
     public uint SetupFlags => _ring.SetupFlags;
 
     /// <summary>Whether io_uring_enter uses the registered ring fd.</summary>

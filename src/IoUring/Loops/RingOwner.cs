@@ -38,9 +38,6 @@ internal abstract class RingOwner
 
     public bool IsReleased => _released;
 
-    /// <summary>True once released and every request's final CQE arrived: the handle is free.</summary>
-    public bool IsFreed => !_handle.IsAllocated;
-
     internal ulong HandleBits => _handleBits;
 
     /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by user_data).</summary>

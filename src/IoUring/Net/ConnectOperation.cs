@@ -33,7 +33,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
     {
         try
         {
-            SocketAddress address = SocketAddresses.Serialize(_endPoint);
+            SocketAddress address = _endPoint.Serialize(); // the OS's sockaddr layout on Linux
             int family = _endPoint.AddressFamily switch
             {
                 AddressFamily.InterNetwork => Libc.AF_INET,

@@ -45,7 +45,4 @@ internal static unsafe class SocketAddresses
                 return null;
         }
     }
-
-    /// <summary>The native sockaddr of <paramref name="endPoint"/> (SocketAddress holds the OS layout on Linux).</summary>
-    public static SocketAddress Serialize(EndPoint endPoint) => endPoint.Serialize();
 }

@@ -110,16 +110,6 @@ internal sealed unsafe class BufferRing : IDisposable
         }
     }
 
-    /// <summary>The kernel's head (IORING_REGISTER_PBUF_STATUS, 6.8+): how many buffers it has taken so far, modulo 2^16.</summary>
-    public int TryGetKernelHead()
-    {
-        uint* status = stackalloc uint[10]; // struct io_uring_buf_status { u32 buf_group; u32 head; u32 resv[8]; }
-        new Span<uint>(status, 10).Clear();
-        status[0] = GroupId;
-        int result = _ring.TryRegister(IORING_REGISTER_PBUF_STATUS, status, 1);
-        return result < 0 ? result : (int)status[1];
-    }
-
     public void Dispose()
     {
         if (_entries == null)

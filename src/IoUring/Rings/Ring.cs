@@ -337,12 +337,6 @@ internal sealed unsafe class Ring : IDisposable
         return result < 0 ? -Libc.GetLastErrno() : result;
     }
 
-    /// <summary>
-    /// True when completions wait in the kernel (task work flagged by TASKRUN_FLAG, or the overflow list) that
-    /// only an io_uring_enter with GETEVENTS brings to the CQ.
-    /// </summary>
-    public bool HasKernelPendingCompletions => (Volatile.Read(ref *_sqFlags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
-
     /// <summary>The kernel holds completions that did not fit in the CQ (IORING_SQ_CQ_OVERFLOW).</summary>
     public bool HasCqOverflow => (Volatile.Read(ref *_sqFlags) & IORING_SQ_CQ_OVERFLOW) != 0;
 

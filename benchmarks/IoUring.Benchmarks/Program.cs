@@ -9,8 +9,8 @@ namespace IoUring.Benchmarks;
 /// <summary>
 /// Runs the suites chosen on the command line, e.g.
 /// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
-/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds]</c> instead measures
-/// each suite's comparison interleaved in one process. docs/benchmarks.md has the measured numbers.
+/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom]</c> instead measures
+/// each suite's comparison (or only the one named) interleaved in one process. docs/benchmarks.md has the measured numbers.
 /// </summary>
 public static class Program
 {
@@ -18,7 +18,7 @@ public static class Program
     {
         if (args.Length > 0 && args[0] == "--paired")
         {
-            PairedSuites.Run(args.Length > 1 ? int.Parse(args[1], CultureInfo.InvariantCulture) : 31);
+            PairedSuites.Run(args.Length > 1 ? int.Parse(args[1], CultureInfo.InvariantCulture) : 31, args.Length > 2 ? args[2] : null);
             return;
         }
         IConfig config = DefaultConfig.Instance

@@ -2,15 +2,17 @@ namespace IoUring.Benchmarks.Support;
 
 /// <summary>
 /// The comparisons the suites make, measured interleaved in one process with <see cref="PairedRunner"/>
-/// (<c>-- --paired [rounds]</c>). Uses the suites' own setup and benchmark methods, on this thread.
+/// (<c>-- --paired [rounds] [group]</c>). Uses the suites' own setup and benchmark methods, on this thread.
 /// </summary>
 internal static class PairedSuites
 {
-    public static void Run(int rounds)
+    /// <summary>Runs every comparison, or only <paramref name="only"/>'s group: nop, bufferring or custom.</summary>
+    public static void Run(int rounds, string? only = null)
     {
         PairedRunner.PrintHeader();
+        bool Wanted(string group) => only is null || string.Equals(only, group, StringComparison.OrdinalIgnoreCase);
 
-        foreach (int batch in new[] { 1, 2, 4, 32 })
+        foreach (int batch in Wanted("nop") ? new[] { 1, 2, 4, 32 } : [])
         {
             var plain = new NopBenchmarks { Batch = batch, RegisterRingFd = false };
             var registered = new NopBenchmarks { Batch = batch, RegisterRingFd = true };
@@ -22,7 +24,7 @@ internal static class PairedSuites
             plain.Cleanup();
         }
 
-        foreach (int replenish in new[] { 1, 32 })
+        foreach (int replenish in Wanted("bufferring") ? new[] { 1, 32 } : [])
         {
             var suite = new BufferRingBenchmarks { Replenish = replenish };
             suite.Setup();
@@ -31,7 +33,7 @@ internal static class PairedSuites
             suite.Cleanup();
         }
 
-        foreach (int inFlight in new[] { 1, 64 })
+        foreach (int inFlight in Wanted("custom") ? new[] { 1, 64 } : [])
         {
             var suite = new CustomOperationBenchmarks { InFlight = inFlight };
             suite.Setup();

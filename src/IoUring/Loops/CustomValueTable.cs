@@ -4,33 +4,55 @@ using System.Runtime.InteropServices;
 namespace IoUring.Loops;
 
 /// <summary>
-/// The caller's 64-bit values of custom operations in flight, by slot (user_data's top 16 bits). A free list
-/// makes rent and return O(1); the arrays grow during warm-up only, so steady state allocates nothing.
+/// The caller's 64-bit values of custom operations in flight, by slot (user_data's top 16 bits). Free slots form a
+/// list threaded through the same array (a free slot holds the next free slot's number), so rent and return are one
+/// array access each; the array grows during warm-up only, so steady state allocates nothing.
 /// </summary>
 /// <remarks>Loop thread only.</remarks>
 internal sealed class CustomValueTable
 {
-    private ulong[] _values = new ulong[64];
-    private ushort[] _free = new ushort[64];
-    private int _freeCount;
-    private int _next;          // slots below this have been handed out at least once
+    private const uint NoFreeSlot = uint.MaxValue;
 
-    public int InUse => _next - _freeCount;
+    private ulong[] _values = new ulong[64];
+    private uint _freeHead = NoFreeSlot;
+    private int _next;          // slots below this have been handed out at least once
+    private int _inUse;
+
+    public int InUse => _inUse;
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
-        uint slot = _freeCount > 0 ? Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_free), --_freeCount) : RentNew();
+        uint slot = _freeHead;
+        if (slot != NoFreeSlot)
+        {
+            _freeHead = (uint)Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
+        }
+        else
+        {
+            slot = RentNew();
+        }
         Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot) = value; // slot < _next <= _values.Length
+        _inUse++;
         return slot;
     }
 
+    /// <summary>The value of <paramref name="slot"/> (which came from <see cref="Rent"/>); with <paramref name="release"/> the slot is free again.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public ulong Get(uint slot) => Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot); // slot came from Rent: in range
+    public ulong Get(uint slot, bool release)
+    {
+        ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot); // slot came from Rent: in range
+        ulong value = entry;
+        if (release)
+        {
+            entry = _freeHead;
+            _freeHead = slot;
+            _inUse--;
+        }
+        return value;
+    }
 
-    [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public void Return(uint slot) => Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_free), _freeCount++) = (ushort)slot; // at most _next slots are out
-
+    [MethodImpl(MethodImplOptions.NoInlining)]
     private uint RentNew()
     {
         if (_next == _values.Length)
@@ -40,7 +62,6 @@ internal sealed class CustomValueTable
                 throw new InvalidOperationException($"Too many custom operations in flight on one loop (the limit is {UserData.MaxSlots}).");
             }
             Array.Resize(ref _values, _values.Length * 2);
-            Array.Resize(ref _free, _free.Length * 2);
         }
         return (uint)_next++;
     }

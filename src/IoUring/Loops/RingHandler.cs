@@ -28,16 +28,18 @@ namespace IoUring;
 public abstract class RingHandler : IDisposable
 {
     private readonly Owner _owner;
+    private readonly EventLoop _loop;
 
     /// <summary>Binds the handler to <paramref name="loop"/>.</summary>
     protected RingHandler(EventLoop loop)
     {
         ArgumentNullException.ThrowIfNull(loop);
+        _loop = loop;
         _owner = new Owner(loop, this);
     }
 
     /// <summary>The loop this handler submits on.</summary>
-    public EventLoop Loop => _owner.Loop;
+    public EventLoop Loop => _loop;
 
     /// <summary>Requests whose final completion has not arrived yet.</summary>
     public int InFlight => _owner.InFlight;
@@ -51,8 +53,9 @@ public abstract class RingHandler : IDisposable
     /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request without a final completion.</exception>
     public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
     {
-        EventLoop loop = _owner.Loop;
-        if (!loop.IsOnLoopThread || _owner.IsReleased || loop.IsStopping || (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        EventLoop loop = _loop;
+        // One branch for all four checks: non-short-circuit ORs keep the hot path straight.
+        if (!loop.IsOnLoopThread | _owner.IsReleased | loop.IsStopping | (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
         {
             ThrowSubmitError(sqe.flags);
         }

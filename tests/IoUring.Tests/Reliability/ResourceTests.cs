@@ -129,7 +129,7 @@ public sealed class ResourceTests(ITestOutputHelper output)
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
         Assert.Equal(blocks, network.RentedMemoryBlocks);
-        // Free pool blocks kept for reuse are bounded by the pool (PinnedBlockMemoryPool.MaxRetainedBlocks), not leaked.
+        // Free pool blocks are kept for reuse (and trimmed when idle: PinnedBlockMemoryPool.Trim), not leaked.
         long poolGrowth = (long)(network.RetainedMemoryBlocks - retained) * PinnedBlockMemoryPool.BlockSize;
         long heapGrowth = GC.GetTotalMemory(forceFullCollection: true) - heap - poolGrowth;
         long rssGrowth = CurrentRss() - rss;

@@ -99,7 +99,7 @@ internal sealed unsafe class Acceptor : RingOwner
             else
             {
                 var connection = new IoUringConnection(Loop, result, _isTcp, _settings);
-                connection.Start();
+                connection.Start(noDelayInherited: true); // the listener set it (IoUringListener)
                 _listener.Enqueue(connection);
             }
             if (!more)

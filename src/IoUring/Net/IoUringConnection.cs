@@ -174,10 +174,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         await _closed.Task.ConfigureAwait(false);
     }
 
-    internal void Start()
+    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
+    internal void Start(bool noDelayInherited = false)
     {
         _owner.Loop.AssertOnLoopThread();
-        if (_settings.NoDelay && _isTcp)
+        if (_settings.NoDelay && _isTcp && !noDelayInherited)
         {
             _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
         }

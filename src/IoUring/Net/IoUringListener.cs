@@ -22,6 +22,11 @@ public sealed class IoUringListener : IAsyncDisposable
         _socket = socket;
         LocalEndPoint = socket.LocalEndPoint!;
         int fd = (int)socket.Handle;
+        if (settings.NoDelay && socket.AddressFamily != AddressFamily.Unix)
+        {
+            // Linux copies TCP_NODELAY to accepted sockets: one setsockopt here instead of one per connection.
+            socket.NoDelay = true;
+        }
         _acceptors = new Acceptor[loops.Count];
         _liveAcceptors = loops.Count;
         for (int i = 0; i < loops.Count; i++)

@@ -11,7 +11,8 @@
 #
 #   benchmarks/run-plaintext.sh                      defaults: ROUNDS=5 DURATION=10 CONNECTIONS=256
 #   ROUNDS=3 DURATION=5 SERVERS="iouring sockets c" benchmarks/run-plaintext.sh
-# Environment: ROUNDS, DURATION (s per round), CONNECTIONS, WARMUP (s per server and mode), SERVERS, MODES
+# Environment: ROUNDS, DURATION (s per round), CONNECTIONS, WARMUP (s per warm-up step; steps repeat until the server
+# stops compiling, at most WARMUP_MAX s per server and mode), SERVERS, MODES
 # ("plain pipelined"), PORT_BASE, OUT (directory for raw wrk outputs and results.tsv; default a new temp dir),
 # GENERATOR: wrk (default; `taskset -c 1 wrk -t1 -c256 -d10s --latency -s pipeline.lua URL -- DEPTH`) or loadgen
 # (benchmarks/c/loadgen: one io_uring thread that counts responses by length instead of parsing them — several
@@ -21,7 +22,8 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-256}
-WARMUP=${WARMUP:-3}
+WARMUP=${WARMUP:-5}
+WARMUP_MAX=${WARMUP_MAX:-120}
 SERVERS=${SERVERS:-"iouring sockets iouring-inline sockets-inline c"}
 MODES=${MODES:-"plain pipelined"}
 PORT_BASE=${PORT_BASE:-18180}
@@ -134,9 +136,27 @@ i=0
 read -r -a server_list <<<"$SERVERS"
 for name in "${server_list[@]}"; do start_server "$name" $((PORT_BASE + i)); i=$((i + 1)); done
 
-echo "warming up (${WARMUP}s per server and mode)"
+# The .NET runtime keeps tiering code up (tier 0 -> instrumented -> tier 1) for tens of seconds under load, and on
+# one busy CPU the background compiler lags further: a fixed few seconds measured half-compiled servers (and req/s
+# can sit flat for 20 s before the tier-1 code lands). So warm each .NET server in WARMUP-second steps until a step
+# compiles almost nothing new (the "jit" count of its SIGHUP stats grows by < 10), at most WARMUP_MAX seconds.
+jit_count() { server_stats "$1" | sed -n 's/.* jit \([0-9]*\).*/\1/p'; }
+warm_up() { # name mode
+    local before after=0 elapsed=0
+    before=$(jit_count "$1")
+    while ((elapsed < WARMUP_MAX)); do
+        run_wrk "$1" "$2" "$WARMUP" "$OUT/warmup-$1-$2.txt"
+        elapsed=$((elapsed + WARMUP))
+        [[ $1 == c ]] && break
+        after=$(jit_count "$1")
+        ((after - before < 10)) && break
+        before=$after
+    done
+    echo "  $1 $2: warm after ${elapsed}s ($(sed -n 's/^Requests\/sec: *//p' "$OUT/warmup-$1-$2.txt") req/s in the last step, ${after} methods compiled)"
+}
+echo "warming up (steps of ${WARMUP}s until steady, at most ${WARMUP_MAX}s per server and mode)"
 for name in "${server_list[@]}"; do
-    for mode in $MODES; do run_wrk "$name" "$mode" "$WARMUP" "$OUT/warmup-$name-$mode.txt"; done
+    for mode in $MODES; do warm_up "$name" "$mode"; done
 done
 
 CLK_TCK=$(getconf CLK_TCK)

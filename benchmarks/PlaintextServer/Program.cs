@@ -6,7 +6,7 @@
 //   --port N (default 8080)  --loops N (io_uring loops; default 1)
 //   --inline   run pipe continuations inline (IoUringNetworkOptions.UnsafePreferInlineScheduling; for sockets,
 //              DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, which must be in the environment at start)
-// Prints "pid <n>" first. SIGHUP prints "alloc <bytes> gc0 <n> gc1 <n> gc2 <n>" (GC.GetTotalAllocatedBytes), and for
+// Prints "pid <n>" first. SIGHUP prints "alloc <bytes> gc0 <n> gc1 <n> gc2 <n> jit <methods compiled so far>", and for
 // iouring the loops' counters "enter <io_uring_enter calls> wakeup <eventfd wakeups> sqe <n> cqe <n>", so the harness
 // can compute them per request; SIGINT/SIGTERM stop it.
 using System.Globalization;
@@ -59,7 +59,7 @@ using PosixSignalRegistration sighup = PosixSignalRegistration.Create(PosixSigna
         }
         loopCounters = $" enter {enters} wakeup {wakeups} sqe {sqes} cqe {cqes}";
     }
-    Console.WriteLine($"alloc {GC.GetTotalAllocatedBytes(precise: true)} gc0 {GC.CollectionCount(0)} gc1 {GC.CollectionCount(1)} gc2 {GC.CollectionCount(2)}{loopCounters}");
+    Console.WriteLine($"alloc {GC.GetTotalAllocatedBytes(precise: true)} gc0 {GC.CollectionCount(0)} gc1 {GC.CollectionCount(1)} gc2 {GC.CollectionCount(2)} jit {System.Runtime.JitInfo.GetCompiledMethodCount()}{loopCounters}");
     Console.Out.Flush();
 });
 

@@ -52,7 +52,7 @@ internal sealed partial class IoUringConnectionContext :
             {
                 return feature;
             }
-            return Array.IndexOf(s_ownFeatures, key) >= 0 ? this : null;
+            return IsOwnFeature(key) ? this : null;
         }
         set
         {
@@ -62,7 +62,23 @@ internal sealed partial class IoUringConnectionContext :
         }
     }
 
-    TFeature? IFeatureCollection.Get<TFeature>() where TFeature : default => (TFeature?)((IFeatureCollection)this)[typeof(TFeature)];
+    // Kestrel asks for features on every request: without added features this is a few pointer compares.
+    TFeature? IFeatureCollection.Get<TFeature>() where TFeature : default
+        => _features is null
+            ? (IsOwnFeature(typeof(TFeature)) ? (TFeature)(object)this : default)
+            : (TFeature?)((IFeatureCollection)this)[typeof(TFeature)];
+
+    private static bool IsOwnFeature(Type type)
+    {
+        foreach (Type own in s_ownFeatures)
+        {
+            if (ReferenceEquals(own, type)) // runtime types are unique objects
+            {
+                return true;
+            }
+        }
+        return false;
+    }
 
     void IFeatureCollection.Set<TFeature>(TFeature? instance) where TFeature : default => ((IFeatureCollection)this)[typeof(TFeature)] = instance;
 

@@ -1,0 +1,217 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text.RegularExpressions;
+
+namespace IoUring.AspNetCore.Tests.Reliability;
+
+/// <summary>
+/// A sample app run as a child process through launcher.c, with its stdout and stderr collected line by line and
+/// its /proc entries readable. Dispose kills it (and anything it started), so no test leaves a server behind.
+/// </summary>
+internal sealed partial class ChildProcess : IDisposable
+{
+    /// <summary>USER_HZ: the unit of utime and stime in /proc/PID/stat (100 on every Linux architecture we run on).</summary>
+    public const int TicksPerSecond = 100;
+
+    private readonly Process _process;
+    private readonly DirectoryInfo _workingDirectory;
+    private readonly List<string> _lines = [];
+
+    private ChildProcess(Process process, DirectoryInfo workingDirectory)
+    {
+        _process = process;
+        _workingDirectory = workingDirectory;
+    }
+
+    /// <summary>Starts <c>launcher [launcherArgs] -- dotnet dll [args]</c> in an empty working directory (the app's content root).</summary>
+    public static ChildProcess StartDotnet(string launcher, IEnumerable<string> launcherArgs, string dll, IEnumerable<string> args, IReadOnlyDictionary<string, string>? environment = null)
+    {
+        DirectoryInfo workingDirectory = Directory.CreateTempSubdirectory("iouring-child-");
+        var start = new ProcessStartInfo(launcher)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            RedirectStandardInput = true,
+            UseShellExecute = false,
+            WorkingDirectory = workingDirectory.FullName,
+        };
+        foreach (string arg in launcherArgs.Concat(["--", DotnetHost(), dll]).Concat(args))
+        {
+            start.ArgumentList.Add(arg);
+        }
+        foreach ((string name, string value) in environment ?? new Dictionary<string, string>())
+        {
+            start.Environment[name] = value;
+        }
+        var process = new Process { StartInfo = start };
+        var child = new ChildProcess(process, workingDirectory);
+        process.OutputDataReceived += (_, e) => child.Add(e.Data);
+        process.ErrorDataReceived += (_, e) => child.Add(e.Data);
+        process.Start();
+        process.BeginOutputReadLine();
+        process.BeginErrorReadLine();
+        return child;
+    }
+
+    /// <summary>The dotnet host running these tests, so the child gets the same runtime.</summary>
+    private static string DotnetHost()
+    {
+        string? path = Environment.ProcessPath;
+        if (path is not null && Path.GetFileName(path) == "dotnet")
+        {
+            return path;
+        }
+        return Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") ?? "dotnet";
+    }
+
+    public int Id => _process.Id;
+
+    public bool HasExited => _process.HasExited;
+
+    public IReadOnlyList<string> Lines
+    {
+        get
+        {
+            lock (_lines)
+            {
+                return [.. _lines];
+            }
+        }
+    }
+
+    public string Output => string.Join('\n', Lines);
+
+    private void Add(string? line)
+    {
+        if (line is not null)
+        {
+            lock (_lines)
+            {
+                _lines.Add(line);
+            }
+        }
+    }
+
+    /// <summary>Waits for an output line matching <paramref name="match"/>; fails with the output so far if the process exits or the time is up.</summary>
+    public async Task<string> WaitForLineAsync(Func<string, bool> match, TimeSpan timeout)
+    {
+        var clock = Stopwatch.StartNew();
+        while (true)
+        {
+            string? line = Lines.FirstOrDefault(match);
+            if (line is not null)
+            {
+                return line;
+            }
+            if (_process.HasExited)
+            {
+                await _process.WaitForExitAsync(); // flushes the redirected output
+                line = Lines.FirstOrDefault(match);
+                if (line is not null)
+                {
+                    return line;
+                }
+                Assert.Fail($"the child exited ({_process.ExitCode}) before printing the expected line:\n{Output}");
+            }
+            if (clock.Elapsed > timeout)
+            {
+                Assert.Fail($"no expected line within {timeout}:\n{Output}");
+            }
+            await Task.Delay(20);
+        }
+    }
+
+    /// <summary>The port of Kestrel's "Now listening on: http://127.0.0.1:PORT" line.</summary>
+    public async Task<int> WaitForKestrelPortAsync(TimeSpan timeout)
+    {
+        string line = await WaitForLineAsync(l => ListeningLine().IsMatch(l), timeout);
+        return int.Parse(ListeningLine().Match(line).Groups[1].Value, CultureInfo.InvariantCulture);
+    }
+
+    [GeneratedRegex(@"Now listening on: http://127\.0\.0\.1:(\d+)")]
+    private static partial Regex ListeningLine();
+
+    public async Task<int> WaitForExitAsync(TimeSpan timeout)
+    {
+        using var cts = new CancellationTokenSource(timeout);
+        try
+        {
+            await _process.WaitForExitAsync(cts.Token);
+        }
+        catch (OperationCanceledException)
+        {
+            Assert.Fail($"the child did not exit within {timeout}:\n{Output}");
+        }
+        return _process.ExitCode;
+    }
+
+    /// <summary>utime + stime of the whole process, in <see cref="TicksPerSecond"/> units.</summary>
+    public long CpuTicks() => ParseTicks(File.ReadAllText($"/proc/{Id}/stat")).Ticks;
+
+    /// <summary>utime + stime of each thread, by thread id, with the thread's name (comm).</summary>
+    public Dictionary<int, (string Name, long Ticks)> ThreadTicks()
+    {
+        var threads = new Dictionary<int, (string, long)>();
+        foreach (string task in Directory.GetDirectories($"/proc/{Id}/task"))
+        {
+            try
+            {
+                threads[int.Parse(Path.GetFileName(task), CultureInfo.InvariantCulture)] = ParseTicks(File.ReadAllText(Path.Combine(task, "stat")));
+            }
+            catch (IOException)
+            {
+                // the thread ended while we looked
+            }
+        }
+        return threads;
+    }
+
+    /// <summary>Names (comm) of the live threads.</summary>
+    public List<string> ThreadNames() => [.. ThreadTicks().Values.Select(t => t.Name)];
+
+    /// <summary>Open fds of the child.</summary>
+    public int OpenFds() => Directory.GetFileSystemEntries($"/proc/{Id}/fd").Length;
+
+    /// <summary>A field of /proc/PID/status, e.g. "Seccomp".</summary>
+    public string? Status(string field) =>
+        File.ReadAllLines($"/proc/{Id}/status")
+            .Where(l => l.StartsWith(field + ":", StringComparison.Ordinal))
+            .Select(l => l[(field.Length + 1)..].Trim())
+            .FirstOrDefault();
+
+    private static (string Name, long Ticks) ParseTicks(string stat)
+    {
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
+        int open = stat.IndexOf('(', StringComparison.Ordinal);
+        int close = stat.LastIndexOf(')');
+        string[] fields = stat[(close + 2)..].Split(' ');
+        // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+        long utime = long.Parse(fields[11], CultureInfo.InvariantCulture);
+        long stime = long.Parse(fields[12], CultureInfo.InvariantCulture);
+        return (stat[(open + 1)..close], utime + stime);
+    }
+
+    public void Dispose()
+    {
+        try
+        {
+            if (!_process.HasExited)
+            {
+                _process.Kill(entireProcessTree: true);
+            }
+            _process.WaitForExit(10_000);
+        }
+        catch (InvalidOperationException)
+        {
+            // never started or already reaped
+        }
+        _process.Dispose();
+        try
+        {
+            _workingDirectory.Delete(recursive: true);
+        }
+        catch (IOException)
+        {
+        }
+    }
+}

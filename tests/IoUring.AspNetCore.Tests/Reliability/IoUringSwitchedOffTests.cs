@@ -1,0 +1,63 @@
+using System.Net;
+using Xunit.Abstractions;
+
+namespace IoUring.AspNetCore.Tests.Reliability;
+
+/// <summary>
+/// io_uring switched off for one real process (a seccomp filter, as container runtimes install, set up by
+/// launcher.c): the Kestrel sample falls back to Sockets with one warning, the plain API throws naming the cause.
+/// The global sysctl is never touched, so the tests running in parallel keep their io_uring.
+/// </summary>
+public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutputHelper output) : IClassFixture<LauncherFixture>
+{
+    private static readonly TimeSpan s_startup = TimeSpan.FromSeconds(60);
+    private static readonly string[] s_noIoUring = ["--no-io-uring", "--lifetime", "300"];
+
+    [Fact]
+    public async Task Kestrel_sample_serves_on_Sockets_with_one_warning_naming_the_cause()
+    {
+        using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("KestrelSample"), ["--urls", "http://127.0.0.1:0"]);
+
+        int port = await child.WaitForKestrelPortAsync(s_startup);
+        string transport = await child.WaitForLineAsync(l => l.StartsWith("Transport:", StringComparison.Ordinal), s_startup);
+        using var client = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{port}/"), Timeout = s_startup };
+        using HttpResponseMessage response = await client.GetAsync("plaintext");
+        string body = await response.Content.ReadAsStringAsync();
+        string seccomp = child.Status("Seccomp") ?? "?";
+        output.WriteLine(child.Output);
+
+        Assert.Equal("2", seccomp); // the server process itself runs under the filter (2 = SECCOMP_MODE_FILTER)
+        Assert.Equal("Transport: Sockets (io_uring unavailable, see the warning above)", transport);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("Hello, World!", body);
+        // The console logger writes "warn: Category[EventId]" and the message on the next line.
+        IReadOnlyList<string> lines = child.Lines;
+        int[] warnings = [.. Enumerable.Range(0, lines.Count).Where(i => lines[i].StartsWith("warn:", StringComparison.Ordinal))];
+        int warning = Assert.Single(warnings);
+        Assert.Equal("warn: IoUring.AspNetCore.Transport[100]", lines[warning]);
+        string message = lines[warning + 1];
+        Assert.Contains("io_uring is unavailable, so Kestrel serves through its Sockets transport instead", message);
+        Assert.Contains("EPERM", message);
+        Assert.Contains("seccomp", message);
+        Assert.DoesNotContain(lines, l => l.StartsWith("fail:", StringComparison.Ordinal) || l.StartsWith("crit:", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task Plain_api_throws_IoUringUnavailableException_naming_the_cause()
+    {
+        // The Echo sample's first statement is `new IoUringNetwork()`: unhandled, the exception ends the process.
+        using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("Echo"), ["server", "0"]);
+
+        int exitCode = await child.WaitForExitAsync(s_startup);
+        output.WriteLine($"exit code {exitCode}\n{child.Output}");
+
+        Assert.NotEqual(0, exitCode);
+        string error = Assert.Single(child.Lines, l => l.StartsWith("Unhandled exception.", StringComparison.Ordinal));
+        Assert.StartsWith("Unhandled exception. IoUring.IoUringUnavailableException: ", error);
+        Assert.Contains("EPERM", error);
+        Assert.Contains("kernel.io_uring_disabled", error);
+        Assert.Contains("seccomp", error);
+        Assert.Contains(child.Lines, l => l.Contains("at IoUring.Net.IoUringNetwork..ctor", StringComparison.Ordinal));
+        Assert.DoesNotContain(child.Lines, l => l.StartsWith("echo server on", StringComparison.Ordinal));
+    }
+}

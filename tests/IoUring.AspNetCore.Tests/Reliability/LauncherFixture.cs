@@ -1,0 +1,80 @@
+using System.Diagnostics;
+
+namespace IoUring.AspNetCore.Tests.Reliability;
+
+/// <summary>Compiles launcher.c with gcc once per test class, on first use.</summary>
+public sealed class LauncherFixture : IDisposable
+{
+    private const string SourceRelativePath = "tests/IoUring.AspNetCore.Tests/Reliability/launcher.c";
+
+    private readonly DirectoryInfo _work = Directory.CreateTempSubdirectory("iouring-launcher-");
+    private readonly Lazy<string> _path;
+
+    public LauncherFixture() => _path = new Lazy<string>(Build);
+
+    /// <summary>The compiled launcher. Lazy caches a failure, so every test that needs gcc fails with the same message.</summary>
+    public string Path => _path.Value;
+
+    public void Dispose() => _work.Delete(recursive: true);
+
+    private string Build()
+    {
+        string gcc = RepoFiles.FindOnPath("gcc")
+            ?? throw new InvalidOperationException("gcc was not found on PATH: the reliability tests compile launcher.c with it. Install it: sudo apt-get install build-essential");
+        string source = RepoFiles.Find(SourceRelativePath);
+        string binary = System.IO.Path.Combine(_work.FullName, "launcher");
+        var start = new ProcessStartInfo(gcc) { RedirectStandardError = true, RedirectStandardOutput = true, UseShellExecute = false };
+        foreach (string arg in new[] { "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary, source })
+        {
+            start.ArgumentList.Add(arg);
+        }
+        using Process process = Process.Start(start)!;
+        Task<string> stdout = process.StandardOutput.ReadToEndAsync();
+        string stderr = process.StandardError.ReadToEnd();
+        Assert.True(process.WaitForExit(60_000), "gcc did not finish within 60 s");
+        Assert.True(process.ExitCode == 0, $"gcc could not compile {source} (are the kernel headers, linux-libc-dev, installed?):\n{stdout.Result}{stderr}");
+        return binary;
+    }
+}
+
+/// <summary>Files of this repository, found from the test binaries' directory.</summary>
+internal static class RepoFiles
+{
+    /// <summary>Walks up from bin/&lt;config&gt;/&lt;tfm&gt;/ until <paramref name="relativePath"/> exists.</summary>
+    public static string Find(string relativePath)
+    {
+        for (DirectoryInfo? dir = new(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            string candidate = Path.Combine(dir.FullName, relativePath);
+            if (File.Exists(candidate))
+            {
+                return candidate;
+            }
+        }
+        throw new FileNotFoundException($"{relativePath} was not found above {AppContext.BaseDirectory}");
+    }
+
+    /// <summary>
+    /// A sample's dll, built in the configuration of these tests (the test project references the samples, so
+    /// building the tests builds them).
+    /// </summary>
+    public static string Sample(string name)
+    {
+        var binDir = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/'));
+        string tfm = binDir.Name;
+        string configuration = binDir.Parent!.Name;
+        string project = Find($"samples/{name}/{name}.csproj");
+        string dll = Path.Combine(Path.GetDirectoryName(project)!, "bin", configuration, tfm, name + ".dll");
+        if (!File.Exists(dll))
+        {
+            throw new FileNotFoundException($"{dll} is missing: build the test project (it references samples/{name}) in {configuration}.");
+        }
+        return dll;
+    }
+
+    public static string? FindOnPath(string program) =>
+        (Environment.GetEnvironmentVariable("PATH") ?? "")
+            .Split(':', StringSplitOptions.RemoveEmptyEntries)
+            .Select(dir => Path.Combine(dir, program))
+            .FirstOrDefault(File.Exists);
+}

@@ -18,7 +18,7 @@ public sealed partial class IoUringConnection
     private ManualResetValueTaskSourceCore<int> _sendSource; // mutable struct: never readonly
     private MemoryHandle[] _pins = [];         // grown on first use: most connections only ever send one segment
     private int _pinCount;
-    private unsafe Libc.msghdr* _sendMessage;   // msghdr followed by MaxIovecs iovecs; freed in OnFreed
+    private unsafe Libc.msghdr* _sendMessage;   // msghdr followed by MaxIovecs iovecs, made on first gather; freed in OnFreed
     private bool _sendEnded;
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
     private MemoryHandle[][] _zeroCopyPins = [];  // per slot: memory held until that send's notification
@@ -93,7 +93,9 @@ public sealed partial class IoUringConnection
             return new ValueTask<int>(-Errno.ECANCELED);
         }
         _sendSource.Reset();
-        if (_sendMessage == null)
+        // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
+        // response written in one piece) never need it, and it would be resident memory for each.
+        if (_sendMessage == null && !buffer.IsSingleSegment)
         {
             _sendMessage = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
         }
@@ -111,7 +113,8 @@ public sealed partial class IoUringConnection
             pins = _zeroCopyPins[zeroCopySlot];
         }
 
-        var iovecs = (iovec*)(_sendMessage + 1);
+        iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
+        iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_sendMessage + 1);
         int count = 0;
         foreach (ReadOnlyMemory<byte> segment in buffer)
         {

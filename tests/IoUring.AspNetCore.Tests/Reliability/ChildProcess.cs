@@ -166,6 +166,30 @@ internal sealed partial class ChildProcess : IDisposable
         return threads;
     }
 
+    /// <summary>Context switches (voluntary + involuntary) of each thread whose name starts with <paramref name="prefix"/>, by thread id.</summary>
+    public Dictionary<int, long> ContextSwitches(string prefix)
+    {
+        var switches = new Dictionary<int, long>();
+        foreach (string task in Directory.GetDirectories($"/proc/{Id}/task"))
+        {
+            try
+            {
+                string[] status = File.ReadAllLines(Path.Combine(task, "status"));
+                if (status[0].StartsWith("Name:", StringComparison.Ordinal) && status[0][5..].Trim().StartsWith(prefix, StringComparison.Ordinal))
+                {
+                    switches[int.Parse(Path.GetFileName(task), CultureInfo.InvariantCulture)] = status
+                        .Where(l => l.StartsWith("voluntary_ctxt_switches:", StringComparison.Ordinal) || l.StartsWith("nonvoluntary_ctxt_switches:", StringComparison.Ordinal))
+                        .Sum(l => long.Parse(l[(l.IndexOf(':', StringComparison.Ordinal) + 1)..].Trim(), CultureInfo.InvariantCulture));
+                }
+            }
+            catch (IOException)
+            {
+                // the thread ended while we looked
+            }
+        }
+        return switches;
+    }
+
     /// <summary>Names (comm) of the live threads.</summary>
     public List<string> ThreadNames() => [.. ThreadTicks().Values.Select(t => t.Name)];
 

@@ -1,6 +1,10 @@
 // Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket and a large download.
 //
-//   dotnet run -c Release -- [--transport iouring|sockets] [--urls http://127.0.0.1:5000]
+//   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
+//
+//   --inline  UnsafePreferInlineScheduling on the selected transport (for Sockets as TechEmpower runs it, also set
+//             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
+//   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text (benchmarks/run-kestrel.sh samples it)
 //
 //   curl http://127.0.0.1:5000/plaintext
 //   curl http://127.0.0.1:5000/json
@@ -10,16 +14,20 @@ using System.Net.WebSockets;
 using System.Text.Json.Serialization;
 using IoUring.AspNetCore;
 
-WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args);
+// Valueless flags are taken out before configuration sees them: its command-line provider would read the next
+// argument as their value.
+bool inline = args.Contains("--inline");
+bool stats = args.Contains("--stats");
+WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats")).ToArray());
 
 string transport = builder.Configuration["transport"] ?? "iouring";
 switch (transport)
 {
     case "iouring":
-        builder.WebHost.UseIoUring();
+        builder.WebHost.UseIoUring(o => o.UnsafePreferInlineScheduling = inline);
         break;
     case "sockets":
-        builder.WebHost.UseSockets();
+        builder.WebHost.UseSockets(o => o.UnsafePreferInlineScheduling = inline);
         break;
     default:
         Console.Error.WriteLine($"Unknown --transport '{transport}': use iouring or sockets.");
@@ -56,6 +64,12 @@ app.MapGet("/download", async (HttpContext context, long size) =>
     return Results.Empty;
 });
 
+if (stats)
+{
+    // Sampled before and after a measured window: the difference over the requests served is bytes allocated per request.
+    app.MapGet("/_stats", () => Results.Text(GC.GetTotalAllocatedBytes(precise: true).ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
+}
+
 app.Map("/ws", async (HttpContext context) =>
 {
     if (!context.WebSockets.IsWebSocketRequest)
@@ -78,7 +92,7 @@ app.Map("/ws", async (HttpContext context) =>
 
 await app.StartAsync();
 bool fellBack = app.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().LastOrDefault() is IoUringTransportFactory { IsFallbackActive: true };
-Console.WriteLine($"Transport: {(transport == "sockets" ? "Sockets" : fellBack ? "Sockets (io_uring unavailable, see the warning above)" : "io_uring")}");
+Console.WriteLine($"Transport: {(transport == "sockets" ? "Sockets" : fellBack ? "Sockets (io_uring unavailable, see the warning above)" : "io_uring")}{(inline ? ", inline scheduling" : "")}");
 await app.WaitForShutdownAsync();
 return 0;
 

@@ -1,8 +1,9 @@
 // A light HTTP/1.1 load generator for benchmarks/run-plaintext.sh (GENERATOR=loadgen): one thread, one io_uring,
 // C keep-alive connections each sending DEPTH requests per write (pipelined when DEPTH > 1) and waiting for DEPTH
 // responses before the next write, like wrk's pipeline script. It does not parse responses: a probe request first
-// learns the response's length (headers up to CRLF CRLF plus Content-Length), and afterwards responses are counted
-// by bytes — the plaintext response has a fixed length. That makes it several times cheaper per request than wrk,
+// learns the response's length (headers up to CRLF CRLF plus Content-Length, or up to the last chunk of a chunked
+// body), and afterwards responses are counted by bytes — the plaintext and json responses have a fixed length (Kestrel's
+// too: its Date header has a constant length, and its chunked json body is the same every time). That makes it several times cheaper per request than wrk,
 // so a server on one CPU can be saturated from the other. Output imitates wrk's lines the harness parses.
 //
 //   ./loadgen HOST PORT CONNECTIONS DEPTH SECONDS [PATH]
@@ -101,8 +102,10 @@ static long probe(struct sockaddr_in *addr, const char *one_request)
         buf[len] = 0;
         char *end = strstr(buf, "\r\n\r\n");
         char *cl = strcasestr(buf, "\r\nContent-Length:");
-        if (end && cl && cl < end) {
-            long total = (end - buf) + 4 + strtol(cl + 17, NULL, 10);
+        char *te = strcasestr(buf, "\r\nTransfer-Encoding: chunked");
+        char *last_chunk = end && te && te < end ? strstr(end + 2, "\r\n0\r\n\r\n") : NULL;
+        if (end && ((cl && cl < end) || last_chunk)) {
+            long total = last_chunk ? (last_chunk - buf) + 7 : (end - buf) + 4 + strtol(cl + 17, NULL, 10);
             if (len >= total) {
                 close(fd);
                 if (len != total) {

@@ -2,6 +2,8 @@
 // (every request ends at CRLF CRLF; each one, pipelined ones included, gets the fixed plaintext response; one send
 // per batch of parsed requests), on one single-threaded ring: multishot accept, multishot recv with a provided
 // buffer ring, SINGLE_ISSUER | DEFER_TASKRUN, registered ring fd. The ceiling the managed servers are compared with.
+// A request whose first line starts "GET /json " gets {"message":"Hello, World!"} as application/json instead (for
+// benchmarks/run-kestrel.sh; a constant body, no serializer), every other request the plaintext response.
 //
 //   ./plaintext_server [port]     (default 8080); prints "pid <n>"; SIGINT/SIGTERM stop it.
 #define _GNU_SOURCE
@@ -46,6 +48,8 @@ static struct conn *conns[MAX_FDS];
 static volatile sig_atomic_t stop;
 static char response[256];
 static int response_len;
+static char json_response[256];
+static int json_response_len;
 static time_t response_time;
 
 static void build_response(time_t now)
@@ -56,6 +60,8 @@ static void build_response(time_t now)
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
     response_len = snprintf(response, sizeof response,
         "HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\nServer: B\r\nDate: %s\r\n\r\nHello, World!", date);
+    json_response_len = snprintf(json_response, sizeof json_response,
+        "HTTP/1.1 200 OK\r\nContent-Length: 27\r\nContent-Type: application/json\r\nServer: B\r\nDate: %s\r\n\r\n{\"message\":\"Hello, World!\"}", date);
     response_time = now;
 }
 
@@ -109,14 +115,22 @@ static void maybe_close(struct conn *c)
     }
 }
 
-// Counts the complete requests in buf[0..len) and returns where the incomplete tail starts.
-static int count_requests(const char *buf, int len, int *requests)
+// Queues one response per complete request in buf[0..len) (dropped if out[] is full), counts them, and returns
+// where the incomplete tail starts.
+static int parse_requests(struct conn *c, const char *buf, int len, int *requests)
 {
     int start = 0;
     for (;;) {
         const char *end = memmem(buf + start, len - start, "\r\n\r\n", 4);
         if (!end) {
             return start;
+        }
+        int json = end - (buf + start) >= 10 && memcmp(buf + start, "GET /json ", 10) == 0;
+        const char *r = json ? json_response : response;
+        int r_len = json ? json_response_len : response_len;
+        if (c->out_len + r_len <= OUT_CAP) {
+            memcpy(c->out + c->out_len, r, r_len);
+            c->out_len += r_len;
         }
         start = (int)(end - buf) + 4;
         (*requests)++;
@@ -129,7 +143,7 @@ static void on_data(struct conn *c, const char *data, int len)
 {
     int requests = 0;
     if (c->in_len == 0) {
-        int start = count_requests(data, len, &requests);
+        int start = parse_requests(c, data, len, &requests);
         data += start;
         len -= start;
     }
@@ -142,17 +156,13 @@ static void on_data(struct conn *c, const char *data, int len)
         memcpy(c->in + c->in_len, data, len);
         c->in_len += len;
         if (c->in_len > len || requests == 0) { // carried-over bytes: parse the joined buffer
-            int start = count_requests(c->in, c->in_len, &requests);
+            int start = parse_requests(c, c->in, c->in_len, &requests);
             memmove(c->in, c->in + start, c->in_len - start);
             c->in_len -= start;
         }
     }
     if (requests == 0) {
         return;
-    }
-    for (int i = 0; i < requests && c->out_len + response_len <= OUT_CAP; i++) {
-        memcpy(c->out + c->out_len, response, response_len);
-        c->out_len += response_len;
     }
     if (!c->sending) {
         send_pending(c);

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Checks one server's answers for a benchmarks/run-kestrel.sh scenario before it is measured.
+
+    probe.py HOST PORT PATH DEPTH [close]
+
+Sends DEPTH requests for PATH in one write (as the generator does), reads DEPTH responses and checks each: status
+200, a Content-Length or chunked body equal to the expected one (/plaintext, /json, /download?size=N), and with
+"close" a Connection: close header followed by the server closing the connection. Prints "ok BYTES" (bytes per
+response, headers included, which the report compares with the generator's bytes read per request) or "error ..."
+with exit code 1.
+"""
+import re
+import socket
+import sys
+
+
+def expected_body(path):
+    if path == "/plaintext":
+        return b"Hello, World!"
+    if path == "/json":
+        return b'{"message":"Hello, World!"}'
+    m = re.fullmatch(r"/download\?size=(\d+)", path)
+    if m:
+        chunk = bytes(ord("a") + i % 26 for i in range(64 * 1024))  # the sample's Download.Chunk, repeated
+        size = int(m.group(1))
+        return (chunk * (size // len(chunk) + 1))[:size]
+    raise SystemExit(f"error: no expected body for {path}")
+
+
+class Reader:
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def fill(self):
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise EOFError("connection closed by the server")
+        self.buf += data
+
+    def until(self, marker):
+        while marker not in self.buf:
+            self.fill()
+        head, self.buf = self.buf.split(marker, 1)
+        return head
+
+    def exactly(self, n):
+        while len(self.buf) < n:
+            self.fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+
+def read_response(reader):
+    """Returns (status line, headers dict, body, bytes on the wire)."""
+    head = reader.until(b"\r\n\r\n")
+    wire = len(head) + 4
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        body = reader.exactly(int(headers["content-length"]))
+        wire += len(body)
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            size_line = reader.until(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            chunk = reader.exactly(size + 2)
+            wire += len(size_line) + 2 + size + 2
+            if size == 0:
+                break
+            body += chunk[:-2]
+    else:
+        raise ValueError("response without Content-Length or chunked body")
+    return lines[0], headers, body, wire
+
+
+def main():
+    host, port, path, depth = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    close = len(sys.argv) > 5 and sys.argv[5] == "close"
+    want = expected_body(path)
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
+    try:
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(request * depth)
+            reader = Reader(sock)
+            sizes = []
+            for i in range(1 if close else depth):  # a server may answer only the first request of a closing batch
+                status, headers, body, wire = read_response(reader)
+                if not status.startswith("HTTP/1.1 200"):
+                    raise ValueError(f"response {i}: {status}")
+                if body != want:
+                    raise ValueError(f"response {i}: {len(body)}-byte body differs from the expected {len(want)} bytes")
+                sizes.append(wire)
+            if close:
+                if headers.get("connection", "").lower() != "close":
+                    raise ValueError("no Connection: close in the response")
+                try:
+                    reader.fill()
+                    raise ValueError("connection still open after Connection: close")
+                except EOFError:
+                    pass
+            elif reader.buf:
+                raise ValueError(f"{len(reader.buf)} unexpected bytes after {depth} responses")
+    except (OSError, EOFError, ValueError) as e:
+        print(f"error {path} depth {depth}{' close' if close else ''}: {e}")
+        return 1
+    if len(set(sizes)) != 1:
+        print(f"error: responses of different lengths {sorted(set(sizes))}")
+        return 1
+    print(f"ok {sizes[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

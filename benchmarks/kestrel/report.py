@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Report of benchmarks/run-kestrel.sh (standard library only).
+
+    report.py OUT "SERVERS" "SCENARIOS" SVG_NAME > results.md
+
+Reads OUT/measurements.tsv (written by the harness, one row per round) and the generator outputs it names, writes
+OUT/results.tsv (the same rounds with the parsed and derived numbers), OUT/medians.tsv (for chart.py) and prints the
+markdown tables of medians, with ratios against the `sockets` server of the same run.
+"""
+import csv
+import glob
+import os
+import re
+import statistics
+import sys
+
+NAN = float("nan")
+UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3600000.0}
+SIZES = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3, "TB": 1024 ** 4}
+SCENARIO_TEXT = {
+    "plaintext": "GET /plaintext, one request at a time per connection",
+    "pipelined": "GET /plaintext, 16 requests per write (TechEmpower plaintext)",
+    "json": "GET /json",
+    "download": "GET /download?size=N, 64 connections",
+    "churn": "GET /plaintext with `Connection: close`: one connection per request",
+    "idle": "keep-alive connections, one request each, then held idle",
+}
+
+
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return NAN
+
+
+def ms(text):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", text)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else NAN
+
+
+def parse_generator(path):
+    """wrk --latency or benchmarks/c/loadgen output -> dict (NaN/0 where absent)."""
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        text = ""
+    r = dict(requests=0, rps=0.0, p50=NAN, p99=NAN, read=NAN, errors=0)
+    m = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)([KMGT]?B) read", text)
+    if m:
+        r["requests"], r["read"] = int(m.group(1)), float(m.group(2)) * SIZES[m.group(3)]
+    m = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if m:
+        r["rps"] = float(m.group(1))
+    for key, pct in (("p50", "50"), ("p99", "99")):
+        m = re.search(rf"^\s+{pct}%\s+(\S+)", text, re.M)
+        if m:
+            r[key] = ms(m.group(1))
+    if r["p99"] < r["p50"]:
+        r["p99"] = NAN  # wrk's histogram sometimes prints 99% as 0.00us with pipelining
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        r["errors"] += sum(int(x) for x in m.groups())
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    if m:
+        r["errors"] += int(m.group(1))
+    return r
+
+
+def fail_logs(out, scenario, server):
+    """Lines logged at Error level ("fail: ...") by the server during the scenario (warm-up included)."""
+    count = 0
+    for path in glob.glob(os.path.join(out, f"server-{scenario}-{server}.log")) + \
+            glob.glob(os.path.join(out, f"server-{scenario}-round*-{server}.log")):
+        count += sum(1 for line in open(path, errors="replace") if line.startswith("fail:"))
+    return count
+
+
+def median(values):
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else NAN
+
+
+def fmt(value, spec, dash="—"):
+    return dash if value != value else format(value, spec)
+
+
+def main():
+    out, servers, scenarios, svg = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
+    rows = list(csv.DictReader(open(os.path.join(out, "measurements.tsv")), delimiter="\t"))
+    rounds, failed = [], {}
+    for row in rows:
+        if row["round"] == "0":  # the probe found a wrong response: not measured
+            failed[(row["scenario"], row["server"])] = row["probe"]
+            continue
+        d = dict(scenario=row["scenario"], round=int(row["round"]), server=row["server"], generator=row["generator"],
+                 connections=int(row["connections"]), depth=int(row["depth"]), path=row["path"], out=row["out"])
+        a0, a1 = number(row["alloc_before"]), number(row["alloc_after"])
+        if row["generator"] == "idle_conns":
+            n = d["connections"]
+            ready = re.search(r"^ready (\d+) connections", open(row["out"], errors="replace").read(), re.M)
+            d.update(held=int(row["sockets"]) - int(row["sockets_before"]), ready=bool(ready),
+                     rss_before=number(row["rss_before_kib"]) / 1024, rss=number(row["rss_kib"]) / 1024,
+                     kib_per_conn=(number(row["rss_kib"]) - number(row["rss_before_kib"])) / n,
+                     alloc_per_conn=(a1 - a0) / n, open_s=number(row["open_s"]))
+        else:
+            g = parse_generator(row["out"])
+            cpu, wall, expected = number(row["cpu_s"]), number(row["wall_s"]), number(row["probe"])
+            requests = g["requests"]
+            per_resp = g["read"] / requests if requests else NAN
+            d.update(requests=requests, rps=g["rps"], per_cpu=requests / cpu if cpu > 0 else NAN, p50=g["p50"],
+                     p99=g["p99"], cpu_s=cpu, wall_s=wall, util=cpu / wall if wall > 0 else NAN,
+                     alloc=(a1 - a0) / requests if requests else NAN, rss=number(row["rss_kib"]) / 1024,
+                     bytes_per_resp=per_resp, expected_bytes=expected, errors=g["errors"])
+            d["bound"] = d["util"] < 0.9
+            d["cpu0_other"] = max(0.0, number(row["cpu0_busy"]) - d["util"])
+            d["cpu0_softirq"] = number(row["cpu0_softirq"])
+            # wrk's "MB read" has 3 significant digits; a few % off means responses of another size
+            d["size_ok"] = requests > 0 and abs(per_resp - expected) <= 0.05 * expected
+        rounds.append(d)
+
+    columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "requests", "rps", "per_cpu",
+               "p50", "p99", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+               "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
+    names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "util": "server_cpu", "bound": "generator_bound",
+             "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib"}
+    with open(os.path.join(out, "results.tsv"), "w") as f:
+        f.write("\t".join(names.get(c, c) for c in columns) + "\n")
+        for d in rounds:
+            cells = []
+            for c in columns:
+                v = d.get(c, "")
+                if isinstance(v, bool):
+                    v = int(v)
+                cells.append(("" if v != v else f"{v:.6g}") if isinstance(v, float) else str(v))
+            f.write("\t".join(cells) + "\n")
+
+    by = {}
+    for d in rounds:
+        by.setdefault((d["scenario"], d["server"]), []).append(d)
+    med = lambda key, xs: median([x[key] for x in xs])
+
+    header = open(os.path.join(out, "header.txt")).read().strip().splitlines()
+    print("# Kestrel transport benchmarks")
+    print()
+    print("Generated by `benchmarks/run-kestrel.sh` (issue #5). One machine, both sides on loopback: the server pinned")
+    print("to CPU 0 (`taskset -c 0`, so .NET sees one CPU and the io_uring transport runs one loop), the generator to")
+    print("CPU 1. Read the ratios measured side by side in the same run, not the absolute numbers.")
+    print()
+    for line in header:
+        key, _, value = line.partition(": ")
+        print(f"- {key}: `{value}`" if key == "command" else f"- {line}")
+    print()
+
+    load = [s for s in scenarios if not s.startswith("idle-")]
+    idle = [s for s in scenarios if s.startswith("idle-")]
+    medians = []
+    if load:
+        print("## Under load")
+        print()
+        print("| scenario | server | req/s | req per server CPU-s | vs sockets | p50 ms | p99 ms | p99 vs sockets "
+              "| server CPU | CPU 0 other | generator-bound | alloc B/req | RSS MiB | bytes/resp | errors | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for scen in load:
+            base = by.get((scen, "sockets"))
+            for s in servers:
+                xs = by.get((scen, s))
+                if not xs:
+                    note = f"wrong response: {failed[(scen, s)]}" if (scen, s) in failed else "—"
+                    print(f"| {scen} | {s} | {note} |" + " — |" * 13)
+                    continue
+                per_cpu, p99 = med("per_cpu", xs), med("p99", xs)
+                vs = per_cpu / med("per_cpu", base) if base else NAN
+                p99_vs = p99 / med("p99", base) if base else NAN
+                bound = sum(x["bound"] for x in xs)
+                sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
+                print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} "
+                      f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
+                      f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
+                      f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
+                medians.append((scen, s, per_cpu, bound, len(xs)))
+        print()
+        print("Medians over the rounds. **req/s**, **p50/p99**: from the generator (wrk `--latency`, or loadgen; with")
+        print("pipelining the latency is per batch of 16). **req per server CPU-s**: requests completed / the server's")
+        print("utime+stime (`/proc/PID/stat`) over the measured window, warm-up excluded: the efficiency figure, meaningful")
+        print("even when the generator is the limit. **vs sockets**: that figure's median over the `sockets` server's")
+        print("(higher is better); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
+        print("utime+stime / wall time; **CPU 0 other**: CPU 0's busy time (`/proc/stat`) not in the server's utime+stime:")
+        print("other processes, steal, interrupts (with `CONFIG_IRQ_TIME_ACCOUNTING` also softirq work done during the")
+        print("server's syscalls; results.tsv has CPU 0's irq+softirq share); well above 0 means the run was disturbed.")
+        print("**generator-bound**: rounds where the server stayed under 90% of one CPU (the generator, or the machine's")
+        print("other load, was the limit, so req/s understates the server). **alloc B/req**: difference of")
+        print("`GC.GetTotalAllocatedBytes(precise: true)` (the sample's `--stats` endpoint) across the window / requests.")
+        print("**RSS**: VmRSS in the middle of the window. **bytes/resp**: generator bytes read / requests, checked against")
+        print("the probe's response size. **errors**: the generator's socket errors + non-2xx responses, all rounds.")
+        print("**server fail logs**: lines the server logged at Error level (`fail:`) during the scenario, warm-up")
+        print("included (see OUT/server-SCENARIO-SERVER.log). — : not served by that server.")
+        print()
+    if idle:
+        print("## Idle connections")
+        print()
+        print("| scenario | server | connections held | RSS before MiB | RSS with them MiB | KiB per connection "
+              "| vs sockets | alloc B per connection | time to open s | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for scen in idle:
+            base = by.get((scen, "sockets"))
+            for s in servers:
+                xs = by.get((scen, s))
+                if not xs:
+                    print(f"| {scen} | {s} |" + " — |" * 8)
+                    continue
+                kib = med("kib_per_conn", xs)
+                vs = kib / med("kib_per_conn", base) if base else NAN
+                held = min(x["held"] for x in xs)
+                short = "" if all(x["ready"] for x in xs) else " (client failed!)"
+                print(f"| {scen} | {s} | {held:,}{short} | {med('rss_before', xs):.0f} | {med('rss', xs):.0f} | {kib:.1f} "
+                      f"| {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {fmt(med('alloc_per_conn', xs), ',.0f')} | {med('open_s', xs):.1f} | {fail_logs(out, scen, s)} |")
+        print()
+        print("Per round a fresh server, warmed up with 64 connections, then `benchmarks/c/idle_conns` (CPU 1) opens the")
+        print("connections (128 in progress at a time), does one GET /plaintext on each and keeps them open. **connections held**:")
+        print("socket descriptors in `/proc/PID/fd` with them minus before (the lowest round). **KiB per connection**:")
+        print("(VmRSS with them − VmRSS before) / connections, 1 s after the last one opened (lower is better; **vs sockets**")
+        print("likewise). **alloc B per connection**: managed bytes allocated while opening them, per connection.")
+        print()
+    print("Scenarios: " + "; ".join(f"**{k}**: {v}" for k, v in SCENARIO_TEXT.items()
+                                   if any(s.startswith(k + "-") for s in scenarios)) + ". The number is the connection count.")
+    print("Servers: **iouring** = `samples/KestrelSample --transport iouring` (`UseIoUring()`), **sockets** = Kestrel's")
+    print("Sockets transport, **-inline** = `UnsafePreferInlineScheduling` on that transport (for Sockets also")
+    print("`DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1`, as TechEmpower runs it), **c** = `benchmarks/c/plaintext_server`")
+    print("(liburing, one thread, canned responses; plaintext, json and idle only).")
+    print()
+    if load:
+        print(f"![requests per server CPU-second]({svg})")
+        print()
+
+    with open(os.path.join(out, "medians.tsv"), "w") as f:
+        f.write("scenario\tserver\treq_per_cpu_s\tgenerator_bound_rounds\trounds\n")
+        for scen, s, per_cpu, bound, n in medians:
+            f.write(f"{scen}\t{s}\t{per_cpu:.1f}\t{bound}\t{n}\n")
+
+
+if __name__ == "__main__":
+    main()

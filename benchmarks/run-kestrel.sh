@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# Load harness for the Kestrel transport (issue #5): samples/KestrelSample on
+#   iouring         --transport iouring                 (UseIoUring(): one loop, since the process sees one CPU)
+#   sockets         --transport sockets                 (Kestrel's default Sockets transport: the baseline)
+#   iouring-inline  --transport iouring --inline        (IoUringTransportOptions.UnsafePreferInlineScheduling)
+#   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
+#                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
+#   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
+# Every server is pinned to CPU 0 (taskset -c 0), the generator to CPU 1. Per scenario all servers are started
+# fresh, checked (benchmarks/kestrel/probe.py), warmed up, then measured in interleaved rounds (server order rotated
+# each round). Per round: requests/s and p50/p99 latency from the generator; the server's utime+stime from
+# /proc/PID/stat over the measured window only (requests per server CPU-second); bytes allocated per request from
+# the sample's opt-in GET /_stats (--stats) before and after the window; VmRSS in the middle of the window.
+# A round whose server used less than 90% of one CPU is marked generator-bound.
+#
+# Scenarios (SCENARIOS, default all of these; the number is the connection count):
+#   plaintext-64 plaintext-256 plaintext-1024   GET /plaintext, one request per connection at a time
+#   pipelined-256                               GET /plaintext, 16 requests per write (TechEmpower plaintext)
+#   json-256                                    GET /json
+#   download-64k download-1m                    GET /download?size=65536 / 1048576, 64 connections
+#   churn-64                                    GET /plaintext with Connection: close: a new connection per request
+#   idle-10k                                    10,000 keep-alive connections, one request each, then held idle:
+#                                               (RSS with them - RSS before) / 10,000, fresh server per round
+# Any plaintext-N, pipelined-N, json-N, churn-N or idle-N (N or Nk) also works.
+#
+#   benchmarks/run-kestrel.sh                   defaults: ROUNDS=5 DURATION=8 WARMUP=3, all servers and scenarios
+#   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
+# Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per server and scenario), SERVERS, SCENARIOS,
+# GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen, several times cheaper per request than wrk, for the
+# plaintext, pipelined and json scenarios; the others always use wrk), OUT (directory for everything; default a new
+# temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
+# Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
+# of requests per server CPU-second), the raw generator outputs and server logs.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-8}
+WARMUP=${WARMUP:-3}
+SERVERS=${SERVERS:-"iouring sockets iouring-inline sockets-inline c"}
+SCENARIOS=${SCENARIOS:-"plaintext-64 plaintext-256 plaintext-1024 pipelined-256 json-256 download-64k download-1m churn-64 idle-10k"}
+GENERATOR=${GENERATOR:-wrk}
+PORT_BASE=${PORT_BASE:-18280}
+DOCS=${DOCS:-0}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HERE="$ROOT/benchmarks/kestrel"
+OUT=${OUT:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
+[[ $GENERATOR == wrk || $GENERATOR == loadgen ]] || { echo "GENERATOR must be wrk or loadgen"; exit 2; }
+
+# ---- processes: everything started in the background is killed on exit, Ctrl-C or failure ----
+declare -A PID PORT LIVE   # LIVE: pids started and not yet reaped (a reaped pid may be reused: never kill it)
+cleanup() {
+    local p
+    for p in "${!LIVE[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${!LIVE[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+}
+reap() { # pid: SIGTERM, SIGKILL after 10 s, wait
+    kill "$1" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    unset "LIVE[$1]"
+}
+row() { local IFS=$'\t'; echo "$*" >>"$TSV"; }   # one line of measurements.tsv
+trap cleanup EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+
+# ---- tools ----
+command -v dotnet >/dev/null || { echo "needs the .NET 10 SDK (dotnet) on PATH"; exit 1; }
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+{ command -v gcc >/dev/null && command -v make >/dev/null; } || missing+=(build-essential)
+dpkg -s liburing-dev >/dev/null 2>&1 || missing+=(liburing-dev)
+command -v python3 >/dev/null || missing+=(python3)
+command -v taskset >/dev/null || missing+=(util-linux)
+command -v bc >/dev/null || missing+=(bc)
+command -v ss >/dev/null || missing+=(iproute2)
+if ((${#missing[@]})); then
+    echo "installing with apt-get: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 10,000 idle connections need that many descriptors in the server and in the client (children inherit this).
+hard=$(ulimit -Hn)
+if [[ $hard != unlimited ]] && ((hard < 65536)); then ulimit -Hn 65536 2>/dev/null && hard=65536; fi
+if [[ $hard == unlimited ]] || ((hard > 65536)); then hard=65536; fi   # the C server keeps fds below 65536
+ulimit -n "$hard" 2>/dev/null || true
+
+# ---- build (Release) ----
+echo "building samples/KestrelSample (Release) and benchmarks/c"
+dotnet build -c Release -nologo -v q "$ROOT/samples/KestrelSample/KestrelSample.csproj" >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+make -s -C "$ROOT/benchmarks/c" >>"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+SAMPLE="$ROOT/samples/KestrelSample/bin/Release/net10.0/KestrelSample"
+C_SERVER="$ROOT/benchmarks/c/plaintext_server"
+LOADGEN="$ROOT/benchmarks/c/loadgen"
+IDLE_CLIENT="$ROOT/benchmarks/c/idle_conns"
+
+# ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_C (the C server can serve it) S_GEN ----
+scenario() {
+    local name=$1 kind=${1%%-*} arg=${1#*-}
+    S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
+    S_CONNS=""
+    if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
+        S_CONNS=${BASH_REMATCH[1]}
+        [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
+    fi
+    case $kind in
+        plaintext) ;;
+        pipelined) S_DEPTH=16 ;;
+        json)      S_PATH=/json ;;
+        churn)     S_CLOSE=close S_C=0 ;;
+        idle)      ;;
+        download)
+            S_C=0 S_CONNS=64
+            case $arg in
+                64k) S_PATH="/download?size=65536" ;;
+                1m)  S_PATH="/download?size=1048576" ;;
+                *) echo "unknown scenario $name (download-64k or download-1m)"; exit 2 ;;
+            esac ;;
+        *) echo "unknown scenario $name"; exit 2 ;;
+    esac
+    [[ ${S_CONNS:-} ]] || { echo "scenario $name: no connection count"; exit 2; }
+    [[ $GENERATOR == loadgen && $kind =~ ^(plaintext|pipelined|json)$ ]] && S_GEN=loadgen
+    return 0
+}
+for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
+
+# ---- servers ----
+start_server() { # name port tag (names the log)
+    local name=$1 port=$2 log="$OUT/server-$3-$1.log" args=(--transport "${1%-inline}" --stats --urls "http://127.0.0.1:$2")
+    [[ $name == *-inline ]] && args+=(--inline)
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
+    fi
+    case $name in
+        iouring|iouring-inline|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        c) taskset -c 0 "$C_SERVER" "$port" >"$log" 2>&1 & ;;
+        *) echo "unknown server $name"; exit 2 ;;
+    esac
+    PID[$name]=$!
+    PORT[$name]=$port
+    LIVE[$!]=1
+    for _ in $(seq 300); do
+        { [[ $name == c ]] || grep -q '^Transport:' "$log"; } && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        kill -0 "${PID[$name]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    { kill -0 "${PID[$name]}" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; } ||
+        { echo "$name did not start:"; cat "$log"; exit 1; }
+    if [[ $name == iouring* ]] && ! grep -q '^Transport: io_uring' "$log"; then
+        echo "$name is not on io_uring:"; cat "$log"; exit 1
+    fi
+}
+stop_server() { reap "${PID[$1]}"; unset "PID[$1]"; }
+
+cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
+    local stat
+    stat=$(<"/proc/$1/stat")
+    stat=${stat##*) }          # fields after the command name; $1 here is field 3 (state)
+    set -- $stat
+    echo $((${12} + ${13}))    # fields 14 and 15
+}
+cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait)
+    local _ user nice system idle iowait irq softirq steal
+    read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu0 ' /proc/stat)
+    echo "$((user + nice + system + irq + softirq + steal)) $((irq + softirq)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
+rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
+sockets_open() { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null | wc -l; }
+allocated() { # name: GC.GetTotalAllocatedBytes(precise: true) from the sample's /_stats, "-" for the C server
+    [[ $1 == c ]] && { echo -; return; }
+    local body
+    body=$(exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}" &&
+        printf 'GET /_stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3 &&
+        timeout 5 cat <&3 | tail -n 1)
+    [[ $body =~ ^[0-9]+$ ]] && echo "$body" || echo -
+}
+start_generator() { # name seconds outfile [connections]: the scenario's load generator on CPU 1, in the background
+    local conns=${4:-$S_CONNS}
+    if [[ $S_GEN == loadgen ]]; then
+        taskset -c 1 "$LOADGEN" 127.0.0.1 "${PORT[$1]}" "$conns" "$S_DEPTH" "$2" "$S_PATH" >"$3" 2>&1 &
+    else
+        taskset -c 1 wrk -t1 -c"$conns" -d"$2s" --latency -s "$HERE/request.lua" "http://127.0.0.1:${PORT[$1]}" \
+            -- "$S_PATH" "$S_DEPTH" $S_CLOSE >"$3" 2>&1 &
+    fi
+    GEN=$!
+    LIVE[$GEN]=1
+}
+finish_generator() { wait "$GEN" || true; unset "LIVE[$GEN]"; }
+
+# ---- header ----
+read -r -a server_list <<<"$SERVERS"
+n_load=0 n_idle=0
+for s in $SCENARIOS; do
+    scenario "$s"
+    k=0; for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && k=$((k + 1)); done
+    if [[ $S_KIND == idle ]]; then n_idle=$((n_idle + k)); else n_load=$((n_load + k)); fi
+done
+# per server and scenario: the rounds plus ~0.5 s each for sampling, the warm-up, ~1 s to start, probe and stop;
+# an idle round: start, warm-up, open, settle, stop (measured on 2 cores: within ~10% of a real run)
+estimate=$(( (n_load * (ROUNDS * 2 * DURATION + ROUNDS + 2 * WARMUP + 2) / 2 + n_idle * ROUNDS * (WARMUP + 5) + 20) / 60 + 1 ))
+DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ ]*\).*/\1/p' | tail -1)
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+    echo "kernel: $(uname -r); .NET $DOTNET_VERSION; $(dpkg -s liburing-dev | sed -n 's/^Version: /liburing /p'); $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+    echo "command: $COMMAND"
+    echo "generator: $GENERATOR; open files limit $(ulimit -n)"
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$OUT/header.txt"
+echo "raw outputs: $OUT; estimated time ~${estimate} min"
+
+CLK_TCK=$(getconf CLK_TCK)
+TSV="$OUT/measurements.tsv"
+row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq
+
+# ---- one scenario under load: start all servers, probe, warm up, interleaved rounds, stop ----
+load_scenario() {
+    local scen=$1 servers=() name i k n out probe
+    declare -A PROBE
+    for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
+    echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN"
+    i=0
+    for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
+    local ok=()
+    for name in "${servers[@]}"; do
+        probe=$(python3 "$HERE/probe.py" 127.0.0.1 "${PORT[$name]}" "$S_PATH" "$S_DEPTH" $S_CLOSE 2>&1 || true)
+        if [[ $probe == ok* ]]; then
+            ok+=("$name"); PROBE[$name]=${probe#ok }
+        else
+            echo "  $name: WRONG RESPONSE, not measured: $probe"
+            probe=${probe//[$'\t\n']/ }
+            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - -
+        fi
+    done
+    for name in "${ok[@]}"; do start_generator "$name" "$WARMUP" "$OUT/warmup-$scen-$name.txt"; finish_generator; done
+    n=${#ok[@]}
+    for round in $(seq "$ROUNDS"); do
+        for k in $(seq 0 $((n - 1))); do
+            name=${ok[$(((k + round - 1) % n))]}   # rotated so no server always runs first or last
+            out="$OUT/$scen-round$round-$name.txt"
+            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
+            a0=$(allocated "$name")
+            c0=$(cpu0_ticks); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
+            start_generator "$name" "$DURATION" "$out"
+            sleep "$(echo "$DURATION / 2" | bc -l)"
+            rss=$(rss_kib "$p")   # in the middle of the window, every connection open
+            finish_generator
+            s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu0_ticks)
+            a1=$(allocated "$name")
+            row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
+                "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \
+                "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f", ($4 - $1) / ($6 - $3), ($5 - $2) / ($6 - $3) }')"
+            printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
+                "$(sed -n 's/^Requests\/sec: *//p' "$out")" "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
+            grep -E 'Socket errors|Non-2xx|closed by the server|error' "$out" | sed 's/^/    /' | head -3 || true
+        done
+    done
+    for name in "${servers[@]}"; do stop_server "$name"; done
+}
+
+# ---- idle connections: per round and server a fresh server, warm-up, RSS before, N connections held, RSS after ----
+idle_scenario() {
+    local scen=$1 servers=() name k n out client rss0 rss1 sock0 sock1 a0 a1 t0 t1 opened
+    for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
+    echo "== $scen ($(date +%H:%M:%S)): $S_CONNS idle keep-alive connections, one GET $S_PATH each (open files limit $(ulimit -n))"
+    (( $(ulimit -n) > S_CONNS + 500 )) || { echo "  ulimit -n $(ulimit -n) is too low for $S_CONNS connections: skipped"; return; }
+    n=${#servers[@]}
+    for round in $(seq "$ROUNDS"); do
+        for k in $(seq 0 $((n - 1))); do
+            name=${servers[$(((k + round - 1) % n))]}
+            out="$OUT/$scen-round$round-$name.txt"
+            start_server "$name" "$PORT_BASE" "$scen-round$round"
+            sock0=$(sockets_open "${PID[$name]}")
+            start_generator "$name" "$WARMUP" "$OUT/warmup-$scen-$name.txt" 64; finish_generator
+            # until the server has closed the warm-up connections, or they would count as held ones
+            for _ in $(seq 100); do (( $(sockets_open "${PID[$name]}") <= sock0 )) && break; sleep 0.1; done
+            sleep 0.5
+            rss0=$(rss_kib "${PID[$name]}"); sock0=$(sockets_open "${PID[$name]}"); a0=$(allocated "$name")
+            t0=$(date +%s.%N)
+            taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$name]}" "$S_CONNS" "$S_PATH" >"$out" 2>&1 &
+            client=$!; LIVE[$client]=1
+            for _ in $(seq 1200); do grep -q '^ready' "$out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+            t1=$(date +%s.%N)
+            opened=$(echo "$t1 - $t0" | bc)
+            grep -q '^ready' "$out" || echo "  $name: the client did not get $S_CONNS connections: $(head -c 300 "$out")"
+            sleep 1   # let the server settle (allocations, buffers) with every connection idle
+            rss1=$(rss_kib "${PID[$name]}"); sock1=$(sockets_open "${PID[$name]}"); a1=$(allocated "$name")
+            echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
+            reap "$client"
+            stop_server "$name"
+            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - -
+            printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
+                "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
+        done
+    done
+}
+
+for scen in $SCENARIOS; do
+    scenario "$scen"
+    if [[ $S_KIND == idle ]]; then
+        idle_scenario "$scen"
+    else
+        load_scenario "$scen"
+    fi
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/header.txt"
+
+# ---- report ----
+python3 "$HERE/report.py" "$OUT" "$SERVERS" "$SCENARIOS" results.svg >"$OUT/results.md"
+python3 "$HERE/chart.py" "$OUT/medians.tsv" "$SERVERS" "$SCENARIOS" >"$OUT/results.svg"
+cat "$OUT/results.md"
+echo
+echo "results: $OUT/results.md, $OUT/results.tsv, $OUT/results.svg"
+if [[ $DOCS == 1 ]]; then
+    python3 "$HERE/report.py" "$OUT" "$SERVERS" "$SCENARIOS" benchmarks-kestrel.svg >"$ROOT/docs/benchmarks-kestrel.md"
+    cp "$OUT/results.svg" "$ROOT/docs/benchmarks-kestrel.svg"
+    echo "wrote docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg"
+fi

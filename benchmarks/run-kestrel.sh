@@ -31,7 +31,8 @@
 # temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "run-kestrel.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-8}
@@ -136,6 +137,9 @@ for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
 start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" args=(--transport "${1%-inline}" --stats --urls "http://127.0.0.1:$2")
     [[ $name == *-inline ]] && args+=(--inline)
+    # A ring's teardown finishes after its process is gone, and until then an armed multishot accept keeps the
+    # previous server's listening socket answering: give it a few seconds before calling the port taken.
+    for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.1; done
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
@@ -149,7 +153,7 @@ start_server() { # name port tag (names the log)
     PORT[$name]=$port
     LIVE[$!]=1
     for _ in $(seq 300); do
-        { [[ $name == c ]] || grep -q '^Transport:' "$log"; } && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        { [[ $name == c ]] || grep -qs '^Transport:' "$log"; } && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
         kill -0 "${PID[$name]}" 2>/dev/null || break
         sleep 0.1
     done
@@ -174,7 +178,7 @@ cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/
     echo "$((user + nice + system + irq + softirq + steal)) $((irq + softirq)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
 }
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
-sockets_open() { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null | wc -l; }
+sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
 allocated() { # name: GC.GetTotalAllocatedBytes(precise: true) from the sample's /_stats, "-" for the C server
     [[ $1 == c ]] && { echo -; return; }
     local body
@@ -211,7 +215,7 @@ DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ 
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-    echo "kernel: $(uname -r); .NET $DOTNET_VERSION; $(dpkg -s liburing-dev | sed -n 's/^Version: /liburing /p'); $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+    echo "kernel: $(uname -r); .NET $DOTNET_VERSION; $(dpkg -s liburing-dev | sed -n 's/^Version: /liburing /p'); $({ wrk -v 2>&1 || true; } | head -1 | cut -d' ' -f1-2)"
     echo "command: $COMMAND"
     echo "generator: $GENERATOR; open files limit $(ulimit -n)"
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -289,7 +293,7 @@ idle_scenario() {
             t0=$(date +%s.%N)
             taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$name]}" "$S_CONNS" "$S_PATH" >"$out" 2>&1 &
             client=$!; LIVE[$client]=1
-            for _ in $(seq 1200); do grep -q '^ready' "$out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+            for _ in $(seq 1200); do grep -qs '^ready' "$out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
             t1=$(date +%s.%N)
             opened=$(echo "$t1 - $t0" | bc)
             grep -q '^ready' "$out" || echo "  $name: the client did not get $S_CONNS connections: $(head -c 300 "$out")"

@@ -115,6 +115,13 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             throw new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped.");
         }
         _posted.Enqueue(new WorkItem(action, state));
+        if (_stopped.Task.IsCompleted)
+        {
+            // The loop finished between the check above and the enqueue, after its last look at the queue: run what
+            // raced with the stop elsewhere, as the loop would have (it finds the ring gone), so nothing is lost.
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop.RunPostedWork(), this, preferLocal: false);
+            return;
+        }
         // Dekker pairing with the loop's sleep check: the enqueue above is a full fence, the loop publishes
         // _sleeping with Interchange before re-checking the queue; one of the two sides sees the other.
         if (Volatile.Read(ref _sleeping) != 0 && Interlocked.Exchange(ref _sleeping, 0) != 0)

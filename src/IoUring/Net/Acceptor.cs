@@ -6,7 +6,7 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listener's multishot ACCEPT on one loop. Accepted connections start on this loop. The request is re-armed
+/// A listener's multishot ACCEPT on one loop. Accepted connections are dealt to the listener's loops in turn. The request is re-armed
 /// whenever a CQE comes without F_MORE; when fds run out (EMFILE/ENFILE) it backs off with a timeout instead of spinning.
 /// </summary>
 internal sealed unsafe class Acceptor : RingOwner
@@ -98,9 +98,7 @@ internal sealed unsafe class Acceptor : RingOwner
             }
             else
             {
-                var connection = new IoUringConnection(Loop, result, _isTcp, _settings);
-                connection.Start(noDelayInherited: true); // the listener set it (IoUringListener)
-                _listener.Enqueue(connection);
+                HandOff(result);
             }
             if (!more)
             {
@@ -134,6 +132,40 @@ internal sealed unsafe class Acceptor : RingOwner
                 }
                 break;
         }
+    }
+
+    /// <summary>
+    /// Gives the accepted socket to the next loop in turn. The kernel hands a listening socket's connections to
+    /// whichever accept it finds first, which left every connection on one loop; round robin spreads them.
+    /// </summary>
+    private void HandOff(int fd)
+    {
+        Acceptor target = _listener.NextAcceptor();
+        if (target == this)
+        {
+            StartConnection(fd);
+            return;
+        }
+        try
+        {
+            target.Loop.Schedule(static s => { var (acceptor, fd) = ((Acceptor, int))s!; acceptor.StartConnection(fd); }, (target, fd));
+        }
+        catch (ObjectDisposedException)
+        {
+            StartConnection(fd); // that loop has stopped: keep it here
+        }
+    }
+
+    private void StartConnection(int fd)
+    {
+        if (Loop.IsStopping || !Loop.IsOnLoopThread)
+        {
+            _ = Libc.close(fd); // reached a loop on its way out: nobody will serve it
+            return;
+        }
+        var connection = new IoUringConnection(Loop, fd, _isTcp, _settings);
+        connection.Start(noDelayInherited: true); // the listener set it (IoUringListener)
+        _listener.Enqueue(connection);
     }
 
     protected override void OnFreed()

@@ -5,8 +5,8 @@ using System.Threading.Channels;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listening socket whose connections are accepted by a multishot ACCEPT on every loop of the network: each
-/// loop accepts, and then owns, its own connections. <see cref="AcceptAsync"/> hands them out.
+/// A listening socket whose connections are accepted by a multishot ACCEPT on every loop of the network and dealt
+/// to the loops in turn (a connection then lives on its loop). <see cref="AcceptAsync"/> hands them out.
 /// </summary>
 public sealed class IoUringListener : IAsyncDisposable
 {
@@ -89,6 +89,11 @@ public sealed class IoUringListener : IAsyncDisposable
 
     /// <summary>Same as <see cref="UnbindAsync"/>.</summary>
     public ValueTask DisposeAsync() => UnbindAsync();
+
+    private int _nextAcceptor;
+
+    /// <summary>The acceptor (and so the loop) the next accepted connection goes to: round robin.</summary>
+    internal Acceptor NextAcceptor() => _acceptors[(int)((uint)Interlocked.Increment(ref _nextAcceptor) % (uint)_acceptors.Length)];
 
     internal void Enqueue(IoUringConnection connection)
     {

@@ -61,6 +61,40 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Accepted_connections_are_spread_over_the_loops_in_turn()
+    {
+        // The kernel gives a listening socket's connections to whichever loop's accept it finds first (in practice
+        // always the same one); the listener deals them out instead, so every loop serves its share.
+        var pairs = new List<(Socket Client, IoUringConnection Server)>();
+        try
+        {
+            for (int i = 0; i < 40; i++)
+            {
+                pairs.Add(await ConnectPairAsync());
+            }
+            int[] perLoop = _network.Loops.Select(loop => pairs.Count(p => p.Server.Loop == loop)).ToArray();
+            Assert.All(perLoop, n => Assert.Equal(20, n));
+
+            // Each works on the loop it was given.
+            foreach ((Socket client, IoUringConnection server) in pairs)
+            {
+                await client.SendAsync("ping"u8.ToArray());
+                ReadResult read = await server.Input.ReadAtLeastAsync(4).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+                Assert.Equal("ping", Encoding.ASCII.GetString(read.Buffer.Slice(0, 4).ToArray()));
+                server.Input.AdvanceTo(read.Buffer.GetPosition(4));
+            }
+        }
+        finally
+        {
+            foreach ((Socket client, IoUringConnection server) in pairs)
+            {
+                client.Dispose();
+                server.Abort();
+            }
+        }
+    }
+
+    [Fact]
     public async Task Client_fin_completes_input_and_the_server_can_still_write()
     {
         var (client, server) = await ConnectPairAsync();

@@ -32,6 +32,7 @@ public sealed partial class IoUringConnection
         // Runs on the loop: Output's reader scheduler is the loop, and sends complete inline from their CQE.
         PipeReader reader = _output.Reader;
         Exception? error = null;
+        bool peerReset = false;
         try
         {
             while (true)
@@ -53,6 +54,7 @@ public sealed partial class IoUringConnection
                             continue;
                         }
                         reader.AdvanceTo(buffer.End);
+                        peerReset = sent is -Errno.EPIPE or -Errno.ECONNRESET;
                         error = sent switch
                         {
                             -Errno.ECANCELED when _closing => null,
@@ -82,7 +84,10 @@ public sealed partial class IoUringConnection
         {
             error = ex;
         }
-        reader.Complete(error);
+        // A peer that reset or stopped reading is not the application's fault: its writes see the output completed
+        // (FlushResult.IsCompleted), as with Kestrel's Sockets transport, instead of an exception Kestrel logs as an
+        // application error. The input still reports the reset, and the connection still closes abortively.
+        reader.Complete(peerReset ? null : error);
         EndSend(error);
     }
 

@@ -56,9 +56,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
         long maxRead = settings.MaxReadBufferSize ?? 0;
         long maxWrite = settings.MaxWriteBufferSize ?? 0;
+        // Segments as large as the pool's blocks (a pipe asking for more than a pool's block size gets unpooled arrays).
+        int segmentSize = Math.Min(PinnedBlockMemoryPool.BlockSize, settings.MemoryPool.MaxBufferSize);
         // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
-        _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
-        _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, PinnedBlockMemoryPool.BlockSize, useSynchronizationContext: false));
+        _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false));
+        _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false));
         _onFlushCompleted = OnInputFlushCompleted;
         InitializeZeroCopy();
     }

@@ -279,6 +279,24 @@ public abstract class KestrelConformanceTests
     }
 
     [Fact]
+    public async Task Client_reset_mid_download_is_not_logged_as_an_application_error()
+    {
+        // The app writes without catching (like most apps). A reset peer must look like a gone client (the writes
+        // complete or RequestAborted fires), not make a write throw an exception Kestrel logs as an error.
+        await using TestServer server = await StartAsync(new AppProbe());
+        for (int i = 0; i < 20; i++) // the reset reaches the send first in most rounds, not all
+        {
+            Socket socket = await server.ConnectAsync();
+            await RawClient.SendAsync(socket, "GET /download?size=1000000000 HTTP/1.1\r\nHost: test\r\n\r\n");
+            await RawClient.ReceiveAtLeastAsync(socket, 1 << 20);
+            RawClient.Reset(socket);
+        }
+        await WaitAsync(Task.WhenAll(server.Connections.All.Select(c => c.Closed)));
+        await AssertServesAsync(server);
+        Assert.Empty(server.Logs.Records.Where(r => r.Level >= Microsoft.Extensions.Logging.LogLevel.Error).Select(r => $"{r.Category}[{r.EventId.Id}] {r.Message} {r.Exception?.GetType().Name}"));
+    }
+
+    [Fact]
     public async Task Client_gone_while_the_app_waits_fires_RequestAborted()
     {
         var probe = new AppProbe();

@@ -7,7 +7,7 @@
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
 # Every server is pinned to CPU 0 (taskset -c 0), the generator to CPU 1. Per scenario all servers are started
-# fresh, checked (benchmarks/kestrel/probe.py), warmed up, then measured in interleaved rounds (server order rotated
+# fresh, checked (benchmarks/kestrel/probe.py), warmed up until it stops JIT-compiling, then measured in interleaved rounds (server order rotated
 # each round). Per round: requests/s and p50/p99 latency from the generator; the server's utime+stime from
 # /proc/PID/stat over the measured window only (requests per server CPU-second); bytes allocated per request from
 # the sample's opt-in GET /_stats (--stats) before and after the window; VmRSS in the middle of the window.
@@ -23,9 +23,10 @@
 #                                               (RSS with them - RSS before) / 10,000, fresh server per round
 # Any plaintext-N, pipelined-N, json-N, churn-N or idle-N (N or Nk) also works.
 #
-#   benchmarks/run-kestrel.sh                   defaults: ROUNDS=5 DURATION=8 WARMUP=3, all servers and scenarios
+#   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
-# Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per server and scenario), SERVERS, SCENARIOS,
+# Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per warm-up step; steps repeat until the server
+# stops compiling, at most WARMUP_MAX s per server and scenario), SERVERS, SCENARIOS,
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the
 # others always use wrk. loadgen counts responses by length, nearly free in user space; measured against the C server
 # on this 2-CPU machine it went ~35% further than wrk pipelined, but one request at a time both stop at the same
@@ -36,9 +37,10 @@
 set -Eeuo pipefail
 trap 'echo "run-kestrel.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-ROUNDS=${ROUNDS:-5}
-DURATION=${DURATION:-8}
-WARMUP=${WARMUP:-3}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-6}
+WARMUP=${WARMUP:-5}
+WARMUP_MAX=${WARMUP_MAX:-60}
 SERVERS=${SERVERS:-"iouring sockets iouring-inline sockets-inline c"}
 SCENARIOS=${SCENARIOS:-"plaintext-64 plaintext-256 plaintext-1024 pipelined-256 json-256 download-64k download-1m churn-64 idle-10k"}
 GENERATOR=${GENERATOR:-wrk}
@@ -49,7 +51,7 @@ HERE="$ROOT/benchmarks/kestrel"
 OUT=${OUT:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
+COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP WARMUP_MAX=$WARMUP_MAX SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
 [[ $GENERATOR == wrk || $GENERATOR == loadgen ]] || { echo "GENERATOR must be wrk or loadgen"; exit 2; }
 
 # ---- processes: everything started in the background is killed on exit, Ctrl-C or failure ----
@@ -181,13 +183,31 @@ cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/
 }
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
-allocated() { # name: GC.GetTotalAllocatedBytes(precise: true) from the sample's /_stats, "-" for the C server
+stat_of() { # name path: a number from the sample's opt-in stats endpoints, "-" for the C server or on failure
     [[ $1 == c ]] && { echo -; return; }
     local body
     body=$(exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}" &&
-        printf 'GET /_stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3 &&
+        printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&3 &&
         timeout 5 cat <&3 | tail -n 1)
     [[ $body =~ ^[0-9]+$ ]] && echo "$body" || echo -
+}
+allocated() { stat_of "$1" /_stats; }   # GC.GetTotalAllocatedBytes(precise: true)
+# The runtime keeps tiering code up (tier 0 -> instrumented -> tier 1) for 20-40 s under load on this one busy CPU,
+# and req/s can sit flat for many seconds before the tier-1 code lands: a fixed short warm-up measures half-compiled
+# servers (measured: iouring 55k req/s before, 100k+ after). So warm up in WARMUP-second steps until a step compiles
+# almost nothing (GET /_jit grows by < 10 methods), at most WARMUP_MAX seconds. The C server needs one step.
+warm_up() { # name scenario
+    local before after elapsed=0
+    before=$(stat_of "$1" /_jit)
+    while ((elapsed < WARMUP_MAX)); do
+        start_generator "$1" "$WARMUP" "$OUT/warmup-$2-$1.txt"; finish_generator
+        elapsed=$((elapsed + WARMUP))
+        after=$(stat_of "$1" /_jit)
+        [[ $after == - || $before == - ]] && break
+        ((after - before < 10)) && break
+        before=$after
+    done
+    printf '  %-15s warm after %ss (%s methods compiled)\n' "$1" "$elapsed" "$after"
 }
 start_generator() { # name seconds outfile [connections]: the scenario's load generator on CPU 1, in the background
     local conns=${4:-$S_CONNS}
@@ -212,7 +232,7 @@ for s in $SCENARIOS; do
 done
 # per server and scenario: the rounds plus ~0.5 s each for sampling, the warm-up, ~1 s to start, probe and stop;
 # an idle round: start, warm-up, open, settle, stop (measured on 2 cores: within ~10% of a real run)
-estimate=$(( (n_load * (ROUNDS * 2 * DURATION + ROUNDS + 2 * WARMUP + 2) / 2 + n_idle * ROUNDS * (WARMUP + 5) + 20) / 60 + 1 ))
+estimate=$(( (n_load * (ROUNDS * 2 * DURATION + ROUNDS + 2 * WARMUP + 2) / 2 + n_load * WARMUP_MAX * 2 / 3 + n_idle * ROUNDS * (WARMUP + 5) + 20) / 60 + 1 ))
 DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ ]*\).*/\1/p' | tail -1)
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -248,7 +268,7 @@ load_scenario() {
             row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - -
         fi
     done
-    for name in "${ok[@]}"; do start_generator "$name" "$WARMUP" "$OUT/warmup-$scen-$name.txt"; finish_generator; done
+    for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
     n=${#ok[@]}
     for round in $(seq "$ROUNDS"); do
         for k in $(seq 0 $((n - 1))); do

@@ -4,7 +4,8 @@
 //
 //   --inline  UnsafePreferInlineScheduling on the selected transport (for Sockets as TechEmpower runs it, also set
 //             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
-//   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text (benchmarks/run-kestrel.sh samples it)
+//   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, and GET /_jit: methods JIT-compiled
+//             so far (benchmarks/run-kestrel.sh samples both)
 //
 //   curl http://127.0.0.1:5000/plaintext
 //   curl http://127.0.0.1:5000/json
@@ -68,6 +69,8 @@ if (stats)
 {
     // Sampled before and after a measured window: the difference over the requests served is bytes allocated per request.
     app.MapGet("/_stats", () => Results.Text(GC.GetTotalAllocatedBytes(precise: true).ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
+    // Methods compiled so far: the runtime tiers code up for tens of seconds under load, so the harness warms up until this stops growing.
+    app.MapGet("/_jit", () => Results.Text(System.Runtime.JitInfo.GetCompiledMethodCount().ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
 }
 
 app.Map("/ws", async (HttpContext context) =>

@@ -8,17 +8,34 @@ namespace IoUring.Loops;
 /// list threaded through the same array (a free slot holds the next free slot's number), so rent and return are one
 /// array access each; the array grows during warm-up only, so steady state allocates nothing.
 /// </summary>
-/// <remarks>Loop thread only.</remarks>
-internal sealed class CustomValueTable
+/// <remarks>Loop thread only. A struct so its fields sit in the loop object: one dependent load less per access.</remarks>
+internal struct CustomValueTable
 {
     private const uint NoFreeSlot = uint.MaxValue;
 
-    private ulong[] _values = new ulong[64];
-    private uint _freeHead = NoFreeSlot;
+    private ulong[] _values;
+    private uint _freeHead;
     private int _next;          // slots below this have been handed out at least once
-    private int _inUse;
 
-    public int InUse => _inUse;
+    public CustomValueTable()
+    {
+        _values = new ulong[64];
+        _freeHead = NoFreeSlot;
+    }
+
+    /// <summary>Slots rented and not returned: walks the free list (for tests and diagnostics, not the hot path).</summary>
+    public readonly int InUse
+    {
+        get
+        {
+            int free = 0;
+            for (uint slot = _freeHead; slot != NoFreeSlot; slot = (uint)_values[slot])
+            {
+                free++;
+            }
+            return _next - free;
+        }
+    }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
@@ -33,7 +50,6 @@ internal sealed class CustomValueTable
             slot = RentNew();
         }
         Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot) = value; // slot < _next <= _values.Length
-        _inUse++;
         return slot;
     }
 
@@ -47,7 +63,6 @@ internal sealed class CustomValueTable
         {
             entry = _freeHead;
             _freeHead = slot;
-            _inUse--;
         }
         return value;
     }

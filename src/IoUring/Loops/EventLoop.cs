@@ -32,7 +32,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private readonly Ring _ring;
     private readonly Thread _thread;
     private readonly ConcurrentQueue<WorkItem> _posted = new();
-    private readonly CustomValueTable _customValues = new();
+    private CustomValueTable _customValues = new(); // mutable struct: never readonly
     private readonly LoopOwner _loopOwner;
     private readonly ManualResetEventSlim _started = new();
     private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);

@@ -6,9 +6,9 @@ namespace IoUring.AspNetCore.Tests.Reliability;
 
 /// <summary>
 /// A sample app run as a child process through launcher.c, with its stdout and stderr collected line by line and
-/// its /proc entries readable. Dispose kills it (and anything it started), so no test leaves a server behind.
+/// its /proc entries readable. Disposing kills it (and anything it started), so no test leaves a server behind.
 /// </summary>
-internal sealed partial class ChildProcess : IDisposable
+internal sealed partial class ChildProcess : IAsyncDisposable
 {
     /// <summary>USER_HZ: the unit of utime and stime in /proc/PID/stat (100 on every Linux architecture we run on).</summary>
     public const int TicksPerSecond = 100;
@@ -16,6 +16,7 @@ internal sealed partial class ChildProcess : IDisposable
     private readonly Process _process;
     private readonly DirectoryInfo _workingDirectory;
     private readonly List<string> _lines = [];
+    private Task _output = Task.CompletedTask;
 
     private ChildProcess(Process process, DirectoryInfo workingDirectory)
     {
@@ -45,12 +46,22 @@ internal sealed partial class ChildProcess : IDisposable
         }
         var process = new Process { StartInfo = start };
         var child = new ChildProcess(process, workingDirectory);
-        process.OutputDataReceived += (_, e) => child.Add(e.Data);
-        process.ErrorDataReceived += (_, e) => child.Add(e.Data);
         process.Start();
-        process.BeginOutputReadLine();
-        process.BeginErrorReadLine();
+        // Read line by line here; Dispose closes the pipes (Process.Dispose leaves streams read this way to the
+        // finalizer, and the fd-counting tests would see them go).
+        child._output = Task.WhenAll(child.PumpAsync(process.StandardOutput), child.PumpAsync(process.StandardError));
         return child;
+    }
+
+    private async Task PumpAsync(StreamReader reader)
+    {
+        while (await reader.ReadLineAsync() is { } line)
+        {
+            lock (_lines)
+            {
+                _lines.Add(line);
+            }
+        }
     }
 
     /// <summary>The dotnet host running these tests, so the child gets the same runtime.</summary>
@@ -81,17 +92,6 @@ internal sealed partial class ChildProcess : IDisposable
 
     public string Output => string.Join('\n', Lines);
 
-    private void Add(string? line)
-    {
-        if (line is not null)
-        {
-            lock (_lines)
-            {
-                _lines.Add(line);
-            }
-        }
-    }
-
     /// <summary>Waits for an output line matching <paramref name="match"/>; fails with the output so far if the process exits or the time is up.</summary>
     public async Task<string> WaitForLineAsync(Func<string, bool> match, TimeSpan timeout)
     {
@@ -105,7 +105,7 @@ internal sealed partial class ChildProcess : IDisposable
             }
             if (_process.HasExited)
             {
-                await _process.WaitForExitAsync(); // flushes the redirected output
+                await _output.WaitAsync(TimeSpan.FromSeconds(10)); // the rest of the output
                 line = Lines.FirstOrDefault(match);
                 if (line is not null)
                 {
@@ -137,6 +137,7 @@ internal sealed partial class ChildProcess : IDisposable
         try
         {
             await _process.WaitForExitAsync(cts.Token);
+            await _output.WaitAsync(cts.Token);
         }
         catch (OperationCanceledException)
         {
@@ -215,7 +216,8 @@ internal sealed partial class ChildProcess : IDisposable
         return (stat[(open + 1)..close], utime + stime);
     }
 
-    public void Dispose()
+    /// <summary>Kills the child if it still runs and closes its pipes, without blocking a thread-pool thread.</summary>
+    public async ValueTask DisposeAsync()
     {
         try
         {
@@ -223,11 +225,16 @@ internal sealed partial class ChildProcess : IDisposable
             {
                 _process.Kill(entireProcessTree: true);
             }
-            _process.WaitForExit(10_000);
+            using var cts = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+            await _process.WaitForExitAsync(cts.Token);
+            await _output.WaitAsync(cts.Token); // EOF once the child is gone
+            _process.StandardInput.Dispose();
+            _process.StandardOutput.Dispose();
+            _process.StandardError.Dispose();
         }
-        catch (InvalidOperationException)
+        catch (Exception ex) when (ex is InvalidOperationException or OperationCanceledException or IOException)
         {
-            // never started or already reaped
+            // never started, already reaped, or a pipe already broken
         }
         _process.Dispose();
         try

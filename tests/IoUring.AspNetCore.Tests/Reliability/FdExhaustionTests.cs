@@ -37,7 +37,7 @@ public sealed class FdExhaustionTests(LauncherFixture launcher, ITestOutputHelpe
             ["DOTNET_ThreadPool_ForceMaxWorkerThreads"] = PoolThreads.ToString(System.Globalization.CultureInfo.InvariantCulture),
             ["DOTNET_ThreadPool_ThreadTimeoutMs"] = "-1",
         };
-        using ChildProcess child = ChildProcess.StartDotnet(
+        await using ChildProcess child = ChildProcess.StartDotnet(
             launcher.Path, ["--nofile", FdLimit.ToString(System.Globalization.CultureInfo.InvariantCulture), "--lifetime", "300"],
             RepoFiles.Sample("KestrelSample"), ["--transport", Transport, "--urls", "http://127.0.0.1:0"], environment);
         var sockets = new List<Socket>();

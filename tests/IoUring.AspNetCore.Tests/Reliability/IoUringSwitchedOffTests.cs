@@ -16,7 +16,7 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
     [Fact]
     public async Task Kestrel_sample_serves_on_Sockets_with_one_warning_naming_the_cause()
     {
-        using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("KestrelSample"), ["--urls", "http://127.0.0.1:0"]);
+        await using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("KestrelSample"), ["--urls", "http://127.0.0.1:0"]);
 
         int port = await child.WaitForKestrelPortAsync(s_startup);
         string transport = await child.WaitForLineAsync(l => l.StartsWith("Transport:", StringComparison.Ordinal), s_startup);
@@ -46,7 +46,7 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
     public async Task Plain_api_throws_IoUringUnavailableException_naming_the_cause()
     {
         // The Echo sample's first statement is `new IoUringNetwork()`: unhandled, the exception ends the process.
-        using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("Echo"), ["server", "0"]);
+        await using ChildProcess child = ChildProcess.StartDotnet(launcher.Path, s_noIoUring, RepoFiles.Sample("Echo"), ["server", "0"]);
 
         int exitCode = await child.WaitForExitAsync(s_startup);
         output.WriteLine($"exit code {exitCode}\n{child.Output}");

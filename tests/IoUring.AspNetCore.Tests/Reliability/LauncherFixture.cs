@@ -2,22 +2,37 @@ using System.Diagnostics;
 
 namespace IoUring.AspNetCore.Tests.Reliability;
 
-/// <summary>Compiles launcher.c with gcc once per test class, on first use.</summary>
-public sealed class LauncherFixture : IDisposable
+/// <summary>Compiles launcher.c with gcc once per test class.</summary>
+public sealed class LauncherFixture : IAsyncLifetime
 {
     private const string SourceRelativePath = "tests/IoUring.AspNetCore.Tests/Reliability/launcher.c";
 
     private readonly DirectoryInfo _work = Directory.CreateTempSubdirectory("iouring-launcher-");
-    private readonly Lazy<string> _path;
+    private string? _path;
+    private Exception? _error;
 
-    public LauncherFixture() => _path = new Lazy<string>(Build);
+    /// <summary>The compiled launcher; if gcc failed, every test that needs it fails with the same message.</summary>
+    public string Path => _path ?? throw new InvalidOperationException("launcher.c could not be built", _error);
 
-    /// <summary>The compiled launcher. Lazy caches a failure, so every test that needs gcc fails with the same message.</summary>
-    public string Path => _path.Value;
+    public async Task InitializeAsync()
+    {
+        try
+        {
+            _path = await BuildAsync();
+        }
+        catch (Exception ex)
+        {
+            _error = ex; // reported by the tests that use Path, not as a fixture failure
+        }
+    }
 
-    public void Dispose() => _work.Delete(recursive: true);
+    public Task DisposeAsync()
+    {
+        _work.Delete(recursive: true);
+        return Task.CompletedTask;
+    }
 
-    private string Build()
+    private async Task<string> BuildAsync()
     {
         string gcc = RepoFiles.FindOnPath("gcc")
             ?? throw new InvalidOperationException("gcc was not found on PATH: the reliability tests compile launcher.c with it. Install it: sudo apt-get install build-essential");
@@ -29,10 +44,18 @@ public sealed class LauncherFixture : IDisposable
             start.ArgumentList.Add(arg);
         }
         using Process process = Process.Start(start)!;
-        Task<string> stdout = process.StandardOutput.ReadToEndAsync();
-        string stderr = process.StandardError.ReadToEnd();
-        Assert.True(process.WaitForExit(60_000), "gcc did not finish within 60 s");
-        Assert.True(process.ExitCode == 0, $"gcc could not compile {source} (are the kernel headers, linux-libc-dev, installed?):\n{stdout.Result}{stderr}");
+        // Disposed here: Process.Dispose leaves streams read this way to the finalizer, and the fd-counting tests
+        // would see them go.
+        using StreamReader output = process.StandardOutput, errors = process.StandardError;
+        Task<string> stdout = output.ReadToEndAsync();
+        Task<string> stderr = errors.ReadToEndAsync();
+        using var cts = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        await process.WaitForExitAsync(cts.Token);
+        string messages = await stdout + await stderr;
+        if (process.ExitCode != 0)
+        {
+            throw new InvalidOperationException($"gcc could not compile {source} (are the kernel headers, linux-libc-dev, installed?):\n{messages}");
+        }
         return binary;
     }
 }

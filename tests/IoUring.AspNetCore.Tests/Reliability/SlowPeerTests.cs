@@ -73,7 +73,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
 
         // Each loris sends a request line and a header, then one more header byte every 100 ms, forever.
         var clock = Stopwatch.StartNew();
-        var lorises = new List<Peer>();
+        using var lorises = new Peers();
         for (int i = 0; i < Lorises; i++)
         {
             Peer peer = await Peer.ConnectAsync(server, clock);
@@ -114,7 +114,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
 
         // The headers arrive at once; the body at 10 B/s.
         var clock = Stopwatch.StartNew();
-        var tricklers = new List<Peer>();
+        using var tricklers = new Peers();
         for (int i = 0; i < Tricklers; i++)
         {
             Peer peer = await Peer.ConnectAsync(server, clock);
@@ -196,6 +196,18 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
                 RawClient.Reset(peer.Socket);
             }
             gate.Release.TrySetResult();
+        }
+    }
+
+    /// <summary>Slow peers; disposing closes their sockets (left to the finalizer, they would close during a later fd-counting test).</summary>
+    private sealed class Peers : List<Peer>, IDisposable
+    {
+        public void Dispose()
+        {
+            foreach (Peer peer in this)
+            {
+                peer.Socket.Dispose();
+            }
         }
     }
 

@@ -44,7 +44,8 @@ public sealed class FdExhaustionTests(LauncherFixture launcher, ITestOutputHelpe
         try
         {
             int port = await child.WaitForKestrelPortAsync(s_hangGuard);
-            await child.WaitForLineAsync(l => l.StartsWith("Transport:", StringComparison.Ordinal), s_hangGuard);
+            string transportLine = await child.WaitForLineAsync(l => l.StartsWith("Transport:", StringComparison.Ordinal), s_hangGuard);
+            Assert.Equal(Transport == "iouring" ? "Transport: io_uring" : "Transport: Sockets", transportLine);
             var endPoint = new IPEndPoint(IPAddress.Loopback, port);
 
             // Warm up: established keep-alive connections serve until every pool thread exists; a reset connection

@@ -91,7 +91,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
         int answered408 = lorises.Count(l => l.Received.StartsWith("HTTP/1.1 408 ", StringComparison.Ordinal));
         output.WriteLine($"{Transport}: {Lorises} lorises closed after {first.TotalSeconds:F2}-{last.TotalSeconds:F2} s (RequestHeadersTimeout 2 s), {answered408} with a 408");
         output.WriteLine($"{served} normal requests served meanwhile ({servedWhileAllOpen} while every loris was open), slowest {maxLatency.TotalMilliseconds:F0} ms");
-        output.WriteLine($"pool memory rented: peak +{peak / 1024} KiB over the {rentedBefore / 1024} KiB before ({peak / Lorises} B per loris), +{(rentedAfter - rentedBefore) / 1024} KiB after; held {pool.Held / 1024} KiB");
+        output.WriteLine($"pool memory rented: peak +{peak / 1024} KiB over the {rentedBefore / 1024} KiB before ({peak / Lorises} B per loris), {(rentedAfter - rentedBefore) / 1024:+0;-0;+0} KiB after; held {pool.Held / 1024} KiB");
 
         Assert.All(lorises, l => Assert.InRange(l.ClosedAfter, TimeSpan.FromSeconds(1), s_closeBound));
         Assert.Equal(Lorises, answered408);
@@ -140,7 +140,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
         TimeSpan first = tricklers.Min(l => l.ClosedAfter), last = tricklers.Max(l => l.ClosedAfter);
         int answered408 = tricklers.Count(l => l.Received.StartsWith("HTTP/1.1 408 ", StringComparison.Ordinal));
         output.WriteLine($"{Transport}: {Tricklers} trickling bodies closed after {first.TotalSeconds:F2}-{last.TotalSeconds:F2} s (240 B/s, 2 s grace), {answered408} with a 408");
-        output.WriteLine($"pool memory rented: peak +{peak / 1024} KiB over the {rentedBefore / 1024} KiB before ({peak / Tricklers} B per trickler), +{(rentedAfter - rentedBefore) / 1024} KiB after; held {pool.Held / 1024} KiB");
+        output.WriteLine($"pool memory rented: peak +{peak / 1024} KiB over the {rentedBefore / 1024} KiB before ({peak / Tricklers} B per trickler), {(rentedAfter - rentedBefore) / 1024:+0;-0;+0} KiB after; held {pool.Held / 1024} KiB");
 
         Assert.Equal(TestApp.Describe(UploadLength), uploaded);
         Assert.True(uploadedWhileAllOpen, "the upload finished only after a trickler was cut off");

@@ -135,7 +135,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         }
     }
 
-    /// <summary>The peer sent FIN or RST. Loop thread.</summary>
+    /// <summary>The peer sent FIN or RST. Loop thread, or the constructor's if it had already happened.</summary>
     internal void OnPeerHangup(bool reset)
     {
         if (reset)

@@ -40,6 +40,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     private BufferRing? _bufferRing;
     private int _eventFd = -1;
+    private int _wakersWriting;     // threads inside Wake (see ReleaseResources)
     private ulong* _eventFdValue;   // the wakeup READ's 8-byte target; freed after the loop's last completion
     private int _sleeping;          // 1 while the loop is (about to be) blocked in io_uring_enter
     private int _stopRequested;
@@ -126,7 +127,18 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         // _sleeping with Interchange before re-checking the queue; one of the two sides sees the other.
         if (Volatile.Read(ref _sleeping) != 0 && Interlocked.Exchange(ref _sleeping, 0) != 0)
         {
-            Wake();
+            if (Thread.CurrentThread.IsThreadPoolThread)
+            {
+                // Wake it after the work already queued on the thread pool, not now: an application thread flushing
+                // responses (16 pipelined ones, or one per connection of a loop's batch) would otherwise wake the loop
+                // at the first flush (on a busy CPU the woken loop preempts it) and it would send them one by one.
+                // Later posters find _sleeping cleared, so one wake serves the whole batch (like Kestrel's IOQueue).
+                System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop.Wake(), this, preferLocal: false);
+            }
+            else
+            {
+                Wake();
+            }
         }
     }
 
@@ -157,9 +169,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     private void Wake()
     {
-        ulong one = 1;
-        _ = Libc.write(_eventFd, &one, sizeof(ulong));
-        _counters.Wakeups++;
+        // Counted in, so the loop's teardown never closes the eventfd (whose number could then be reused) under a write.
+        Interlocked.Increment(ref _wakersWriting);
+        int fd = Volatile.Read(ref _eventFd);
+        if (fd >= 0)
+        {
+            ulong one = 1;
+            _ = Libc.write(fd, &one, sizeof(ulong));
+            _counters.Wakeups++;
+        }
+        Interlocked.Decrement(ref _wakersWriting);
     }
 
     // ---- loop-thread API used by owners ----
@@ -458,10 +477,15 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             }
         }
         _loopOwner.Release();
-        if (_eventFd >= 0)
+        int eventFd = Interlocked.Exchange(ref _eventFd, -1);
+        if (eventFd >= 0)
         {
-            _ = Libc.close(_eventFd);
-            _eventFd = -1;
+            SpinWait spin = default;
+            while (Volatile.Read(ref _wakersWriting) != 0)
+            {
+                spin.SpinOnce(); // a write in progress finishes in microseconds
+            }
+            _ = Libc.close(eventFd);
         }
         _ring.Dispose();
     }

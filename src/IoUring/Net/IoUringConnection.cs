@@ -43,8 +43,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private Exception? _abortReason;
     private int _abortRequested;
     private bool _abortWithReset;
-    private bool? _peerClosed;      // null until the peer's FIN (false) or reset (true) arrived; loop thread
-    private (Action<object?, bool>? Callback, object? State) _peerClosedCallback;
+    // The peer-closed notification, registered from any thread without a post to the loop (one per accepted
+    // connection under Kestrel): 0 until the peer's FIN (1) or reset (2) arrived, set by the loop.
+    private int _peerClosedKind;
+    private Action<object?, bool>? _peerClosedCallback;
+    private object? _peerClosedState;
+    private int _peerClosedDelivered;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
     internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
@@ -117,22 +121,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     }
 
     /// <summary>
-    /// Calls <paramref name="callback"/> once, on the loop thread, when the peer's FIN or reset is received (true for a
-    /// reset) — also while the application is not reading — or at once if that already happened. For transports that
-    /// must tell their server the client has gone (Kestrel's ConnectionClosed).
+    /// Calls <paramref name="callback"/> once when the peer's FIN or reset is received (true for a reset) — also while
+    /// the application is not reading — on the loop thread, or at once on the calling thread if that already happened.
+    /// For transports that must tell their server the client has gone (Kestrel's ConnectionClosed). Register once.
     /// </summary>
     internal void OnPeerClosed(Action<object?, bool> callback, object? state)
-        => ScheduleOnLoop(c =>
-        {
-            if (c._peerClosed is bool reset)
-            {
-                callback(state, reset);
-            }
-            else
-            {
-                c._peerClosedCallback = (callback, state);
-            }
-        });
+    {
+        _peerClosedState = state;
+        Interlocked.Exchange(ref _peerClosedCallback, callback); // full fence: published before the kind is read
+        DeliverPeerClosed();
+    }
 
     /// <summary>
     /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
@@ -151,15 +149,22 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
 
     private void RaisePeerClosed(bool reset)
     {
-        if (_peerClosed is not null)
+        if (_peerClosedKind != 0)
         {
             return;
         }
-        _peerClosed = reset;
-        if (_peerClosedCallback is var (callback, state) && callback is not null)
+        Interlocked.Exchange(ref _peerClosedKind, reset ? 2 : 1); // full fence: published before the callback is read
+        DeliverPeerClosed();
+    }
+
+    // Both sides publish, fence, then look at the other's field, so at least one sees both; the flag makes it once.
+    private void DeliverPeerClosed()
+    {
+        int kind = Volatile.Read(ref _peerClosedKind);
+        Action<object?, bool>? callback = Volatile.Read(ref _peerClosedCallback);
+        if (kind != 0 && callback is not null && Interlocked.Exchange(ref _peerClosedDelivered, 1) == 0)
         {
-            _peerClosedCallback = default;
-            callback(state, reset);
+            callback(_peerClosedState, kind == 2);
         }
     }
 

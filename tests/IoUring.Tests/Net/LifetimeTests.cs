@@ -315,12 +315,20 @@ public sealed class LifetimeTests : IAsyncLifetime
         Assert.False(await fin.Task.WaitAsync(TimeSpan.FromSeconds(10)));
         Assert.True(await rst.Task.WaitAsync(TimeSpan.FromSeconds(10)));
 
-        // Registered after the fact: called at once.
+        // Registered after the fact (the FIN already reached the input): called at once.
+        var (lateClient, lateServer) = await ConnectPairAsync();
+        lateClient.Shutdown(SocketShutdown.Send);
+        ReadResult end = await lateServer.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.True(end.IsCompleted);
         var late = new TaskCompletionSource<bool>();
-        finServer.OnPeerClosed((s, reset) => ((TaskCompletionSource<bool>)s!).TrySetResult(reset), late);
-        Assert.False(await late.Task.WaitAsync(TimeSpan.FromSeconds(10)));
+        lateServer.OnPeerClosed((s, reset) => ((TaskCompletionSource<bool>)s!).TrySetResult(reset), late);
+        Assert.True(late.Task.IsCompleted, "a registration after the FIN is called before it returns");
+        Assert.False(await late.Task);
+
         finClient.Dispose();
+        lateClient.Dispose();
         await finServer.DisposeAsync();
+        await lateServer.DisposeAsync();
     }
 
     [Fact]

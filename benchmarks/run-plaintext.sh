@@ -115,7 +115,7 @@ server_stats() { # .NET servers print "alloc <GC.GetTotalAllocatedBytes> gc0 .. 
         (( $(grep -c '^alloc ' "$log" || true) > before )) && break
         sleep 0.02
     done
-    grep '^alloc ' "$log" | tail -1
+    grep '^alloc ' "$log" | tail -1 || true
 }
 run_wrk() { # name mode seconds outfile: the load generator, pinned to CPU 1
     local depth=1
@@ -140,15 +140,15 @@ for name in "${server_list[@]}"; do start_server "$name" $((PORT_BASE + i)); i=$
 # one busy CPU the background compiler lags further: a fixed few seconds measured half-compiled servers (and req/s
 # can sit flat for 20 s before the tier-1 code lands). So warm each .NET server in WARMUP-second steps until a step
 # compiles almost nothing new (the "jit" count of its SIGHUP stats grows by < 10), at most WARMUP_MAX seconds.
-jit_count() { server_stats "$1" | sed -n 's/.* jit \([0-9]*\).*/\1/p'; }
-warm_up() { # name mode
-    local before after=0 elapsed=0
-    before=$(jit_count "$1")
+jit_count() { { server_stats "$1" || true; } | sed -n 's/.* jit \([0-9]*\).*/\1/p'; }
+warm_up() { # name mode (the first stats request comes after a first step: a server just started may not handle SIGHUP yet)
+    local before=-1000 after=0 elapsed=0
     while ((elapsed < WARMUP_MAX)); do
         run_wrk "$1" "$2" "$WARMUP" "$OUT/warmup-$1-$2.txt"
         elapsed=$((elapsed + WARMUP))
         [[ $1 == c ]] && break
         after=$(jit_count "$1")
+        after=${after:-0}
         ((after - before < 10)) && break
         before=$after
     done

@@ -41,6 +41,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private BufferRing? _bufferRing;
     private int _eventFd = -1;
     private int _wakersWriting;     // threads inside Wake (see ReleaseResources)
+    private readonly DeferredWake _deferredWake;
     private ulong* _eventFdValue;   // the wakeup READ's 8-byte target; freed after the loop's last completion
     private int _sleeping;          // 1 while the loop is (about to be) blocked in io_uring_enter
     private int _stopRequested;
@@ -59,6 +60,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         _options = options ?? new EventLoopOptions();
         _options.Validate();
+        _deferredWake = new DeferredWake(this);
 
         // Created here so setup errors reach the caller; started disabled so the loop thread becomes the single issuer.
         _ring = Ring.Create(new RingOptions
@@ -133,7 +135,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
                 // responses (16 pipelined ones, or one per connection of a loop's batch) would otherwise wake the loop
                 // at the first flush (on a busy CPU the woken loop preempts it) and it would send them one by one.
                 // Later posters find _sleeping cleared, so one wake serves the whole batch (like Kestrel's IOQueue).
-                System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop.Wake(), this, preferLocal: false);
+                System.Threading.ThreadPool.UnsafeQueueUserWorkItem(_deferredWake, preferLocal: false);
             }
             else
             {
@@ -165,6 +167,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         {
             Schedule(static s => ((EventLoop)s!).BeginStop(), this);
         }
+    }
+
+    // A reusable thread-pool work item (a lambda with state would allocate one per wake). At most one is queued.
+    private sealed class DeferredWake(EventLoop loop) : IThreadPoolWorkItem
+    {
+        public void Execute() => loop.Wake();
     }
 
     private void Wake()

@@ -62,6 +62,17 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int eventfd(uint initval, int flags);
 
+    public const int SCHED_OTHER = 0;
+    public const int SCHED_BATCH = 3;
+
+    /// <summary>Sets the scheduling policy of thread <paramref name="tid"/> (0: the calling thread; on Linux the policy is per thread).</summary>
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int sched_setscheduler(int tid, int policy, int* param);
+
+    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread).</summary>
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int sched_getscheduler(int tid);
+
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial nint write(int fd, void* buf, nuint count);
 

@@ -310,6 +310,11 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     private void Start()
     {
+        if (_options.BatchScheduling)
+        {
+            int param = 0; // struct sched_param { int sched_priority; }: 0 for the non-realtime policies
+            IsBatchScheduled = Libc.sched_setscheduler(0, Libc.SCHED_BATCH, &param) == 0;
+        }
         _ring.Enable(_options.RegisterRingFd);
         ushort groupId = (ushort)Interlocked.Increment(ref s_nextGroupId);
         _bufferRing = new BufferRing(_ring, groupId, _options.BufferCount, _options.BufferSize);
@@ -321,6 +326,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         _eventFdValue = (ulong*)NativeMemory.Alloc(sizeof(ulong));
         ArmWakeup();
     }
+
+    /// <summary>Whether the loop thread runs under SCHED_BATCH (<see cref="EventLoopOptions.BatchScheduling"/> and the kernel allowed it).</summary>
+    internal bool IsBatchScheduled { get; private set; }
 
     private void ArmWakeup()
     {

@@ -188,6 +188,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         BufferCount = o.BufferCount,
         BufferSize = o.BufferSize,
         RegisterRingFd = o.RegisterRingFd,
+        BatchScheduling = o.BatchScheduling,
         UnhandledException = o.UnhandledException,
         ThreadName = name,
         RefusedSetupFlagsForTesting = o.RefusedSetupFlagsForTesting,

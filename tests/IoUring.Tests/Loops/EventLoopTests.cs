@@ -44,6 +44,25 @@ public sealed class EventLoopTests
         Assert.Equal(0, loop.CustomSlotsInUse);
     }
 
+    [Theory]
+    [InlineData(true, 3)]  // SCHED_BATCH
+    [InlineData(false, 0)] // SCHED_OTHER
+    public void Loop_thread_runs_under_the_scheduling_policy_the_options_ask_for(bool batch, int expectedPolicy)
+    {
+        string name = $"policy{Environment.TickCount64 % 100000:D5}{(batch ? 'b' : 'n')}"; // <= 15 chars: the kernel's comm
+        using var loop = new EventLoop(new EventLoopOptions { ThreadName = name, BatchScheduling = batch });
+
+        // The kernel's view of the thread (policy is field 41 of /proc/<pid>/task/<tid>/stat), not the loop's own flag.
+        string? stat = Directory.GetDirectories("/proc/self/task")
+            .Where(task => File.ReadAllText(Path.Combine(task, "comm")).TrimEnd('\n') == name)
+            .Select(task => File.ReadAllText(Path.Combine(task, "stat")))
+            .SingleOrDefault();
+        Assert.NotNull(stat);
+        string[] fieldsAfterName = stat[(stat.LastIndexOf(')') + 2)..].Split(' '); // field 3 onwards
+        Assert.Equal(expectedPolicy, int.Parse(fieldsAfterName[41 - 3], System.Globalization.CultureInfo.InvariantCulture));
+        Assert.Equal(batch, loop.IsBatchScheduled);
+    }
+
     [Fact]
     public async Task Nop_with_an_injected_result_reaches_the_handler_unchanged()
     {

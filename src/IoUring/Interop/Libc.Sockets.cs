@@ -40,6 +40,9 @@ internal static unsafe partial class Libc
     public static partial int socket(int domain, int type, int protocol);
 
     [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int shutdown(int fd, int how);
+
+    [LibraryImport(LibcName, SetLastError = true)]
     public static partial int setsockopt(int fd, int level, int name, void* value, uint length);
 
     [LibraryImport(LibcName, SetLastError = true)]

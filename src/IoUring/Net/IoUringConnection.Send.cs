@@ -200,14 +200,11 @@ public sealed partial class IoUringConnection
             return;
         }
         // Graceful end of output: FIN after the data; the connection closes once receiving has ended too.
-        io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindShutdown);
-        sqe->opcode = IORING_OP_SHUTDOWN;
-        sqe->fd = _fd;
-        sqe->len = Libc.SHUT_WR;
-    }
-
-    private void OnShutdownCompleted()
-    {
+        // A direct shutdown(2), not IORING_OP_SHUTDOWN: the kernel always hands that opcode to an io-wq worker thread
+        // (under connection churn a worker wake-up per connection, 12% of the CPU), and shutting down the sending side
+        // of a socket only queues the FIN, it never blocks. A failure (the peer reset first) changes nothing here: the
+        // connection closes either way.
+        _ = Libc.shutdown(_fd, Libc.SHUT_WR);
         _sendEnded = true;
         CheckBothDirectionsEnded();
     }

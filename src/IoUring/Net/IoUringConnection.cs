@@ -25,7 +25,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private const uint KindReceive = 1;
     private const uint KindReceiveCancel = 2;
     private const uint KindSend = 3;
-    private const uint KindShutdown = 4;
     private const uint KindCancelAll = 5;
     private const uint KindClose = 6;
     private const uint KindSendZeroCopy = 7;
@@ -222,7 +221,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             {
                 case KindReceive: connection.OnReceive(result, flags); break;
                 case KindSend: connection.OnSendCompleted(result); break;
-                case KindShutdown: connection.OnShutdownCompleted(); break;
                 case KindClose: connection.OnCloseCompleted(); break;
                 case KindSendZeroCopy: connection.OnZeroCopySendCompleted(result, flags, UserData.Slot(userData)); break;
                 default: break; // cancel requests: their targets report for themselves

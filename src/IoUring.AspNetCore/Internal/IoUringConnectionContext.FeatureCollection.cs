@@ -62,11 +62,21 @@ internal sealed partial class IoUringConnectionContext :
         }
     }
 
-    // Kestrel asks for features on every request: without added features this is a few pointer compares.
+    // Kestrel asks for features on every request (its request features fall back to these): a dictionary lookup only
+    // when features were added, then one cached answer per feature type.
     TFeature? IFeatureCollection.Get<TFeature>() where TFeature : default
-        => _features is null
-            ? (IsOwnFeature(typeof(TFeature)) ? (TFeature)(object)this : default)
-            : (TFeature?)((IFeatureCollection)this)[typeof(TFeature)];
+    {
+        if (_features is not null && _features.TryGetValue(typeof(TFeature), out object? feature))
+        {
+            return (TFeature?)feature;
+        }
+        return OwnFeature<TFeature>.Is ? (TFeature)(object)this : default;
+    }
+
+    private static class OwnFeature<TFeature>
+    {
+        public static readonly bool Is = IsOwnFeature(typeof(TFeature));
+    }
 
     private static bool IsOwnFeature(Type type)
     {

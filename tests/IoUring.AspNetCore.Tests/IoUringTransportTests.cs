@@ -2,11 +2,13 @@ using System.Diagnostics.Metrics;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using System.Reflection;
 using System.Text;
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
+using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -276,6 +278,42 @@ public sealed class IoUringTransportTests
         await connection.Transport.Output.CompleteAsync();
         await connection.DisposeAsync().AsTask().WaitAsync(s_hangGuard);
         Assert.Equal(1, fired);
+    }
+
+    [Fact]
+    public async Task Feature_collection_answers_Get_the_same_as_its_indexer_and_its_enumeration()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        await using var factory = new IoUringConnectionFactory(Options.Create(new IoUringTransportOptions { LoopCount = 1 }), NullLoggerFactory.Instance);
+        await using ConnectionContext connection = await factory.ConnectAsync(server.EndPoint).AsTask().WaitAsync(s_hangGuard);
+        IFeatureCollection features = connection.Features;
+        MethodInfo get = typeof(IFeatureCollection).GetMethod(nameof(IFeatureCollection.Get))!;
+        object? Get(Type type) => get.MakeGenericMethod(type).Invoke(features, null);
+
+        List<Type> own = features.Select(pair => pair.Key).ToList();
+        Assert.Equal(7, own.Count); // the features Kestrel's Sockets transport gives a connection
+        foreach (Type type in own)
+        {
+            Assert.Same(connection, Get(type));
+            Assert.Same(connection, features[type]);
+        }
+        Assert.Null(Get(typeof(ITlsHandshakeFeature)));
+        Assert.Null(features[typeof(ITlsHandshakeFeature)]);
+
+        // A replaced own feature and an added one: Get, the indexer and the enumeration agree.
+        var items = new ItemsFeature();
+        features.Set<IConnectionItemsFeature>(items);
+        features.Set<ITlsHandshakeFeature>(null);
+        Assert.Same(items, features.Get<IConnectionItemsFeature>());
+        Assert.Same(items, features[typeof(IConnectionItemsFeature)]);
+        Assert.Same(items, features.Single(pair => pair.Key == typeof(IConnectionItemsFeature)).Value);
+        Assert.Null(features.Get<ITlsHandshakeFeature>());
+        Assert.Equal(7, features.Count());
+    }
+
+    private sealed class ItemsFeature : IConnectionItemsFeature
+    {
+        public IDictionary<object, object?> Items { get; set; } = new Dictionary<object, object?>();
     }
 
     [Fact]

@@ -21,6 +21,7 @@ internal sealed partial class IoUringConnectionContext :
     IConnectionEndPointFeature,
     IConnectionSocketFeature
 {
+    // The same list as the type tests in Get<TFeature> (kept in step by the feature-collection tests).
     private static readonly Type[] s_ownFeatures =
     [
         typeof(IConnectionIdFeature),
@@ -32,7 +33,10 @@ internal sealed partial class IoUringConnectionContext :
         typeof(IConnectionSocketFeature),
     ];
 
-    private Dictionary<Type, object?>? _features;   // added features, and replaced (or removed: null) own ones
+    // Added features, and replaced (or removed: null) own ones. Kestrel adds about five per connection and then asks,
+    // per request, for features nobody has: a short array searched by reference beats a dictionary's hashing here.
+    private KeyValuePair<Type, object?>[]? _added;
+    private int _addedCount;
     private int _revision;
     private string? _connectionId;
     private IDictionary<object, object?>? _items;
@@ -48,41 +52,71 @@ internal sealed partial class IoUringConnectionContext :
         get
         {
             ArgumentNullException.ThrowIfNull(key);
-            if (_features is not null && _features.TryGetValue(key, out object? feature))
+            int index = IndexOfAdded(key);
+            if (index >= 0)
             {
-                return feature;
+                return _added![index].Value;
             }
             return IsOwnFeature(key) ? this : null;
         }
         set
         {
             ArgumentNullException.ThrowIfNull(key);
-            (_features ??= []) [key] = value;
+            int index = IndexOfAdded(key);
+            if (index < 0)
+            {
+                if (_added is null || _addedCount == _added.Length)
+                {
+                    Array.Resize(ref _added, Math.Max(8, _addedCount * 2));
+                }
+                index = _addedCount++;
+            }
+            _added![index] = new KeyValuePair<Type, object?>(key, value);
             _revision++;
         }
     }
 
-    // Kestrel asks for features on every request (its request features fall back to these): a dictionary lookup only
-    // when features were added, then one cached answer per feature type.
+    // Kestrel asks for features on every request (its request features fall back to these): the added ones first (they
+    // may replace own ones), then type-handle comparisons.
     TFeature? IFeatureCollection.Get<TFeature>() where TFeature : default
     {
-        if (_features is not null && _features.TryGetValue(typeof(TFeature), out object? feature))
+        int index = IndexOfAdded(typeof(TFeature));
+        if (index >= 0)
         {
-            return (TFeature?)feature;
+            return (TFeature?)_added![index].Value;
         }
-        return OwnFeature<TFeature>.Is ? (TFeature)(object)this : default;
+        if (typeof(TFeature) == typeof(IConnectionIdFeature) ||
+            typeof(TFeature) == typeof(IConnectionTransportFeature) ||
+            typeof(TFeature) == typeof(IConnectionItemsFeature) ||
+            typeof(TFeature) == typeof(IMemoryPoolFeature) ||
+            typeof(TFeature) == typeof(IConnectionLifetimeFeature) ||
+            typeof(TFeature) == typeof(IConnectionEndPointFeature) ||
+            typeof(TFeature) == typeof(IConnectionSocketFeature))
+        {
+            return (TFeature)(object)this;
+        }
+        return default;
     }
 
-    private static class OwnFeature<TFeature>
+    // Feature keys are runtime types (typeof), unique objects: compared by reference.
+    private int IndexOfAdded(Type key)
     {
-        public static readonly bool Is = IsOwnFeature(typeof(TFeature));
+        KeyValuePair<Type, object?>[]? added = _added;
+        for (int i = 0; i < _addedCount; i++)
+        {
+            if (ReferenceEquals(added![i].Key, key))
+            {
+                return i;
+            }
+        }
+        return -1;
     }
 
     private static bool IsOwnFeature(Type type)
     {
         foreach (Type own in s_ownFeatures)
         {
-            if (ReferenceEquals(own, type)) // runtime types are unique objects
+            if (ReferenceEquals(own, type))
             {
                 return true;
             }
@@ -96,19 +130,17 @@ internal sealed partial class IoUringConnectionContext :
     {
         foreach (Type type in s_ownFeatures)
         {
-            if (_features is null || !_features.ContainsKey(type))
+            if (IndexOfAdded(type) < 0)
             {
                 yield return new KeyValuePair<Type, object>(type, this);
             }
         }
-        if (_features is not null)
+        for (int i = 0; i < _addedCount; i++)
         {
-            foreach (KeyValuePair<Type, object?> pair in _features)
+            KeyValuePair<Type, object?> pair = _added![i];
+            if (pair.Value is not null)
             {
-                if (pair.Value is not null)
-                {
-                    yield return new KeyValuePair<Type, object>(pair.Key, pair.Value);
-                }
+                yield return new KeyValuePair<Type, object>(pair.Key, pair.Value);
             }
         }
     }

@@ -25,6 +25,10 @@ internal sealed class IoUringTransport : IAsyncDisposable
         Metrics = metrics;
         metrics.Register(network);
         IoUringTransportLog.TransportStarted(logger, network.Loops.Count, network.Loops[0].SetupFlags);
+        if (network.Loops[0].BatchSchedulingError != 0)
+        {
+            IoUringTransportLog.BatchSchedulingRefused(logger, network.Loops[0].BatchSchedulingError);
+        }
     }
 
     public ILogger Logger { get; }

@@ -98,6 +98,9 @@ internal static partial class IoUringTransportLog
     [LoggerMessage(102, LogLevel.Debug, "io_uring transport started {LoopCount} event loops (setup flags 0x{SetupFlags:x}).", EventName = "TransportStarted")]
     public static partial void TransportStarted(ILogger logger, int loopCount, uint setupFlags);
 
+    [LoggerMessage(104, LogLevel.Information, "io_uring event loops run under the normal scheduling policy: the kernel refused SCHED_BATCH (errno {Errno}); set BatchScheduling = false to silence this.", EventName = "BatchSchedulingRefused")]
+    public static partial void BatchSchedulingRefused(ILogger logger, int errno);
+
     [LoggerMessage(103, LogLevel.Debug, "io_uring transport listening on {EndPoint}.", EventName = "ListenerBound")]
     public static partial void ListenerBound(ILogger logger, string endPoint);
 }

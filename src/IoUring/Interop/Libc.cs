@@ -62,14 +62,28 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int eventfd(uint initval, int flags);
 
-    public const int SCHED_OTHER = 0;
     public const int SCHED_BATCH = 3;
+    /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy, not the caller's.</summary>
+    public const int SCHED_RESET_ON_FORK = 0x40000000;
 
-    /// <summary>Sets the scheduling policy of thread <paramref name="tid"/> (0: the calling thread; on Linux the policy is per thread).</summary>
-    [LibraryImport(LibcName, SetLastError = true)]
-    public static partial int sched_setscheduler(int tid, int policy, int* param);
+    [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
+    private static partial long syscall_sched_setscheduler(long number, int tid, int policy, int* param);
 
-    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread).</summary>
+    /// <summary>
+    /// Sets the scheduling policy of thread <paramref name="tid"/> (0: the calling thread; on Linux the policy is per
+    /// thread). The raw syscall where its number is known: musl's sched_setscheduler wrapper always fails with ENOSYS.
+    /// </summary>
+    public static int sched_setscheduler(int tid, int policy, int* param) => RuntimeInformation.ProcessArchitecture switch
+    {
+        Architecture.X64 => (int)syscall_sched_setscheduler(144, tid, policy, param),
+        Architecture.Arm64 => (int)syscall_sched_setscheduler(119, tid, policy, param), // asm-generic
+        _ => sched_setscheduler_libc(tid, policy, param),
+    };
+
+    [LibraryImport(LibcName, EntryPoint = "sched_setscheduler", SetLastError = true)]
+    private static partial int sched_setscheduler_libc(int tid, int policy, int* param);
+
+    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread), SCHED_RESET_ON_FORK included.</summary>
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int sched_getscheduler(int tid);
 

@@ -312,8 +312,17 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (_options.BatchScheduling)
         {
-            int param = 0; // struct sched_param { int sched_priority; }: 0 for the non-realtime policies
-            IsBatchScheduled = Libc.sched_setscheduler(0, Libc.SCHED_BATCH, &param) == 0;
+            // struct sched_param { int sched_priority; }: 0 for the non-realtime policies. RESET_ON_FORK: threads started
+            // from the loop thread (the thread pool grows from whichever thread queues work) keep the normal policy.
+            int param = 0;
+            if (Libc.sched_setscheduler(0, Libc.SCHED_BATCH | Libc.SCHED_RESET_ON_FORK, &param) == 0)
+            {
+                IsBatchScheduled = true;
+            }
+            else
+            {
+                BatchSchedulingError = Libc.GetLastErrno();
+            }
         }
         _ring.Enable(_options.RegisterRingFd);
         ushort groupId = (ushort)Interlocked.Increment(ref s_nextGroupId);
@@ -327,8 +336,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         ArmWakeup();
     }
 
-    /// <summary>Whether the loop thread runs under SCHED_BATCH (<see cref="EventLoopOptions.BatchScheduling"/> and the kernel allowed it).</summary>
-    internal bool IsBatchScheduled { get; private set; }
+    /// <summary>
+    /// Whether the loop thread runs under SCHED_BATCH: <see cref="EventLoopOptions.BatchScheduling"/> asked for it and
+    /// the kernel allowed it. Set once the loop thread has started (before the constructor returns).
+    /// </summary>
+    public bool IsBatchScheduled { get; private set; }
+
+    /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under a seccomp filter), or 0.</summary>
+    public int BatchSchedulingError { get; private set; }
 
     private void ArmWakeup()
     {

@@ -36,7 +36,9 @@ public sealed class EventLoopOptions
     /// requests per CPU-second under Kestrel (docs/benchmarks.md). The loop keeps its fair share of CPU; what it gives up
     /// is preempting: while application threads run CPU-bound on every core, completions can wait up to a scheduler
     /// time slice (a few ms). Set false to keep the normal policy (SCHED_OTHER). Where the policy cannot be set (a
-    /// seccomp filter), the loop runs under the normal policy.
+    /// seccomp filter), the loop runs under the normal policy: <see cref="EventLoop.IsBatchScheduled"/> and
+    /// <see cref="EventLoop.BatchSchedulingError"/> say so (the Kestrel transport logs it once). Threads started from the
+    /// loop thread (the thread pool can grow from it) start under the normal policy (SCHED_RESET_ON_FORK).
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 

@@ -61,6 +61,27 @@ public sealed class EventLoopTests
         string[] fieldsAfterName = stat[(stat.LastIndexOf(')') + 2)..].Split(' '); // field 3 onwards
         Assert.Equal(expectedPolicy, int.Parse(fieldsAfterName[41 - 3], System.Globalization.CultureInfo.InvariantCulture));
         Assert.Equal(batch, loop.IsBatchScheduled);
+        Assert.Equal(0, loop.BatchSchedulingError);
+    }
+
+    [Fact]
+    public async Task Threads_started_from_a_batch_scheduled_loop_thread_run_under_the_normal_policy()
+    {
+        using var loop = new EventLoop(new EventLoopOptions { BatchScheduling = true });
+        Assert.True(loop.IsBatchScheduled);
+        var policies = new TaskCompletionSource<(int Loop, int Child)>(TaskCreationOptions.RunContinuationsAsynchronously);
+        loop.Schedule(_ =>
+        {
+            int loopPolicy = Libc.sched_getscheduler(0);
+            int childPolicy = -1;
+            var child = new Thread(() => childPolicy = Libc.sched_getscheduler(0)); // as the thread pool grows from here
+            child.Start();
+            child.Join();
+            policies.SetResult((loopPolicy, childPolicy));
+        }, null);
+        (int loopPolicy, int childPolicy) = await policies.Task.WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.Equal(Libc.SCHED_BATCH | Libc.SCHED_RESET_ON_FORK, loopPolicy);
+        Assert.Equal(0, childPolicy); // SCHED_OTHER, without the reset flag
     }
 
     [Fact]

@@ -10,7 +10,7 @@ using Microsoft.AspNetCore.Http.Features;
 namespace IoUring.AspNetCore.Internal;
 
 // The features Kestrel's own transports give, implemented by the context itself (no allocation per feature); any
-// other feature, or a replacement of one of these, lives in a dictionary made on first use.
+// other feature, or a replacement of one of these, lives in a short array made on first use (_added).
 internal sealed partial class IoUringConnectionContext :
     IFeatureCollection,
     IConnectionIdFeature,
@@ -21,7 +21,7 @@ internal sealed partial class IoUringConnectionContext :
     IConnectionEndPointFeature,
     IConnectionSocketFeature
 {
-    // The same list as the type tests in Get<TFeature> (kept in step by the feature-collection tests).
+    // The same list as the type tests in Get<TFeature> and the interfaces above (the feature-collection test checks all three agree).
     private static readonly Type[] s_ownFeatures =
     [
         typeof(IConnectionIdFeature),
@@ -102,7 +102,8 @@ internal sealed partial class IoUringConnectionContext :
     private int IndexOfAdded(Type key)
     {
         KeyValuePair<Type, object?>[]? added = _added;
-        for (int i = 0; i < _addedCount; i++)
+        int count = _addedCount;
+        for (int i = 0; i < count; i++)
         {
             if (ReferenceEquals(added![i].Key, key))
             {

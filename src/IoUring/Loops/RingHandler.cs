@@ -25,24 +25,13 @@ namespace IoUring;
 /// loop.Schedule(_ => handler.Submit(new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP }, 0xDEADBEEF_CAFEF00D), null);
 /// </code>
 /// </example>
-public abstract class RingHandler : IDisposable
+public abstract class RingHandler : RingOwner, IDisposable
 {
-    private readonly Owner _owner;
-    private readonly EventLoop _loop;
-
     /// <summary>Binds the handler to <paramref name="loop"/>.</summary>
     protected RingHandler(EventLoop loop)
+        : base(loop ?? throw new ArgumentNullException(nameof(loop)))
     {
-        ArgumentNullException.ThrowIfNull(loop);
-        _loop = loop;
-        _owner = new Owner(loop, this);
     }
-
-    /// <summary>The loop this handler submits on.</summary>
-    public EventLoop Loop => _loop;
-
-    /// <summary>Requests whose final completion has not arrived yet.</summary>
-    public int InFlight => _owner.InFlight;
 
     /// <summary>
     /// Queues <paramref name="sqe"/> on the loop's ring. Its user_data is replaced: <paramref name="userValue"/> comes
@@ -53,25 +42,23 @@ public abstract class RingHandler : IDisposable
     /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request without a final completion.</exception>
     public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
     {
-        EventLoop loop = _loop;
+        EventLoop loop = Loop;
         // One branch for all four checks: non-short-circuit ORs keep the hot path straight.
-        if (!loop.IsOnLoopThread | _owner.IsReleased | loop.IsStopping | (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        if (!loop.IsOnLoopThread | IsReleased | loop.IsStopping | (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
         {
             ThrowSubmitError(sqe.flags);
         }
         uint slot = loop.RentCustomSlot(userValue);
-        io_uring_sqe* target = loop.GetSqeUncleared(_owner, UserData.CustomKind, slot);
-        ulong userData = target->user_data;
+        io_uring_sqe* target = loop.TakeSqe(this);
         *target = sqe; // all 64 bytes
-        target->user_data = userData;
+        target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, slot);
     }
 
     private void ThrowSubmitError(byte sqeFlags)
     {
-        EventLoop loop = _owner.Loop;
-        loop.ThrowIfNotOnLoopThread();
-        ObjectDisposedException.ThrowIf(_owner.IsReleased, this);
-        if (loop.IsStopping)
+        Loop.ThrowIfNotOnLoopThread();
+        ObjectDisposedException.ThrowIf(IsReleased, this);
+        if (Loop.IsStopping)
         {
             throw new InvalidOperationException("The event loop is stopping; no new requests are accepted.");
         }
@@ -85,10 +72,11 @@ public abstract class RingHandler : IDisposable
     /// <param name="userValue">The value given to <see cref="Submit"/>.</param>
     /// <param name="result">The CQE's res: a result, or a negated errno (see <see cref="Errno"/>).</param>
     /// <param name="flags">The CQE's flags (IORING_CQE_F_MORE when more completions follow for this request).</param>
-    protected abstract void OnCompletion(ulong userValue, int result, uint flags);
+    /// <remarks>Internal too so the loop calls it directly (a call site the JIT's profile-guided devirtualization can see).</remarks>
+    protected internal abstract void OnCompletion(ulong userValue, int result, uint flags);
 
     /// <summary>Called on the loop thread when <see cref="OnCompletion"/> threw. The default reports it to <see cref="EventLoopOptions.UnhandledException"/>.</summary>
-    protected virtual void OnException(Exception exception) => _owner.Loop.ReportUnhandled(exception);
+    protected virtual void OnException(Exception exception) => Loop.ReportUnhandled(exception);
 
     /// <summary>Called on the loop thread after disposal, once no request of this handler is in flight.</summary>
     protected virtual void OnReleased() { }
@@ -97,35 +85,22 @@ public abstract class RingHandler : IDisposable
     public void Dispose()
     {
         GC.SuppressFinalize(this);
-        if (_owner.Loop.IsOnLoopThread || _owner.Loop.Stopped.IsCompleted)
+        if (Loop.IsOnLoopThread || Loop.Stopped.IsCompleted)
         {
             // After the loop stopped nothing is in flight and no other thread touches the owner.
-            _owner.Release();
+            Release();
         }
         else
         {
-            _owner.Loop.Schedule(static o => ((Owner)o!).Release(), _owner);
+            Loop.Schedule(static o => ((RingHandler)o!).Release(), this);
         }
     }
 
-    /// <summary>
-    /// The loop's fast path for custom completions (kind <see cref="UserData.CustomKind"/>): one virtual call, straight to
-    /// the handler, with the value from the loop's table.
-    /// </summary>
-    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
-    internal static void Dispatch(RingOwner owner, ulong value, int result, uint flags)
-        => System.Runtime.CompilerServices.Unsafe.As<Owner>(owner).Handler.OnCompletion(value, result, flags);
+    // Custom completions are dispatched by the loop straight to OnCompletion; a handler submits nothing else.
+    internal sealed override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+        => throw new InvalidOperationException($"Unexpected operation kind {kind} for a ring handler.");
 
-    private sealed class Owner(EventLoop loop, RingHandler handler) : RingOwner(loop)
-    {
-        public RingHandler Handler => handler;
+    internal sealed override void HandleException(Exception exception) => OnException(exception);
 
-        // Custom completions are dispatched by the loop through RingHandler.Dispatch; this owner submits nothing else.
-        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
-            => throw new InvalidOperationException($"Unexpected operation kind {kind} for a ring handler.");
-
-        internal override void HandleException(Exception exception) => handler.OnException(exception);
-
-        protected override void OnFreed() => handler.OnReleased();
-    }
+    internal sealed override void OnFreed() => OnReleased();
 }

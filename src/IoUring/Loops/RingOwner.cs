@@ -9,15 +9,19 @@ namespace IoUring.Loops;
 /// owner was released and its last request's final CQE arrived, so a handle value in flight in the kernel
 /// can never be reused by another owner (no stale CQE reaches a new owner).
 /// </summary>
-/// <remarks>All members but the constructor run on the loop thread.</remarks>
-internal abstract class RingOwner
+/// <remarks>
+/// <para>All members but the constructor run on the loop thread.</para>
+/// <para>Public only as <see cref="RingHandler"/>'s base (a custom completion then reaches the handler with no extra
+/// object in between); its constructor is internal, so only this library derives from it.</para>
+/// </remarks>
+public abstract class RingOwner
 {
     private GCHandle<RingOwner> _handle;
     private readonly ulong _handleBits;
     private int _inFlight;
     private bool _released;
 
-    protected RingOwner(EventLoop loop)
+    internal RingOwner(EventLoop loop)
     {
         Loop = loop;
         _handle = new GCHandle<RingOwner>(this);
@@ -31,12 +35,13 @@ internal abstract class RingOwner
         loop.OnOwnerCreated();
     }
 
+    /// <summary>The loop this owner submits on.</summary>
     public EventLoop Loop { get; }
 
     /// <summary>Requests submitted whose final CQE has not arrived yet.</summary>
     public int InFlight => _inFlight;
 
-    public bool IsReleased => _released;
+    internal bool IsReleased => _released;
 
     internal ulong HandleBits => _handleBits;
 
@@ -50,10 +55,10 @@ internal abstract class RingOwner
     internal virtual void HandleException(Exception exception) => Loop.ReportUnhandled(exception);
 
     /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
-    protected virtual void OnFreed() { }
+    internal virtual void OnFreed() { }
 
     /// <summary>Called after each request's final CQE while the owner is not released (e.g. to close its fd once the rest is done).</summary>
-    protected virtual void OnRequestFinished() { }
+    internal virtual void OnRequestFinished() { }
 
     internal void OnSubmitted() => _inFlight++;
 

@@ -168,7 +168,7 @@ internal sealed unsafe class Acceptor : RingOwner
         _listener.Enqueue(connection);
     }
 
-    protected override void OnFreed()
+    internal override void OnFreed()
     {
         NativeMemory.Free(_backoff);
         _backoff = null;

@@ -233,9 +233,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             connection.BeginClose(exception, abortive: true);
         }
 
-        protected override void OnRequestFinished() => connection.CheckCloseProgress();
+        internal override void OnRequestFinished() => connection.CheckCloseProgress();
 
-        protected override void OnFreed() => connection.OnFreed();
+        internal override void OnFreed() => connection.OnFreed();
     }
 
     // IValueTaskSource<int>: the pending send's result; completed inline on the loop thread.

@@ -65,6 +65,38 @@ public sealed class EventLoopTests
     }
 
     [Fact]
+    public async Task The_loop_thread_is_recognized_by_its_stack_and_no_other_thread_is()
+    {
+        var loop = new EventLoop();
+        var onLoop = new TaskCompletionSource<(bool Direct, bool Nested)>(TaskCreationOptions.RunContinuationsAsynchronously);
+        loop.Schedule(_ => onLoop.SetResult((loop.IsOnLoopThread, DeepIsOnLoopThread(loop, 200))), null);
+
+        Assert.True(loop.KnowsThreadStack); // glibc answers pthread_getattr_np: the fast test is the one exercised
+        Assert.Equal((true, true), await onLoop.Task.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.False(loop.IsOnLoopThread);
+        Assert.False(await Task.Run(() => loop.IsOnLoopThread));
+        Assert.False(await Task.Factory.StartNew(() => DeepIsOnLoopThread(loop, 200), TaskCreationOptions.LongRunning));
+
+        loop.Dispose();
+        await loop.Stopped.WaitAsync(TimeSpan.FromSeconds(10));
+        for (int i = 0; i < 100 && loop.KnowsThreadStack; i++)
+        {
+            await Task.Delay(10); // the thread clears the range as its very last step, after Stopped completes
+        }
+        Assert.False(loop.KnowsThreadStack); // a later thread given the same stack memory must not pass
+        Assert.False(await Task.Factory.StartNew(() => loop.IsOnLoopThread, TaskCreationOptions.LongRunning));
+    }
+
+    // Recurses so the test runs deeper in the stack than the loop's own frames.
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static bool DeepIsOnLoopThread(EventLoop loop, int depth)
+    {
+        Span<byte> padding = stackalloc byte[256];
+        padding[0] = (byte)depth;
+        return depth == 0 ? loop.IsOnLoopThread && padding[0] == 0 : DeepIsOnLoopThread(loop, depth - 1);
+    }
+
+    [Fact]
     public async Task Threads_started_from_a_batch_scheduled_loop_thread_run_under_the_normal_policy()
     {
         using var loop = new EventLoop(new EventLoopOptions { BatchScheduling = true });

@@ -16,7 +16,7 @@ internal sealed class RecordingHandler(EventLoop loop) : RingHandler(loop)
 
     public Func<ulong, int, uint, bool>? Throw { get; set; }
 
-    protected override void OnCompletion(ulong userValue, int result, uint flags)
+    protected internal override void OnCompletion(ulong userValue, int result, uint flags)
     {
         _completions.Enqueue((userValue, result, flags));
         _arrived.Release();

@@ -41,15 +41,14 @@ internal struct CustomValueTable
     public uint Rent(ulong value)
     {
         uint slot = _freeHead;
-        if (slot != NoFreeSlot)
+        if (slot == NoFreeSlot)
         {
-            _freeHead = (uint)Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
+            return RentNew(value);
         }
-        else
-        {
-            slot = RentNew();
-        }
-        Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot) = value; // slot < _next <= _values.Length
+        // The array is read once (one load, one null check); slot came from the free list: in range.
+        ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
+        _freeHead = (uint)entry;
+        entry = value;
         return slot;
     }
 
@@ -68,7 +67,7 @@ internal struct CustomValueTable
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
-    private uint RentNew()
+    private uint RentNew(ulong value)
     {
         if (_next == _values.Length)
         {
@@ -78,6 +77,8 @@ internal struct CustomValueTable
             }
             Array.Resize(ref _values, _values.Length * 2);
         }
-        return (uint)_next++;
+        uint slot = (uint)_next++;
+        _values[slot] = value;
+        return slot;
     }
 }

@@ -483,7 +483,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             if (kind == UserData.CustomKind)
             {
                 ulong value = _customValues.Get(UserData.Slot(userData), release: (flags & IORING_CQE_F_MORE) == 0);
-                // Every custom request's owner is a RingHandler: one virtual call, straight to it.
+                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call, straight to it.
+                Debug.Assert(owner is RingHandler);
                 Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
             }
             else

@@ -158,23 +158,28 @@ def main():
     if load:
         print("## Under load")
         print()
-        print("| scenario | server | req/s | req per server CPU-s | vs sockets | p50 ms | p99 ms | p99 vs sockets "
+        print("| scenario | server | req/s | req per server CPU-s | vs sockets | per round | p50 ms | p99 ms | p99 vs sockets "
               "| server CPU | CPU 0 other | generator-bound | alloc B/req | RSS MiB | bytes/resp | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in load:
             base = by.get((scen, "sockets"))
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
                     note = f"wrong response: {failed[(scen, s)]}" if (scen, s) in failed else "—"
-                    print(f"| {scen} | {s} | {note} |" + " — |" * 13)
+                    print(f"| {scen} | {s} | {note} |" + " — |" * 14)
                     continue
                 per_cpu, p99 = med("per_cpu", xs), med("p99", xs)
                 vs = per_cpu / med("per_cpu", base) if base else NAN
                 p99_vs = p99 / med("p99", base) if base else NAN
                 bound = sum(x["bound"] for x in xs)
+                # the same ratio within each round (both servers measured minutes apart at most): its spread shows how
+                # far one run's median can be trusted
+                base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
+                per_round = [x["per_cpu"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
+                spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round and s != "sockets" else "—"
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
-                print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} "
+                print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
                       f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
                       f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
@@ -184,7 +189,8 @@ def main():
         print("pipelining the latency is per batch of 16). **req per server CPU-s**: requests completed / the server's")
         print("utime+stime (`/proc/PID/stat`) over the measured window, warm-up excluded: the efficiency figure, meaningful")
         print("even when the generator is the limit. **vs sockets**: that figure's median over the `sockets` server's")
-        print("(higher is better); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
+        print("(higher is better); **per round**: lowest–highest of that ratio taken round by round (how much one run's")
+        print("median can be trusted); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
         print("utime+stime / wall time; **CPU 0 other**: CPU 0's busy time (`/proc/stat`) not in the server's utime+stime:")
         print("other processes, steal, interrupts (with `CONFIG_IRQ_TIME_ACCOUNTING` also softirq work done during the")
         print("server's syscalls; results.tsv has CPU 0's irq+softirq share); well above 0 means the run was disturbed.")

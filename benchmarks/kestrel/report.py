@@ -163,6 +163,7 @@ def main():
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in load:
             base = by.get((scen, "sockets"))
+            base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
@@ -175,7 +176,6 @@ def main():
                 bound = sum(x["bound"] for x in xs)
                 # the same ratio within each round (both servers measured minutes apart at most): its spread shows how
                 # far one run's median can be trusted
-                base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
                 per_round = [x["per_cpu"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
                 spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round and s != "sockets" else "—"
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
@@ -210,6 +210,7 @@ def main():
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in idle:
             base = by.get((scen, "sockets"))
+            base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:

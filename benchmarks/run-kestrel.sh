@@ -176,10 +176,13 @@ cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
     set -- $stat
     echo $((${12} + ${13}))    # fields 14 and 15
 }
-cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait)
+cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait),
+    # then steal and total ticks of all CPUs (time the hypervisor ran something else: a disturbed round shows here)
     local _ user nice system idle iowait irq softirq steal
     read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu0 ' /proc/stat)
-    echo "$((user + nice + system + irq + softirq + steal)) $((irq + softirq)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+    echo -n "$((user + nice + system + irq + softirq + steal)) $((irq + softirq)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+    read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu ' /proc/stat)
+    echo " $steal $((user + nice + system + idle + iowait + irq + softirq + steal))"
 }
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
@@ -247,7 +250,7 @@ echo "raw outputs: $OUT; estimated time ~${estimate} min"
 CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
-    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal
 
 # ---- one scenario under load: start all servers, probe, warm up, interleaved rounds, stop ----
 load_scenario() {
@@ -265,7 +268,7 @@ load_scenario() {
         else
             echo "  $name: WRONG RESPONSE, not measured: $probe"
             probe=${probe//[$'\t\n']/ }
-            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - -
+            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - - -
         fi
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
@@ -285,7 +288,7 @@ load_scenario() {
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
                 "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \
-                "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f", ($4 - $1) / ($6 - $3), ($5 - $2) / ($6 - $3) }')"
+                "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
                 "$(sed -n 's/^Requests\/sec: *//p' "$out")" "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
             grep -E 'Socket errors|Non-2xx|closed by the server|error' "$out" | sed 's/^/    /' | head -3 || true
@@ -324,7 +327,7 @@ idle_scenario() {
             echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
             reap "$client"
             stop_server "$name"
-            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - -
+            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - -
             printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
                 "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
         done

@@ -115,12 +115,13 @@ def main():
             d["bound"] = d["util"] < 0.9
             d["cpu0_other"] = max(0.0, number(row["cpu0_busy"]) - d["util"])
             d["cpu0_softirq"] = number(row["cpu0_softirq"])
+            d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
             # wrk's "MB read" has 3 significant digits; a few % off means responses of another size
             d["size_ok"] = requests > 0 and abs(per_resp - expected) <= 0.05 * expected
         rounds.append(d)
 
     columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "requests", "rps", "per_cpu",
-               "p50", "p99", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+               "p50", "p99", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
     names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "util": "server_cpu", "bound": "generator_bound",
              "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib"}
@@ -193,7 +194,7 @@ def main():
         print("median can be trusted); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
         print("utime+stime / wall time; **CPU 0 other**: CPU 0's busy time (`/proc/stat`) not in the server's utime+stime:")
         print("other processes, steal, interrupts (with `CONFIG_IRQ_TIME_ACCOUNTING` also softirq work done during the")
-        print("server's syscalls; results.tsv has CPU 0's irq+softirq share); well above 0 means the run was disturbed.")
+        print("server's syscalls; results.tsv has CPU 0's irq+softirq share and the machine's steal share per round); well above 0 means the run was disturbed.")
         print("**generator-bound**: rounds where the server stayed under 90% of one CPU (the generator, or the machine's")
         print("other load, was the limit, so req/s understates the server). **alloc B/req**: difference of")
         print("`GC.GetTotalAllocatedBytes(precise: true)` (the sample's `--stats` endpoint) across the window / requests.")

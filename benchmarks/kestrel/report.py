@@ -211,7 +211,6 @@ def main():
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in idle:
             base = by.get((scen, "sockets"))
-            base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:

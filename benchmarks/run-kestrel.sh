@@ -243,6 +243,8 @@ DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ 
     echo "kernel: $(uname -r); .NET $DOTNET_VERSION; $(dpkg -s liburing-dev | sed -n 's/^Version: /liburing /p'); $({ wrk -v 2>&1 || true; } | head -1 | cut -d' ' -f1-2)"
     echo "command: $COMMAND"
     echo "generator: $GENERATOR; open files limit $(ulimit -n)"
+    # runtime settings the servers inherit (e.g. DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0): part of what was measured
+    env | grep -E '^(DOTNET|COMPlus)_' | grep -vE '^DOTNET_(CLI_|NOLOGO|GENERATE_)' | sort | sed 's/^/environment: /' || true
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/header.txt"
 echo "raw outputs: $OUT; estimated time ~${estimate} min"

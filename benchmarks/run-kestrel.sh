@@ -7,8 +7,8 @@
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
 # Every server is pinned to CPU 0 (taskset -c 0), the generator to CPU 1. Per scenario all servers are started
-# fresh, checked (benchmarks/kestrel/probe.py), warmed up until it stops JIT-compiling, then measured in interleaved rounds (server order rotated
-# each round). Per round: requests/s and p50/p99 latency from the generator; the server's utime+stime from
+# fresh, checked (benchmarks/kestrel/probe.py), warmed up until it stops JIT-compiling, then measured in interleaved rounds (each io_uring server
+# measured next to its Sockets counterpart, pairs rotated and flipped each round). Per round: requests/s and p50/p99 latency from the generator; the server's utime+stime from
 # /proc/PID/stat over the measured window only (requests per server CPU-second); bytes allocated per request from
 # the sample's opt-in GET /_stats (--stats) before and after the window; VmRSS in the middle of the window.
 # A round whose server used less than 90% of one CPU is marked generator-bound.
@@ -169,6 +169,28 @@ start_server() { # name port tag (names the log)
 }
 stop_server() { reap "${PID[$1]}"; unset "PID[$1]"; }
 
+# The servers' order in round $1: each io_uring server next to its Sockets counterpart (iouring with sockets,
+# iouring-inline with sockets-inline), so each round's ratio compares two windows seconds apart, not up to a minute
+# (this VM's speed drifts on that scale); the pairs rotate each round and each pair's order flips, so no server
+# always runs first, last or before its partner.
+round_order() {
+    local round=$1 name partner units=() used=" " i
+    shift
+    for name in "$@"; do
+        [[ $used == *" $name "* ]] && continue
+        case $name in iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
+            if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
+            used+="$name $partner "
+        else
+            units+=("$name"); used+="$name "
+        fi
+    done
+    for i in $(seq 0 $((${#units[@]} - 1))); do
+        echo -n "${units[$(((i + round - 1) % ${#units[@]}))]} "
+    done
+    echo
+}
 cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
     local stat
     stat=$(<"/proc/$1/stat")
@@ -274,10 +296,10 @@ load_scenario() {
         fi
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
-    n=${#ok[@]}
+    local order
     for round in $(seq "$ROUNDS"); do
-        for k in $(seq 0 $((n - 1))); do
-            name=${ok[$(((k + round - 1) % n))]}   # rotated so no server always runs first or last
+        read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
+        for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"
             local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
             a0=$(allocated "$name")

@@ -198,7 +198,7 @@ cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
     set -- $stat
     echo $((${12} + ${13}))    # fields 14 and 15
 }
-cpu0_ticks() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait),
+cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait),
     # then steal and total ticks of all CPUs (time the hypervisor ran something else: a disturbed round shows here)
     local _ user nice system idle iowait irq softirq steal
     read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu0 ' /proc/stat)
@@ -278,7 +278,7 @@ row scenario round server generator connections depth path probe out cpu_s wall_
 
 # ---- one scenario under load: start all servers, probe, warm up, interleaved rounds, stop ----
 load_scenario() {
-    local scen=$1 servers=() name i k n out probe
+    local scen=$1 servers=() name i out probe order
     declare -A PROBE
     for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
     echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN"
@@ -296,19 +296,18 @@ load_scenario() {
         fi
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
-    local order
     for round in $(seq "$ROUNDS"); do
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"
             local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
             a0=$(allocated "$name")
-            c0=$(cpu0_ticks); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
+            c0=$(cpu_ticks_of_machine); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
             start_generator "$name" "$DURATION" "$out"
             sleep "$(echo "$DURATION / 2" | bc -l)"
             rss=$(rss_kib "$p")   # in the middle of the window, every connection open
             finish_generator
-            s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu0_ticks)
+            s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
                 "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \

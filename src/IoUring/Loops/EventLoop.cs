@@ -477,12 +477,15 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private void Dispatch(ulong userData, int result, uint flags)
     {
         RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
+        bool finalPending = (flags & IORING_CQE_F_MORE) == 0; // the request's end is still to be counted
+        // One try region for the whole completion path: the handler, then (final CQE) the owner's bookkeeping, which
+        // may run owner code too (OnRequestFinished, OnFreed: a RingHandler's OnReleased). Nothing escapes to the loop.
         try
         {
             uint kind = UserData.Kind(userData);
             if (kind == UserData.CustomKind)
             {
-                ulong value = _customValues.Get(UserData.Slot(userData), release: (flags & IORING_CQE_F_MORE) == 0);
+                ulong value = _customValues.Get(UserData.Slot(userData), release: finalPending);
                 // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call, straight to it.
                 Debug.Assert(owner is RingHandler);
                 Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
@@ -491,15 +494,50 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             {
                 owner.HandleCompletion(kind, result, flags, userData);
             }
+            if (finalPending)
+            {
+                finalPending = false;
+                _inFlight--;
+                owner.OnFinalCompletion();
+            }
         }
         catch (Exception ex)
         {
-            owner.HandleException(ex);
+            OnDispatchException(owner, ex, finalPending);
         }
-        if ((flags & IORING_CQE_F_MORE) == 0)
+    }
+
+    /// <summary>
+    /// An owner threw while handling a completion: tell it, then count the request's end if that was still to come.
+    /// Whatever the owner's hooks throw here is reported; the loop goes on.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void OnDispatchException(RingOwner owner, Exception exception, bool finalPending)
+    {
+        TellOwner(owner, exception);
+        if (finalPending)
         {
             _inFlight--;
-            owner.OnFinalCompletion();
+            try
+            {
+                owner.OnFinalCompletion();
+            }
+            catch (Exception ex)
+            {
+                TellOwner(owner, ex);
+            }
+        }
+    }
+
+    private void TellOwner(RingOwner owner, Exception exception)
+    {
+        try
+        {
+            owner.HandleException(exception);
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex);
         }
     }
 

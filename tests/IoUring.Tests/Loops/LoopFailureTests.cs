@@ -1,0 +1,155 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using IoUring.Interop;
+using IoUring.Net;
+using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Tests.Loops;
+
+/// <summary>What an owner does on the completion path (throwing from any hook) never stops the loop.</summary>
+public sealed class LoopFailureTests
+{
+    /// <summary>A handler whose hooks throw on demand.</summary>
+    private sealed class ThrowingHandler(EventLoop loop) : RingHandler(loop)
+    {
+        public bool ThrowOnCompletion { get; init; }
+        public bool ThrowOnException { get; init; }
+        public bool ThrowOnReleased { get; init; }
+
+        protected internal override void OnCompletion(ulong userValue, int result, uint flags)
+        {
+            if (ThrowOnCompletion)
+            {
+                throw new InvalidOperationException("from OnCompletion");
+            }
+        }
+
+        protected override void OnException(Exception exception)
+        {
+            if (ThrowOnException)
+            {
+                throw new InvalidOperationException("from OnException", exception);
+            }
+            base.OnException(exception);
+        }
+
+        protected override void OnReleased()
+        {
+            if (ThrowOnReleased)
+            {
+                throw new InvalidOperationException("from OnReleased");
+            }
+        }
+    }
+
+    private static (EventLoop Loop, ConcurrentQueue<Exception> Reported) NewLoop()
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        var loop = new EventLoop(new EventLoopOptions { UnhandledException = reported.Enqueue });
+        return (loop, reported);
+    }
+
+    /// <summary>The loop still runs: a NOP submitted now completes.</summary>
+    private static async Task AssertLoopRunsAsync(EventLoop loop)
+    {
+        Assert.False(loop.Stopped.IsCompleted, "the loop stopped");
+        using var probe = new RecordingHandler(loop);
+        await probe.OnLoopAsync(h => h.Submit(RecordingHandler.Nop(), 7)).WaitAsync(TimeSpan.FromSeconds(10));
+        await probe.WaitForAsync(1, timeoutMs: 5000);
+        Assert.Equal(7UL, probe.Completions.Single().Value);
+    }
+
+    [Fact]
+    public async Task A_handler_whose_OnReleased_throws_does_not_stop_the_loop()
+    {
+        var (loop, reported) = NewLoop();
+        using (loop)
+        {
+            var handler = new ThrowingHandler(loop) { ThrowOnReleased = true };
+            // Disposed with its NOP in flight: OnReleased runs from the NOP's final completion.
+            await RunOnLoopAsync(loop, () =>
+            {
+                handler.Submit(RecordingHandler.Nop(), 1);
+                handler.Dispose();
+            });
+            await Eventually.WaitForAsync(() => !reported.IsEmpty || loop.Stopped.IsCompleted);
+            await AssertLoopRunsAsync(loop);
+            Assert.Contains(reported, e => e.Message == "from OnReleased");
+            Assert.Equal(0, handler.InFlight);
+            Assert.Equal(0, loop.CustomSlotsInUse);
+        }
+    }
+
+    [Fact]
+    public async Task A_handler_whose_OnException_throws_does_not_stop_the_loop()
+    {
+        var (loop, reported) = NewLoop();
+        using (loop)
+        {
+            using var handler = new ThrowingHandler(loop) { ThrowOnCompletion = true, ThrowOnException = true };
+            await RunOnLoopAsync(loop, () => handler.Submit(RecordingHandler.Nop(), 1));
+            await Eventually.WaitForAsync(() => !reported.IsEmpty || loop.Stopped.IsCompleted);
+            await AssertLoopRunsAsync(loop);
+            Exception thrown = Assert.Single(reported);
+            Assert.Equal("from OnException", thrown.Message);
+            Assert.Equal("from OnCompletion", thrown.InnerException?.Message);
+            Assert.Equal(0, handler.InFlight);
+        }
+    }
+
+    [Fact]
+    public async Task A_connection_keeps_working_and_closes_after_a_handler_on_its_loop_threw_from_OnReleased()
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { UnhandledException = reported.Enqueue } });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(listener.LocalEndPoint);
+        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+
+        var handler = new ThrowingHandler(server.Loop) { ThrowOnReleased = true };
+        await RunOnLoopAsync(server.Loop, () =>
+        {
+            handler.Submit(RecordingHandler.Nop(), 1);
+            handler.Dispose();
+        });
+        await Eventually.WaitForAsync(() => !reported.IsEmpty);
+        Assert.Contains(reported, e => e.Message == "from OnReleased");
+
+        await client.SendAsync("ping"u8.ToArray());
+        ReadResult read = await server.Input.ReadAtLeastAsync(4).AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        Assert.Equal("ping", Encoding.ASCII.GetString(read.Buffer.Slice(0, 4).ToArray()));
+        server.Input.AdvanceTo(read.Buffer.GetPosition(4));
+        await server.Output.WriteAsync("pong"u8.ToArray());
+        byte[] buffer = new byte[4];
+        Assert.Equal(4, await client.ReceiveAsync(buffer).WaitAsync(TimeSpan.FromSeconds(5)));
+        Assert.Equal("pong", Encoding.ASCII.GetString(buffer));
+
+        client.Shutdown(SocketShutdown.Send);
+        await server.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        Assert.True(server.Closed.IsCompletedSuccessfully);
+    }
+
+    internal static Task RunOnLoopAsync(EventLoop loop, Action action)
+    {
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        loop.Schedule(_ =>
+        {
+            try
+            {
+                action();
+                done.SetResult();
+            }
+            catch (Exception ex)
+            {
+                done.SetException(ex);
+            }
+        }, null);
+        return done.Task.WaitAsync(TimeSpan.FromSeconds(10));
+    }
+}

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 
@@ -37,14 +38,23 @@ internal struct CustomValueTable
         }
     }
 
+    /// <summary>Makes sure the next <see cref="Rent"/> finds a free slot, growing the table if needed, so that renting cannot fail.</summary>
+    /// <exception cref="InvalidOperationException">All <see cref="UserData.MaxSlots"/> slots are in use.</exception>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void EnsureFreeSlot()
+    {
+        if (_freeHead == NoFreeSlot)
+        {
+            AddFreeSlot();
+        }
+    }
+
+    /// <summary>Takes a free slot for <paramref name="value"/>; call <see cref="EnsureFreeSlot"/> first. Never throws.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
         uint slot = _freeHead;
-        if (slot == NoFreeSlot)
-        {
-            return RentNew(value);
-        }
+        Debug.Assert(slot != NoFreeSlot, "EnsureFreeSlot first");
         // The array is read once (one load, one null check); slot came from the free list: in range.
         ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
         _freeHead = (uint)entry;
@@ -67,7 +77,7 @@ internal struct CustomValueTable
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
-    private uint RentNew(ulong value)
+    private void AddFreeSlot()
     {
         if (_next == _values.Length)
         {
@@ -78,7 +88,7 @@ internal struct CustomValueTable
             Array.Resize(ref _values, _values.Length * 2);
         }
         uint slot = (uint)_next++;
-        _values[slot] = value;
-        return slot;
+        _values[slot] = NoFreeSlot; // the free list was empty: this slot is its only entry
+        _freeHead = slot;
     }
 }

@@ -253,10 +253,23 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         return sqe;
     }
 
+    /// <summary>
+    /// The SQ is full in the middle of an iteration: submit what is queued so far, as the end of the iteration would
+    /// (recycled buffers published first, so the receives among them can use them). A linked chain still open at the
+    /// tail stays queued: links do not span io_uring_enter calls, so submitting part of it would split it.
+    /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private io_uring_sqe* GetSqeAfterSubmit()
     {
-        SubmitAndWait(wait: false);
+        uint openChain = OpenChainLength();
+        if (openChain == _ring.SqEntries)
+        {
+            throw new InvalidOperationException(
+                $"A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue ({_ring.SqEntries} entries) cannot " +
+                $"go to the kernel whole; raise {nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");
+        }
+        _bufferRing?.Publish();
+        SubmitAndWait(wait: false, holdBack: openChain);
         io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
         if (sqe == null)
         {
@@ -265,6 +278,22 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         return sqe;
     }
 
+    /// <summary>The number of queued SQEs at the tail that belong to a chain whose last link is still to come.</summary>
+    private uint OpenChainLength()
+    {
+        uint count = _ring.UnpublishedCount;
+        uint start = count;
+        while (start > 0 && (_ring.UnpublishedSqe(start - 1)->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK)) != 0)
+        {
+            start--;
+        }
+        return count - start;
+    }
+
+    /// <summary>Makes sure <see cref="RentCustomSlot"/> cannot fail; throws if too many custom requests are in flight.</summary>
+    internal void EnsureCustomSlot() => _customValues.EnsureFreeSlot();
+
+    /// <summary>The slot of a custom request's value; after <see cref="EnsureCustomSlot"/>, never throws.</summary>
     internal uint RentCustomSlot(ulong value) => _customValues.Rent(value);
 
     internal void CountBufferRingExhaustion() => _counters.BufferRingExhaustions++;
@@ -428,12 +457,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    private void SubmitAndWait(bool wait)
+    /// <param name="wait">Block for a completion.</param>
+    /// <param name="holdBack">SQEs at the tail to leave queued for a later submit.</param>
+    private void SubmitAndWait(bool wait, uint holdBack = 0)
     {
         __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
         // While stopping, bound each wait so the shutdown deadline is checked.
         _options.FaultsForTesting?.Apply(_ring);
-        int result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null);
+        int result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null, holdBack);
         _counters.Syscalls++;
         if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)
         {

@@ -37,7 +37,15 @@ public abstract class RingHandler : RingOwner, IDisposable
     /// Queues <paramref name="sqe"/> on the loop's ring. Its user_data is replaced: <paramref name="userValue"/> comes
     /// back in <see cref="OnCompletion"/> for every completion of this request. Loop thread only.
     /// </summary>
-    /// <exception cref="InvalidOperationException">Called off the loop thread, or the loop is stopping.</exception>
+    /// <remarks>
+    /// A linked chain (IOSQE_IO_LINK, IOSQE_IO_HARDLINK) goes to the kernel in one io_uring_enter, as links require:
+    /// when the submission queue fills up in the middle of a chain, only the requests before the chain are submitted
+    /// early. A chain longer than <see cref="EventLoopOptions.SubmissionQueueSize"/> cannot be kept whole: the request
+    /// that does not fit is refused with <see cref="InvalidOperationException"/> (the ones already queued go to the
+    /// kernel as a shorter chain and complete as usual).
+    /// </remarks>
+    /// <exception cref="InvalidOperationException">Called off the loop thread, the loop is stopping, too many custom
+    /// requests are in flight, or a linked chain does not fit in the submission queue.</exception>
     /// <exception cref="ObjectDisposedException">The handler was disposed.</exception>
     /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request without a final completion.</exception>
     public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
@@ -48,10 +56,12 @@ public abstract class RingHandler : RingOwner, IDisposable
         {
             ThrowSubmitError(sqe.flags);
         }
-        uint slot = loop.RentCustomSlot(userValue);
+        // Everything that can fail comes before the SQE is taken (a taken SQE is submitted whatever it holds), and
+        // taking it fails before anything is rented or counted: a throw leaks neither an SQE nor a value slot.
+        loop.EnsureCustomSlot();
         io_uring_sqe* target = loop.TakeSqe(this);
         *target = sqe; // all 64 bytes
-        target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, slot);
+        target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, loop.RentCustomSlot(userValue));
     }
 
     private void ThrowSubmitError(byte sqeFlags)

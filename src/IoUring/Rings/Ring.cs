@@ -309,19 +309,20 @@ internal sealed unsafe class Ring : IDisposable
     /// <summary>The <paramref name="index"/>th SQE written since the last <see cref="Enter"/>.</summary>
     public io_uring_sqe* UnpublishedSqe(uint index) => &_sqes[(*_sqTail + index) & _sqMask];
 
-    /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail).</summary>
+    /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail), all but the last <paramref name="holdBack"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private void PublishSqes() => Volatile.Write(ref *_sqTail, _sqeTail);
+    private void PublishSqes(uint holdBack) => Volatile.Write(ref *_sqTail, _sqeTail - holdBack);
 
     /// <summary>
     /// Submits all written SQEs and optionally waits for <paramref name="minComplete"/> completions, in one
     /// io_uring_enter. Returns the number submitted, or -errno (EINTR, ETIME on timeout, EBUSY/EAGAIN when the
-    /// kernel is short of CQ space). <paramref name="timeout"/> (with EXT_ARG) bounds the wait.
+    /// kernel is short of CQ space). <paramref name="timeout"/> (with EXT_ARG) bounds the wait. The last
+    /// <paramref name="holdBack"/> SQEs written stay queued for a later Enter (a linked chain not complete yet).
     /// </summary>
-    public int Enter(uint minComplete, __kernel_timespec* timeout = null)
+    public int Enter(uint minComplete, __kernel_timespec* timeout = null, uint holdBack = 0)
     {
-        PublishSqes();
-        uint toSubmit = PendingSubmissions;
+        PublishSqes(holdBack);
+        uint toSubmit = PendingSubmissions - holdBack;
         // GETEVENTS always: under DEFER_TASKRUN it is what runs the deferred completions, and it flushes overflow.
         uint flags = _enterFlags | IORING_ENTER_GETEVENTS;
         int result;

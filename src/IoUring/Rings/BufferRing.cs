@@ -19,7 +19,8 @@ namespace IoUring.Rings;
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
 {
-    private const int PageSize = 4096;
+    // The kernel wants the entry ring page-aligned (EINVAL otherwise): the real page size, 16 or 64 KiB on some arm64 kernels.
+    private static readonly nuint s_pageSize = (nuint)Environment.SystemPageSize;
     private const int TailOffset = 14; // the ring's tail aliases entry 0's resv field
 
     private readonly Ring _ring;
@@ -43,9 +44,9 @@ internal sealed unsafe class BufferRing : IDisposable
         _mask = (uint)count - 1;
 
         nuint entriesSize = (nuint)(count * sizeof(io_uring_buf));
-        _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), PageSize);
+        _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), s_pageSize);
         NativeMemory.Clear(_entries, entriesSize);
-        _buffers = (byte*)NativeMemory.AlignedAlloc(RoundUpToPage((nuint)count * (nuint)bufferSize), PageSize);
+        _buffers = (byte*)NativeMemory.AlignedAlloc(RoundUpToPage((nuint)count * (nuint)bufferSize), s_pageSize);
 
         io_uring_buf_reg reg = new() { ring_addr = (ulong)_entries, ring_entries = (uint)count, bgid = groupId };
         int result = ring.TryRegister(IORING_REGISTER_PBUF_RING, &reg, 1);
@@ -74,6 +75,9 @@ internal sealed unsafe class BufferRing : IDisposable
     public ushort GroupId { get; }
     public int Count { get; }
     public int BufferSize { get; }
+
+    /// <summary>The address of the entry ring registered with the kernel.</summary>
+    internal nuint RingAddress => (nuint)_entries;
 
     /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after it).</summary>
     public int UnpublishedCount => (ushort)(_tail - _publishedTail);
@@ -132,5 +136,5 @@ internal sealed unsafe class BufferRing : IDisposable
         _buffers = null;
     }
 
-    private static nuint RoundUpToPage(nuint size) => (size + PageSize - 1) & ~(nuint)(PageSize - 1);
+    private static nuint RoundUpToPage(nuint size) => (size + s_pageSize - 1) & ~(s_pageSize - 1);
 }

@@ -97,6 +97,19 @@ public sealed unsafe class BufferRingTests : IDisposable
     }
 
     [Fact]
+    public void The_entry_ring_and_the_buffers_are_aligned_to_the_systems_page_size()
+    {
+        // On a 4 KiB-page machine this passed with the old hard-coded 4096 too; it guards 16/64 KiB-page kernels.
+        using var buffers = new BufferRing(_ring, groupId: 5, count: 4, bufferSize: 64);
+        nuint page = (nuint)Environment.SystemPageSize;
+        Assert.Equal(0u, buffers.RingAddress % page);
+        fixed (byte* first = buffers.GetBuffer(0, 1))
+        {
+            Assert.Equal(0u, (nuint)first % page);
+        }
+    }
+
+    [Fact]
     public void Invalid_sizes_are_rejected_with_the_parameter_named()
     {
         var ex = Assert.Throws<ArgumentOutOfRangeException>(() => new BufferRing(_ring, 5, count: 3, bufferSize: 64));

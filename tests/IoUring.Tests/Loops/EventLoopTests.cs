@@ -53,15 +53,29 @@ public sealed class EventLoopTests
         using var loop = new EventLoop(new EventLoopOptions { ThreadName = name, BatchScheduling = batch });
 
         // The kernel's view of the thread (policy is field 41 of /proc/<pid>/task/<tid>/stat), not the loop's own flag.
+        // Other threads of the process may exit between the listing and the reads: their files are gone, skip them
+        // (the loop thread itself lives until the loop is disposed).
         string? stat = Directory.GetDirectories("/proc/self/task")
-            .Where(task => File.ReadAllText(Path.Combine(task, "comm")).TrimEnd('\n') == name)
-            .Select(task => File.ReadAllText(Path.Combine(task, "stat")))
+            .Where(task => ReadIfStillThere(Path.Combine(task, "comm"))?.TrimEnd('\n') == name)
+            .Select(task => ReadIfStillThere(Path.Combine(task, "stat")))
             .SingleOrDefault();
         Assert.NotNull(stat);
         string[] fieldsAfterName = stat[(stat.LastIndexOf(')') + 2)..].Split(' '); // field 3 onwards
         Assert.Equal(expectedPolicy, int.Parse(fieldsAfterName[41 - 3], System.Globalization.CultureInfo.InvariantCulture));
         Assert.Equal(batch, loop.IsBatchScheduled);
         Assert.Equal(0, loop.BatchSchedulingError);
+    }
+
+    private static string? ReadIfStillThere(string path)
+    {
+        try
+        {
+            return File.ReadAllText(path);
+        }
+        catch (IOException) // DirectoryNotFoundException, FileNotFoundException, ESRCH: the thread exited
+        {
+            return null;
+        }
     }
 
     [Fact]

@@ -1,4 +1,5 @@
 using System.IO.Pipelines;
+using System.Runtime.InteropServices;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
@@ -7,12 +8,18 @@ namespace IoUring.Net;
 // Receiving: one multishot RECV with buffer select; bytes are copied into Input and the buffer goes straight back.
 public sealed partial class IoUringConnection
 {
+    // How long a receive waits before re-arming when the buffer ring stays empty. Process lifetime (never freed): every
+    // connection's backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
+    private static readonly unsafe __kernel_timespec* s_receiveBackoff = NewTimespec(TimeSpan.FromMilliseconds(10));
+
     private readonly Action _onFlushCompleted;
     private ValueTask<FlushResult> _pendingFlush;
     private bool _receiveArmed;     // a RECV is in flight (until its final CQE)
     private bool _receivePaused;    // Input's flush did not complete: backpressure
     private bool _receiveEnded;     // FIN, error, the reader went away, or closing
     private bool _unflushed;        // bytes written to Input since the last flush
+    private bool _receiveBackingOff; // a backoff TIMEOUT is in flight: re-arm when it ends
+    private int _exhaustionMark = -1; // the buffer ring's RecycleMark at this connection's last ENOBUFS (-1: none yet)
     private long _bytesReceived;
 
     private unsafe void ArmReceive()
@@ -28,7 +35,7 @@ public sealed partial class IoUringConnection
 
     private void MaybeRearmReceive()
     {
-        if (!_receiveArmed && !_receivePaused && !_receiveEnded && !_closing && !_owner.Loop.IsStopping)
+        if (!_receiveArmed && !_receiveBackingOff && !_receivePaused && !_receiveEnded && !_closing && !_owner.Loop.IsStopping)
         {
             ArmReceive();
         }
@@ -54,11 +61,19 @@ public sealed partial class IoUringConnection
         {
             ushort bid = (ushort)(flags >> IORING_CQE_BUFFER_SHIFT);
             Rings.BufferRing buffers = _owner.Loop.BufferRing;
-            if (!_receiveEnded)
+            try
             {
-                WriteToInput(buffers.GetBuffer(bid, result));
+                if (!_receiveEnded)
+                {
+                    WriteToInput(buffers.GetBuffer(bid, result));
+                }
             }
-            buffers.Recycle(bid);
+            finally
+            {
+                // Whatever the pipe or its memory pool throws (the connection is then aborted), the buffer belongs to
+                // the loop's ring: a lost one is lost to every connection of the loop.
+                buffers.Recycle(bid);
+            }
             _bytesReceived += result;
             if (!_receiveEnded && !_receivePaused)
             {
@@ -76,9 +91,20 @@ public sealed partial class IoUringConnection
                 EndReceive(null);
                 break;
             case Errno.ENOBUFS:
-                // Every ring buffer was taken; they are given back before the next submit, so re-arming is safe.
+                // Every ring buffer was taken. Those given back are published before the next submit, so re-arm at
+                // once; but if none came back since this connection's last ENOBUFS, a re-arm would fail again at once
+                // (a busy loop): wait a little first.
                 _owner.Loop.CountBufferRingExhaustion();
-                MaybeRearmReceive();
+                int mark = _owner.Loop.BufferRing.RecycleMark;
+                if (mark == _exhaustionMark)
+                {
+                    BackOffReceive();
+                }
+                else
+                {
+                    _exhaustionMark = mark;
+                    MaybeRearmReceive();
+                }
                 break;
             case Errno.EAGAIN:
             case Errno.EINTR:
@@ -96,6 +122,33 @@ public sealed partial class IoUringConnection
                 BeginClose(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)), abortive: true);
                 break;
         }
+    }
+
+    private unsafe void BackOffReceive()
+    {
+        if (_receiveArmed || _receiveBackingOff || _receivePaused || _receiveEnded || _closing || _owner.Loop.IsStopping)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindReceiveBackoff);
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)s_receiveBackoff;
+        sqe->len = 1;
+        _receiveBackingOff = true;
+    }
+
+    // The backoff TIMEOUT's CQE: it expired, or was cancelled (closing or the loop stopping, which MaybeRearm checks).
+    private void OnReceiveBackoffEnded()
+    {
+        _receiveBackingOff = false;
+        MaybeRearmReceive();
+    }
+
+    private static unsafe __kernel_timespec* NewTimespec(TimeSpan span)
+    {
+        var value = (__kernel_timespec*)NativeMemory.AllocZeroed((nuint)sizeof(__kernel_timespec));
+        value->tv_nsec = span.Ticks * 100;
+        return value;
     }
 
     private void WriteToInput(ReadOnlySpan<byte> data)

@@ -25,6 +25,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     private const uint KindReceive = 1;
     private const uint KindReceiveCancel = 2;
     private const uint KindSend = 3;
+    private const uint KindReceiveBackoff = 4;
     private const uint KindCancelAll = 5;
     private const uint KindClose = 6;
     private const uint KindSendZeroCopy = 7;
@@ -221,6 +222,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             {
                 case KindReceive: connection.OnReceive(result, flags); break;
                 case KindSend: connection.OnSendCompleted(result); break;
+                case KindReceiveBackoff: connection.OnReceiveBackoffEnded(); break;
                 case KindClose: connection.OnCloseCompleted(); break;
                 case KindSendZeroCopy: connection.OnZeroCopySendCompleted(result, flags, UserData.Slot(userData)); break;
                 default: break; // cancel requests: their targets report for themselves

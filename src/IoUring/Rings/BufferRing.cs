@@ -79,6 +79,9 @@ internal sealed unsafe class BufferRing : IDisposable
     /// <summary>The address of the entry ring registered with the kernel.</summary>
     internal nuint RingAddress => (nuint)_entries;
 
+    /// <summary>Changes whenever a buffer is given back (the local tail; it wraps after 65,536 recycles).</summary>
+    public ushort RecycleMark => _tail;
+
     /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after it).</summary>
     public int UnpublishedCount => (ushort)(_tail - _publishedTail);
 

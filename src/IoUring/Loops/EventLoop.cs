@@ -131,19 +131,21 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     internal int CustomSlotsInUse => _customValues.InUse;
 
     /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it inline.</summary>
-    /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
+    /// <remarks>
+    /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead, and does not
+    /// throw here: this is the loop's <see cref="PipeScheduler"/> entry point, which pipes call from the application's
+    /// calls (completing a pipe, say) and which must not throw at them. Ring access from such an action throws
+    /// <see cref="ObjectDisposedException"/> (a <see cref="RingHandler"/>'s Submit, <see cref="InvalidOperationException"/>:
+    /// not on the loop thread), which is reported to <see cref="EventLoopOptions.UnhandledException"/>.
+    /// </remarks>
     public override void Schedule(Action<object?> action, object? state)
     {
         ArgumentNullException.ThrowIfNull(action);
-        if (_stopped.Task.IsCompleted)
-        {
-            throw new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped.");
-        }
         _posted.Enqueue(new WorkItem(action, state));
         if (_stopped.Task.IsCompleted)
         {
-            // The loop finished between the check above and the enqueue, after its last look at the queue: run what
-            // raced with the stop elsewhere, as the loop would have (it finds the ring gone), so nothing is lost.
+            // The loop stopped (maybe between the enqueue and this check, after its last look at the queue): run it
+            // elsewhere, as the loop would have (it finds the ring gone), so nothing is lost.
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop.RunPostedWork(), this, preferLocal: false);
             return;
         }
@@ -164,6 +166,17 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
                 Wake();
             }
         }
+    }
+
+    /// <summary>As <see cref="Schedule"/>, for callers that must know the loop is gone rather than run the action elsewhere.</summary>
+    /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
+    internal void Post(Action<object?> action, object? state)
+    {
+        if (_stopped.Task.IsCompleted)
+        {
+            throw new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped.");
+        }
+        Schedule(action, state);
     }
 
     /// <summary>Stops the loop and waits for it: see the class remarks. Safe to call more than once.</summary>
@@ -187,7 +200,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (Interlocked.Exchange(ref _stopRequested, 1) == 0 && !_stopped.Task.IsCompleted)
         {
-            Schedule(static s => ((EventLoop)s!).BeginStop(), this);
+            try
+            {
+                Post(static s => ((EventLoop)s!).BeginStop(), this);
+            }
+            catch (ObjectDisposedException)
+            {
+                // It stopped by itself in the meantime.
+            }
         }
     }
 

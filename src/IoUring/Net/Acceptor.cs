@@ -148,7 +148,7 @@ internal sealed unsafe class Acceptor : RingOwner
         }
         try
         {
-            target.Loop.Schedule(static s => { var (acceptor, fd) = ((Acceptor, int))s!; acceptor.StartConnection(fd); }, (target, fd));
+            target.Loop.Post(static s => { var (acceptor, fd) = ((Acceptor, int))s!; acceptor.StartConnection(fd); }, (target, fd));
         }
         catch (ObjectDisposedException)
         {

@@ -70,7 +70,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
     {
         try
         {
-            Loop.Schedule(static s =>
+            Loop.Post(static s =>
             {
                 var op = (ConnectOperation)s!;
                 if (op.InFlight > 0 && !op.Loop.IsStopping)

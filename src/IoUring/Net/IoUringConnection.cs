@@ -206,7 +206,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         }
         try
         {
-            _owner.Loop.Schedule(static s => { var (c, a) = ((IoUringConnection, Action<IoUringConnection>))s!; a(c); }, (this, action));
+            _owner.Loop.Post(static s => { var (c, a) = ((IoUringConnection, Action<IoUringConnection>))s!; a(c); }, (this, action));
         }
         catch (ObjectDisposedException)
         {

@@ -33,7 +33,7 @@ public sealed class IoUringListener : IAsyncDisposable
         {
             var acceptor = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
             _acceptors[i] = acceptor;
-            loops[i].Schedule(static a => ((Acceptor)a!).Start(), acceptor);
+            loops[i].Post(static a => ((Acceptor)a!).Start(), acceptor);
         }
     }
 
@@ -68,7 +68,7 @@ public sealed class IoUringListener : IAsyncDisposable
             {
                 try
                 {
-                    acceptor.Loop.Schedule(static a => ((Acceptor)a!).Stop(), acceptor);
+                    acceptor.Loop.Post(static a => ((Acceptor)a!).Stop(), acceptor);
                 }
                 catch (ObjectDisposedException)
                 {

@@ -143,7 +143,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         cancellationToken.ThrowIfCancellationRequested();
         EventLoop loop = _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
         var operation = new ConnectOperation(loop, endPoint, Settings);
-        loop.Schedule(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
+        loop.Post(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
         return await operation.Task.ConfigureAwait(false);
     }
 

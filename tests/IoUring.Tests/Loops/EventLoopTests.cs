@@ -301,7 +301,10 @@ public sealed class EventLoopTests
             Assert.Equal(10, handler.Completions.Count);
             Assert.All(handler.Completions, c => Assert.Equal(-Errno.ECANCELED, c.Result));
             Assert.Equal(0, loop.InFlight);
-            Assert.Throws<ObjectDisposedException>(() => loop.Schedule(_ => { }, null));
+            // After the stop, scheduled work runs on the thread pool rather than throw (pipes call Schedule).
+            var late = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+            loop.Schedule(_ => late.SetResult(loop.IsOnLoopThread), null);
+            Assert.False(await late.Task.WaitAsync(TimeSpan.FromSeconds(10)));
             handler.Dispose();
             await handler.Released.WaitAsync(TimeSpan.FromSeconds(10));
             loop.Dispose();

@@ -395,14 +395,36 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         catch (Exception ex)
         {
-            // Only a broken ring gets here (enter failing with an unexpected errno).
+            // Only a broken ring gets here (enter failing with an unexpected errno, e.g. EBADR).
             ReportUnhandled(ex);
+            StopAfterFailure();
         }
         ReleaseResources(drained: _inFlight == 0);
         _stopped.TrySetResult();
         // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
         // access in it throws ObjectDisposedException, which is reported.
         RunPostedWork();
+    }
+
+    /// <summary>
+    /// Leaving on a failure: stop as <see cref="BeginStop"/> does (owners close their fds, everything is cancelled and
+    /// drained within the deadline) as far as the ring still works; if it fails again, give up (the ring is closed
+    /// after this, which makes the kernel cancel what is left).
+    /// </summary>
+    private void StopAfterFailure()
+    {
+        try
+        {
+            BeginStop();
+            while ((_inFlight > 0 || !_posted.IsEmpty) && !ShutdownDeadlinePassed)
+            {
+                RunOnce();
+            }
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex);
+        }
     }
 
     private void Start()
@@ -483,8 +505,17 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
         // While stopping, bound each wait so the shutdown deadline is checked.
-        _options.FaultsForTesting?.Apply(_ring);
-        int result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null, holdBack);
+        FaultInjector? faults = _options.FaultsForTesting;
+        int result;
+        if (faults is not null && faults.TakeEnterFailure() is int injected and not 0)
+        {
+            result = -injected;
+        }
+        else
+        {
+            faults?.Apply(_ring);
+            result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null, holdBack);
+        }
         _counters.Syscalls++;
         if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)
         {

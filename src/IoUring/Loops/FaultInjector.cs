@@ -39,6 +39,14 @@ internal sealed class FaultInjector
         _random = new Random(seed);
     }
 
+    private int _enterFailure;
+
+    /// <summary>The loop's next io_uring_enter fails with <paramref name="errno"/> instead of being made (SQEs stay queued).</summary>
+    public void FailNextEnter(int errno) => Volatile.Write(ref _enterFailure, errno);
+
+    /// <summary>Loop thread, instead of io_uring_enter: the errno to fail it with, or 0 to make it.</summary>
+    public int TakeEnterFailure() => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
+
     /// <summary>How many SQEs were turned into failures so far.</summary>
     public int Injected => Volatile.Read(ref _injected);
 

@@ -153,3 +153,33 @@ public sealed class LoopFailureTests
         return done.Task.WaitAsync(TimeSpan.FromSeconds(10));
     }
 }
+
+/// <summary>A loop whose io_uring_enter fails (EBADR: the kernel dropped completions) stops its connections on the way out.</summary>
+public sealed class BrokenRingTests
+{
+    [Fact]
+    public async Task A_loop_leaving_on_a_failed_enter_still_closes_its_connections_and_stops()
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        var faults = new IoUring.Loops.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { FaultsForTesting = faults, UnhandledException = reported.Enqueue } });
+        var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(listener.LocalEndPoint);
+        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+        EventLoop loop = server.Loop;
+
+        faults.FailNextEnter(Errno.EBADR);
+        loop.Schedule(_ => { }, null); // wake it: its next enter fails
+
+        await loop.Stopped.WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.Contains(reported, e => e is IoUringException { Errno: Errno.EBADR });
+        // The connection was closed on the way out (its fd released), as a stop would have.
+        await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        client.ReceiveTimeout = 5000;
+        var reset = Assert.Throws<SocketException>(() => client.Receive(new byte[1])); // aborted: RST
+        Assert.Equal(SocketError.ConnectionReset, reset.SocketErrorCode);
+        await listener.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+        await network.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+    }
+}

@@ -63,6 +63,7 @@ public sealed partial class IoUringConnection
                 ZeroCopyReverted = true;
             }
             _notificationsPending--;
+            _owner.Loop.OnNotificationArrived();
             ReleaseZeroCopySlot(slot);
             return;
         }
@@ -73,8 +74,9 @@ public sealed partial class IoUringConnection
         else
         {
             // The request is done with the socket; only its memory waits for the notification, which may come only
-            // once the socket is closed (unacknowledged data). So closing must not wait for it.
+            // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
             _notificationsPending++;
+            _owner.Loop.OnNotificationPending();
         }
         CompleteSend(result);
         CheckCloseProgress();

@@ -1,8 +1,11 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Interop;
+using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;
 
@@ -37,9 +40,16 @@ public sealed class ZeroCopyTests
         var (server, received, payload) = await DownloadAsync(network, 4 * 1024 * 1024);
         EchoTests.AssertSameBytes(payload, received);
         Assert.True(server.ZeroCopySends >= 1, "no zero-copy send was made");
-        // Loopback always copies: the notification says so, and the connection stops paying for zero-copy.
-        Assert.True(server.ZeroCopyReverted);
-        Assert.True(server.ZeroCopySends < 20, $"{server.ZeroCopySends} zero-copy sends after the kernel reported copying");
+        if (IoUringCapabilities.Current.HasZeroCopyReportUsage)
+        {
+            // Loopback always copies: the notification says so, and the connection stops paying for zero-copy.
+            Assert.True(server.ZeroCopyReverted);
+            Assert.True(server.ZeroCopySends < 20, $"{server.ZeroCopySends} zero-copy sends after the kernel reported copying");
+        }
+        else
+        {
+            Assert.False(server.ZeroCopyReverted); // before 6.2 the kernel cannot say it copied
+        }
         Assert.Equal(blocksBefore, network.RentedMemoryBlocks); // every block held for a notification came back
     }
 
@@ -124,5 +134,55 @@ public sealed class ZeroCopyTests
             // went back. The closed one's stay pinned for good: the kernel may still send from them.
             Assert.Equal(blocks + held, network.RentedMemoryBlocks);
         }
+    }
+
+    [Fact]
+    public async Task A_zero_copy_send_the_kernel_refuses_with_einval_is_sent_again_plainly_and_the_connection_stays()
+    {
+        // What a kernel without a flag or opcode we use answers (6.0/6.1 and REPORT_USAGE): EINVAL, nothing sent.
+        var faults = new FaultInjector([IORING_OP_SEND_ZC, IORING_OP_SENDMSG_ZC], [Errno.EINVAL], probability: 1, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            ZeroCopySendThreshold = 16 * 1024,
+            Loop = { FaultsForTesting = faults },
+        });
+        int blocksBefore = network.RentedMemoryBlocks;
+        var (server, received, payload) = await DownloadAsync(network, 1024 * 1024);
+        EchoTests.AssertSameBytes(payload, received); // every byte, then a clean FIN: no reset
+        Assert.Equal(1, faults.Injected);
+        Assert.Equal(1, server.ZeroCopySends); // the connection went back to plain sends at once
+        Assert.True(server.ZeroCopyReverted);
+        Assert.Equal(blocksBefore, network.RentedMemoryBlocks);
+    }
+
+    [Fact]
+    public async Task Without_report_usage_zero_copy_sends_go_without_the_flag()
+    {
+        // As on 6.0/6.1: the flag is missing. The kernel then never says it copied, so on loopback the connection
+        // keeps sending zero-copy (with the flag it would revert after the first notification).
+        IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: true, reportUsage: false);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024 },
+            memoryPool: null, settingsOverride: s => s with { Capabilities = caps });
+        int blocksBefore = network.RentedMemoryBlocks;
+        var (server, received, payload) = await DownloadAsync(network, 4 * 1024 * 1024);
+        EchoTests.AssertSameBytes(payload, received);
+        Assert.True(server.ZeroCopySends > 1, $"only {server.ZeroCopySends} zero-copy sends");
+        Assert.False(server.ZeroCopyReverted); // with the flag, loopback's first notification says "copied" (test above)
+        Assert.Equal(blocksBefore, network.RentedMemoryBlocks);
+    }
+
+    [Fact]
+    public async Task Without_sendmsg_zc_gather_sends_are_never_zero_copy()
+    {
+        // As on 6.0: SEND_ZC but no SENDMSG_ZC. A SENDMSG_ZC would meet the injected EINVAL and revert the connection.
+        IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: false, reportUsage: false);
+        var faults = new FaultInjector([IORING_OP_SENDMSG_ZC], [Errno.EINVAL], probability: 1, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024, Loop = { FaultsForTesting = faults } },
+            memoryPool: null, settingsOverride: s => s with { Capabilities = caps });
+        var (server, received, payload) = await DownloadAsync(network, 1024 * 1024);
+        EchoTests.AssertSameBytes(payload, received);
+        Assert.Equal(0, faults.Injected);
+        Assert.False(server.ZeroCopyReverted);
     }
 }

@@ -47,6 +47,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private int _stopRequested;
     private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
     private int _inFlight;          // requests submitted whose final CQE has not arrived
+    private int _notificationsPending; // of those, zero-copy sends done with their fd whose notification is all that is left
     // The loop thread's stack, [_stackLow, _stackLow + _stackSize): the thread test of every public entry point on the
     // hot path (see IsOnLoopThread). Size 0 while unknown or after the thread ended.
     private nuint _stackLow;
@@ -318,6 +319,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void CountBufferRingExhaustion() => _counters.BufferRingExhaustions++;
 
+    /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for it.</summary>
+    internal void OnNotificationPending() => _notificationsPending++;
+
+    internal void OnNotificationArrived() => _notificationsPending--;
+
+    /// <summary>Zero-copy notifications outstanding (requests that hold only memory, not an fd).</summary>
+    internal int NotificationsPending => Volatile.Read(ref _notificationsPending);
+
     /// <summary>Owners whose GCHandle is allocated (the leak check of the tests: it returns to its baseline).</summary>
     internal int LiveOwners => Volatile.Read(ref _liveOwners);
 
@@ -388,9 +397,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
         try
         {
-            while (!_stopping || ((_inFlight > 0 || !_posted.IsEmpty) && !ShutdownDeadlinePassed))
+            while (!_stopping || ((_inFlight > _notificationsPending || !_posted.IsEmpty) && !ShutdownDeadlinePassed))
             {
                 RunOnce();
+            }
+            if (_notificationsPending > 0)
+            {
+                // Notifications are not waited for: one may come only when a peer acknowledges or goes away. Those
+                // the final closes released (an aborted socket drops its data at once) are collected by one more pass.
+                SubmitAndWait(wait: false);
+                DrainCompletions();
             }
         }
         catch (Exception ex)
@@ -399,7 +415,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             ReportUnhandled(ex);
             StopAfterFailure();
         }
-        ReleaseResources(drained: _inFlight == 0);
+        // Pending notifications leave the buffer ring and the wakeup value alone: only the send memory they pin stays
+        // held (by owners never freed) for the life of the process, since the kernel may still transmit from it.
+        ReleaseResources(drained: _inFlight == _notificationsPending);
         _stopped.TrySetResult();
         // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
         // access in it throws ObjectDisposedException, which is reported.
@@ -480,7 +498,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         RunPostedWork();
 
         // Block for a completion unless stopping with nothing left in flight.
-        bool wait = !_stopping || _inFlight > 0;
+        bool wait = !_stopping || _inFlight > _notificationsPending;
         if (wait)
         {
             // Announce the sleep, then re-check: a poster either sees _sleeping and wakes us, or we see its item.

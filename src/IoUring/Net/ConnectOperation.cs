@@ -31,6 +31,14 @@ internal sealed unsafe class ConnectOperation : RingOwner
     /// <summary>Creates the socket and queues the connect. Loop thread.</summary>
     public void Start(CancellationToken cancellationToken)
     {
+        if (Loop.IsStopping || !Loop.IsOnLoopThread)
+        {
+            // Posted behind the loop's stop (or run after it ended): the stop's cancel-all will not see a request
+            // submitted now, and nobody would close the connection it made.
+            Fail(LoopStopped());
+            Release();
+            return;
+        }
         try
         {
             SocketAddress address = _endPoint.Serialize(); // the OS's sockaddr layout on Linux
@@ -96,7 +104,13 @@ internal sealed unsafe class ConnectOperation : RingOwner
         NativeMemory.Free(_address);
         _address = null;
         _cancellation.Dispose();
-        if (result == 0)
+        if (result == 0 && Loop.IsStopping)
+        {
+            // Connected while the loop stops (the cancel-all came too late): the loop's connections were already
+            // closed, so this one would outlive it. Close the socket instead of handing out a dead connection.
+            Fail(LoopStopped());
+        }
+        else if (result == 0)
         {
             var connection = new IoUringConnection(Loop, _fd, _endPoint.AddressFamily != System.Net.Sockets.AddressFamily.Unix, _settings);
             _fd = -1;
@@ -113,6 +127,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         Release();
     }
+
+    private static ObjectDisposedException LoopStopped() => new(nameof(EventLoop), "The event loop is stopping: the connect was abandoned.");
 
     private void Fail(Exception error)
     {

@@ -16,6 +16,9 @@ internal sealed record ConnectionSettings
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     public ConnectionRegistry? Registry { get; init; }
 
+    /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
+    public IoUringCapabilities Capabilities { get; init; } = IoUringCapabilities.Current;
+
     /// <summary>The exception a peer reset surfaces as (the Kestrel layer makes it ConnectionResetException).</summary>
     public Func<string, Exception> CreateResetException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.ConnectionReset));

@@ -5,7 +5,9 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 // Closing: cancel every request on the fd, wait for each final CQE, then close through the ring, so the fd
-// number cannot be reused while a request on it may still run. Then free the handle and tell the application.
+// number cannot be reused while a request on it may still run. Then tell the application. Zero-copy notifications
+// are not waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the memory until the
+// peer acknowledges it or goes away), so only the memory waits: the pins and the handle are freed after the last one.
 public sealed partial class IoUringConnection
 {
     private bool _closing;
@@ -56,9 +58,10 @@ public sealed partial class IoUringConnection
         {
             SubmitClose();
         }
-        else if (_fdClosed)
+        else if (_fdClosed && !_owner.IsReleased)
         {
-            _owner.Release(); // frees the handle now, or after the last notification
+            OnClosed();
+            _owner.Release(); // frees the handle now, or after the last notification (OnFreed)
         }
     }
 
@@ -72,6 +75,15 @@ public sealed partial class IoUringConnection
 
     private void OnCloseCompleted() => _fdClosed = true;
 
+    /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is closed.</summary>
+    private void OnClosed()
+    {
+        _settings.Registry?.Remove(this);
+        _input.Writer.Complete();
+        _closed.TrySetResult();
+        ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), _closedTokenSource, preferLocal: false);
+    }
+
     private unsafe void OnFreed()
     {
         // Nothing is in flight: the kernel no longer reads the send message or pinned memory.
@@ -80,9 +92,5 @@ public sealed partial class IoUringConnection
             NativeMemory.Free(_sendMessage);
             _sendMessage = null;
         }
-        _settings.Registry?.Remove(this);
-        _input.Writer.Complete();
-        _closed.TrySetResult();
-        ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), _closedTokenSource, preferLocal: false);
     }
 }

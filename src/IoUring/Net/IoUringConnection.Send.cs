@@ -21,6 +21,9 @@ public sealed partial class IoUringConnection
     private unsafe Libc.msghdr* _sendMessage;   // msghdr followed by MaxIovecs iovecs, made on first gather; freed in OnFreed
     private bool _sendEnded;
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
+    private bool _zeroCopyGather;               // SENDMSG_ZC is available (6.1+)
+    private ushort _zeroCopyFlags;              // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
+    private bool _lastSendZeroCopy;
     private MemoryHandle[][] _zeroCopyPins = [];  // per slot: memory held until that send's notification
     private int[] _zeroCopyPinCounts = [];
     private int _zeroCopyBusy;                  // bit per slot awaiting its notification
@@ -48,6 +51,13 @@ public sealed partial class IoUringConnection
                     int sent = await SendAsync(buffer).ConfigureAwait(false);
                     if (sent < 0)
                     {
+                        if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_closing)
+                        {
+                            // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
+                            RevertZeroCopy();
+                            reader.AdvanceTo(buffer.Start);
+                            continue;
+                        }
                         if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_closing)
                         {
                             reader.AdvanceTo(buffer.Start); // transient: nothing was sent, send the same bytes again
@@ -113,10 +123,12 @@ public sealed partial class IoUringConnection
             _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
         }
         MemoryHandle[] pins = _pins;
-        if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (zeroCopySlot = RentZeroCopySlot(buffer)) >= 0)
+        if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
+            && (zeroCopySlot = RentZeroCopySlot(buffer)) >= 0)
         {
             pins = _zeroCopyPins[zeroCopySlot];
         }
+        _lastSendZeroCopy = zeroCopySlot >= 0;
 
         iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
         iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_sendMessage + 1);
@@ -140,7 +152,7 @@ public sealed partial class IoUringConnection
         {
             _zeroCopyPinCounts[zeroCopySlot] = count;
             sqe = _owner.Loop.GetSqe(_owner, KindSendZeroCopy, (uint)zeroCopySlot);
-            sqe->ioprio = IORING_SEND_ZC_REPORT_USAGE;
+            sqe->ioprio = _zeroCopyFlags;
             ZeroCopySends++;
         }
         else

@@ -10,13 +10,31 @@ public sealed partial class IoUringConnection
     /// <summary>Sends made with SEND_ZC/SENDMSG_ZC.</summary>
     public int ZeroCopySends { get; private set; }
 
-    /// <summary>True once the kernel reported that a zero-copy send was copied after all and the connection went back to plain sends.</summary>
+    /// <summary>
+    /// True once the connection went back to plain sends: the kernel reported that a zero-copy send was copied after all,
+    /// or refused one (EINVAL: a kernel without a feature it needs), which was then sent again plainly.
+    /// </summary>
     public bool ZeroCopyReverted { get; private set; }
 
     // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
-    private void InitializeZeroCopy() => _zeroCopy = _isTcp && _settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
-        && _settings.MemoryPool is PinnedBlockMemoryPool
-        && IoUringCapabilities.Current.HasZeroCopySend;
+    private void InitializeZeroCopy()
+    {
+        IoUringCapabilities caps = _settings.Capabilities;
+        _zeroCopy = _isTcp && _settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
+            && _settings.MemoryPool is PinnedBlockMemoryPool
+            && caps.HasZeroCopySend;
+        // Without SENDMSG_ZC (6.0) only single-segment sends go zero-copy. Without REPORT_USAGE (before 6.2) the kernel
+        // cannot say it copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
+        _zeroCopyGather = caps.HasZeroCopySendMsg;
+        _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
+    }
+
+    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes again).</summary>
+    private void RevertZeroCopy()
+    {
+        _zeroCopy = false;
+        ZeroCopyReverted = true;
+    }
 
     /// <summary>A free slot, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.</summary>
     private int RentZeroCopySlot(in ReadOnlySequence<byte> buffer)
@@ -63,6 +81,7 @@ public sealed partial class IoUringConnection
                 ZeroCopyReverted = true;
             }
             _notificationsPending--;
+            _owner.Loop.OnNotificationArrived();
             ReleaseZeroCopySlot(slot);
             return;
         }
@@ -73,8 +92,9 @@ public sealed partial class IoUringConnection
         else
         {
             // The request is done with the socket; only its memory waits for the notification, which may come only
-            // once the socket is closed (unacknowledged data). So closing must not wait for it.
+            // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
             _notificationsPending++;
+            _owner.Loop.OnNotificationPending();
         }
         CompleteSend(result);
         CheckCloseProgress();

@@ -132,6 +132,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <summary>Connects to <paramref name="endPoint"/> with IORING_OP_CONNECT on one of the loops (round robin).</summary>
     /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>).</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    /// <exception cref="ObjectDisposedException">The network (or the loop the connect was given to) is stopping or has
+    /// stopped, as a disposed <see cref="Socket"/> reports it; no socket is left open.</exception>
     public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endPoint);

@@ -13,7 +13,7 @@ public sealed class IoUringCapabilities
 {
     private static readonly Lazy<IoUringCapabilities> s_current = new(() => Probe(new RingOptions { SqEntries = 8 }));
 
-    private readonly ulong[] _opcodes = new ulong[4]; // 256 bits
+    private ulong[] _opcodes = new ulong[4]; // 256 bits (replaced only in a test copy)
 
     private IoUringCapabilities() { }
 
@@ -49,6 +49,15 @@ public sealed class IoUringCapabilities
 
     /// <summary>Zero-copy send (IORING_OP_SEND_ZC, 6.0+).</summary>
     public bool HasZeroCopySend => IsOpcodeSupported(IORING_OP_SEND_ZC);
+
+    /// <summary>Zero-copy gather send (IORING_OP_SENDMSG_ZC, 6.1+).</summary>
+    public bool HasZeroCopySendMsg => IsOpcodeSupported(IORING_OP_SENDMSG_ZC);
+
+    /// <summary>
+    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+), so a notification says whether the kernel copied after
+    /// all. A flag, which the opcode probe cannot see: probed by submitting it (see <see cref="ProbeZeroCopyFlag"/>).
+    /// </summary>
+    public bool HasZeroCopyReportUsage { get; private set; }
 
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;
@@ -104,6 +113,11 @@ public sealed class IoUringCapabilities
                 }
             }
 
+            if (caps.HasZeroCopySend)
+            {
+                caps.HasZeroCopyReportUsage = ProbeZeroCopyFlag(ring, IORING_SEND_ZC_REPORT_USAGE);
+            }
+
             try
             {
                 new BufferRing(ring, groupId: 0, count: 1, bufferSize: 64).Dispose();
@@ -122,5 +136,58 @@ public sealed class IoUringCapabilities
             caps.UnavailableErrno = Errno.EINVAL;
         }
         return caps;
+    }
+
+    /// <summary>
+    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags when it prepares the
+    /// request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and 6.1 do for REPORT_USAGE)
+    /// and looks the fd up only when it issues it (io_assign_file in io_issue_sqe: EBADF). So EBADF means the flag is
+    /// known. Nothing is sent; the request may post a notification after its result (F_MORE), which is waited for too.
+    /// </summary>
+    internal static unsafe bool ProbeZeroCopyFlag(Ring ring, ushort flag)
+    {
+        io_uring_sqe* sqe = ring.TryGetSqe();
+        sqe->opcode = IORING_OP_SEND_ZC;
+        sqe->fd = -1;
+        sqe->ioprio = flag;
+        int result = 0;
+        __kernel_timespec timeout = new() { tv_sec = 1 };
+        while (true)
+        {
+            int entered = ring.Enter(1, &timeout);
+            if (entered < 0 && entered != -Errno.EINTR)
+            {
+                return false; // no answer (ETIME): do without the flag
+            }
+            uint ready = ring.ReadyCompletions(out uint head);
+            bool final = false;
+            for (uint i = 0; i < ready; i++)
+            {
+                io_uring_cqe* cqe = ring.CqeAt(head + i);
+                if ((cqe->flags & IORING_CQE_F_NOTIF) == 0)
+                {
+                    result = cqe->res;
+                }
+                final |= (cqe->flags & IORING_CQE_F_MORE) == 0;
+            }
+            ring.AdvanceCq(ready);
+            if (final)
+            {
+                return result == -Errno.EBADF;
+            }
+        }
+    }
+
+    /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1 do).</summary>
+    internal IoUringCapabilities WithZeroCopyForTesting(bool sendMsg, bool reportUsage)
+    {
+        var copy = (IoUringCapabilities)MemberwiseClone();
+        copy._opcodes = (ulong[])_opcodes.Clone();
+        if (!sendMsg)
+        {
+            copy._opcodes[IORING_OP_SENDMSG_ZC >> 6] &= ~(1UL << (IORING_OP_SENDMSG_ZC & 63));
+        }
+        copy.HasZeroCopyReportUsage &= reportUsage;
+        return copy;
     }
 }

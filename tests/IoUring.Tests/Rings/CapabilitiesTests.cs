@@ -31,4 +31,25 @@ public sealed class CapabilitiesTests
         var ex = Assert.Throws<IoUringUnavailableException>(caps.EnsureSupported);
         Assert.Equal(Interop.Errno.EPERM, ex.Errno);
     }
+
+    [Fact]
+    public void Zero_copy_features_are_probed_as_this_kernel_has_them()
+    {
+        // SENDMSG_ZC came in 6.1 and SEND_ZC_REPORT_USAGE (a flag, which the opcode probe cannot see) in 6.2.
+        IoUringCapabilities caps = IoUringCapabilities.Current;
+        Version kernel = Environment.OSVersion.Version;
+        Assert.True(caps.HasZeroCopySend);
+        Assert.Equal(kernel >= new Version(6, 1), caps.HasZeroCopySendMsg);
+        Assert.Equal(kernel >= new Version(6, 2), caps.HasZeroCopyReportUsage);
+    }
+
+    [Fact]
+    public void The_flag_probe_tells_a_known_zero_copy_flag_from_an_unknown_one()
+    {
+        // What the REPORT_USAGE probe relies on: flags are checked before the fd (EINVAL), the fd at issue (EBADF).
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        Assert.False(IoUringCapabilities.ProbeZeroCopyFlag(ring, 1 << 15)); // no such flag on any kernel
+        Assert.Equal(Environment.OSVersion.Version >= new Version(6, 2), IoUringCapabilities.ProbeZeroCopyFlag(ring, IORING_SEND_ZC_REPORT_USAGE));
+        Assert.True(IoUringCapabilities.ProbeZeroCopyFlag(ring, IORING_RECVSEND_POLL_FIRST)); // a 6.0 flag
+    }
 }

@@ -434,7 +434,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         try
         {
             BeginStop();
-            while ((_inFlight > 0 || !_posted.IsEmpty) && !ShutdownDeadlinePassed)
+            while ((_inFlight > _notificationsPending || !_posted.IsEmpty) && !ShutdownDeadlinePassed)
             {
                 RunOnce();
             }

@@ -130,7 +130,7 @@ public sealed class EventLoopTests
         Assert.Equal(0, childPolicy); // SCHED_OTHER, without the reset flag
     }
 
-    [Fact]
+    [NopInjectFact]
     public async Task Nop_with_an_injected_result_reaches_the_handler_unchanged()
     {
         using var loop = new EventLoop();

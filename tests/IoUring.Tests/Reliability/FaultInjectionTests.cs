@@ -44,7 +44,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         return (completed, failed);
     }
 
-    [Fact]
+    [NopInjectFact]
     public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte()
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
@@ -58,7 +58,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(Connections, completed);
     }
 
-    [Fact]
+    [NopInjectFact]
     public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind()
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
@@ -89,7 +89,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(blocks, network.RentedMemoryBlocks);
     }
 
-    [Fact]
+    [NopInjectFact]
     public async Task Accept_failing_for_lack_of_fds_backs_off_and_recovers()
     {
         var faults = new FaultInjector([IORING_OP_ACCEPT], [Errno.EMFILE], probability: 1.0, seed: 1);

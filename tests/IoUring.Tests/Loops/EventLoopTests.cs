@@ -161,7 +161,7 @@ public sealed class EventLoopTests
     public async Task A_stale_completion_never_reaches_a_new_owner()
     {
         using var loop = new EventLoop();
-        using var ts = new NativeTimespec(TimeSpan.FromMilliseconds(100));
+        using var ts = new NativeTimespec(TimeSpan.FromSeconds(1)); // long enough to outlast the checks below under emulation (tests/kernels)
         {
             var old = new RecordingHandler(loop);
             await old.OnLoopAsync(h => h.Submit(ts.TimeoutSqe(), 0x01D));

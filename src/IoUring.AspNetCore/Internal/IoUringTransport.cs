@@ -98,7 +98,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
             }
             // Listening again on a listening socket only sets the backlog; a bound socket that was not yet listening starts now.
             socket.Listen(backlog);
-            return _network.Listen(socket);
+            return _network.Listen(socket, backlog);
         }
         catch
         {

@@ -7,7 +7,9 @@ namespace IoUring.Net;
 
 /// <summary>
 /// A listener's multishot ACCEPT on one loop. Accepted connections are dealt to the listener's loops in turn. The request is re-armed
-/// whenever a CQE comes without F_MORE; when fds run out (EMFILE/ENFILE) it backs off with a timeout instead of spinning.
+/// whenever a CQE comes without F_MORE, except: while the listener's queue of connections nobody accepted yet is full
+/// (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an unknown error, after a pause;
+/// never after an error that says the listening socket itself is broken (the listener then fails its AcceptAsync).
 /// </summary>
 internal sealed unsafe class Acceptor : RingOwner
 {
@@ -16,12 +18,20 @@ internal sealed unsafe class Acceptor : RingOwner
     private const uint KindBackoff = 3;
     private static readonly TimeSpan s_backoff = TimeSpan.FromMilliseconds(50);
 
+    // accept(2) errnos not in Errno: per-connection ones (retry at once) and a broken listening socket.
+    private const int ENONET = 64, EPROTO = 71, ENOTSOCK = 88, ENOPROTOOPT = 92, ENETDOWN = 100, ENETUNREACH = 101;
+    private const int ECONNABORTED = 103, EHOSTDOWN = 112, EHOSTUNREACH = 113;
+
     private readonly IoUringListener _listener;
     private readonly int _listenFd;
     private readonly ConnectionSettings _settings;
     private __kernel_timespec* _backoff;    // the backoff TIMEOUT's argument; freed once nothing is in flight
     private bool _stopped;
+    private bool _failed;                   // the listening socket is broken: never re-arm
     private bool _acceptArmed;
+    private bool _cancelSubmitted;
+    private bool _backoffArmed;
+    private int _paused;                    // 1 while the listener's queue is full; cleared by the listener (any thread)
 
     private readonly bool _isTcp;
 
@@ -45,7 +55,7 @@ internal sealed unsafe class Acceptor : RingOwner
 
     private void Arm()
     {
-        if (_stopped || Loop.IsStopping)
+        if (_stopped || _failed || _acceptArmed || _backoffArmed || Volatile.Read(ref _paused) != 0 || Loop.IsStopping)
         {
             return;
         }
@@ -55,6 +65,48 @@ internal sealed unsafe class Acceptor : RingOwner
         sqe->ioprio = IORING_ACCEPT_MULTISHOT;
         sqe->accept_flags = Libc.SOCK_CLOEXEC;
         _acceptArmed = true;
+        _cancelSubmitted = false;
+    }
+
+    /// <summary>The listener's queue is full: stop taking connections from the kernel (its backlog holds them meanwhile).</summary>
+    private void Pause()
+    {
+        Interlocked.Exchange(ref _paused, 1); // full fence: published before the queue length is read again
+        if (_listener.HasRoomToResume())
+        {
+            // The application took connections in between and may have looked before the flag was set.
+            Interlocked.Exchange(ref _paused, 0);
+            return;
+        }
+        CancelAccept();
+    }
+
+    /// <summary>Called by the listener (any thread) once its queue has room again.</summary>
+    internal void Resume()
+    {
+        if (Interlocked.CompareExchange(ref _paused, 0, 1) != 1)
+        {
+            return;
+        }
+        try
+        {
+            Loop.Post(static a => ((Acceptor)a!).Arm(), this);
+        }
+        catch (ObjectDisposedException)
+        {
+            // the loop has stopped: nothing to accept on
+        }
+    }
+
+    private void CancelAccept()
+    {
+        if (_acceptArmed && !_cancelSubmitted && !Loop.IsStopping) // a stopping loop cancels everything itself
+        {
+            io_uring_sqe* sqe = Loop.GetSqe(this, KindCancel);
+            sqe->opcode = IORING_OP_ASYNC_CANCEL;
+            sqe->addr = UserDataOf(KindAccept);
+            _cancelSubmitted = true;
+        }
     }
 
     public void Stop()
@@ -64,12 +116,7 @@ internal sealed unsafe class Acceptor : RingOwner
             return;
         }
         _stopped = true;
-        if (_acceptArmed && !Loop.IsStopping) // a stopping loop cancels everything itself
-        {
-            io_uring_sqe* sqe = Loop.GetSqe(this, KindCancel);
-            sqe->opcode = IORING_OP_ASYNC_CANCEL;
-            sqe->addr = UserDataOf(KindAccept);
-        }
+        CancelAccept();
         // The backoff timeout (if any) is short; it completes by itself.
         Release();
     }
@@ -78,6 +125,7 @@ internal sealed unsafe class Acceptor : RingOwner
     {
         if (kind == KindBackoff)
         {
+            _backoffArmed = false;
             Arm();
             return;
         }
@@ -95,11 +143,13 @@ internal sealed unsafe class Acceptor : RingOwner
             if (_stopped)
             {
                 _ = Libc.close(result); // raced with the stop: nobody will accept it
+                return;
             }
-            else
+            if (_listener.OnAccepted())
             {
-                HandOff(result);
+                Pause();
             }
+            HandOff(result);
             if (!more)
             {
                 Arm();
@@ -108,29 +158,60 @@ internal sealed unsafe class Acceptor : RingOwner
         }
         switch (-result)
         {
+            case Errno.ECANCELED:
+                Arm(); // cancelled for a pause that has ended since, or for a stop (Arm does nothing then)
+                break;
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+            case Errno.EPERM: // a firewall rule refused the connection
+            case ECONNABORTED:
+            case EPROTO:
+            case ENETDOWN:
+            case ENOPROTOOPT:
+            case EHOSTDOWN:
+            case ENONET:
+            case EHOSTUNREACH:
+            case ENETUNREACH:
+                // The one connection failed (accept(2) passes its pending network error on); the listener goes on.
+                if (!more)
+                {
+                    Arm();
+                }
+                break;
+            case Errno.EINVAL:
+            case Errno.EBADF:
+            case ENOTSOCK:
+                // The listening socket itself is broken (EINVAL: it no longer listens): re-arming would fail at once,
+                // forever. Stop, and let AcceptAsync report it.
+                _failed = true;
+                CancelAccept();
+                _listener.OnAcceptFailed(-result);
+                break;
             case Errno.EMFILE:
             case Errno.ENFILE:
             case Errno.ENOBUFS:
             case Errno.ENOMEM:
                 // Out of fds or memory: existing connections keep being served; try again after a pause.
                 FdExhaustions++;
-                if (!more && !_stopped)
-                {
-                    io_uring_sqe* sqe = Loop.GetSqe(this, KindBackoff);
-                    sqe->opcode = IORING_OP_TIMEOUT;
-                    sqe->addr = (ulong)_backoff;
-                    sqe->len = 1;
-                }
-                break;
-            case Errno.ECANCELED:
+                BackOff(more);
                 break;
             default:
-                // ECONNABORTED and friends: the one connection failed, the listener goes on.
-                if (!more)
-                {
-                    Arm();
-                }
+                // Unknown (e.g. EOPNOTSUPP, which accept(2) also uses for a connection's pending error): retry, but
+                // not in a spin.
+                BackOff(more);
                 break;
+        }
+    }
+
+    private void BackOff(bool more)
+    {
+        if (!more && !_stopped && !_backoffArmed)
+        {
+            io_uring_sqe* sqe = Loop.GetSqe(this, KindBackoff);
+            sqe->opcode = IORING_OP_TIMEOUT;
+            sqe->addr = (ulong)_backoff;
+            sqe->len = 1;
+            _backoffArmed = true;
         }
     }
 
@@ -161,10 +242,12 @@ internal sealed unsafe class Acceptor : RingOwner
         if (Loop.IsStopping || !Loop.IsOnLoopThread)
         {
             _ = Libc.close(fd); // reached a loop on its way out: nobody will serve it
+            _listener.OnDropped();
             return;
         }
         var connection = new IoUringConnection(Loop, fd, _isTcp, _settings);
-        connection.Start(noDelayInherited: true); // the listener set it (IoUringListener)
+        // The listener set TCP_NODELAY (IoUringListener); receiving starts when the application accepts it.
+        connection.Start(noDelayInherited: true, receive: false);
         _listener.Enqueue(connection);
     }
 

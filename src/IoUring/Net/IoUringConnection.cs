@@ -182,7 +182,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     }
 
     /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
-    internal void Start(bool noDelayInherited = false)
+    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
+    internal void Start(bool noDelayInherited = false, bool receive = true)
     {
         _owner.Loop.AssertOnLoopThread();
         if (_settings.NoDelay && _isTcp && !noDelayInherited)
@@ -193,9 +194,18 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         // Read now: after close the fd number may belong to another socket.
         _localEndPoint = SocketAddresses.GetLocal(_fd);
         _remoteEndPoint = SocketAddresses.GetRemote(_fd);
-        ArmReceive();
+        if (receive)
+        {
+            ArmReceive();
+        }
         _ = SendLoopAsync();
     }
+
+    /// <summary>
+    /// Starts receiving a connection the listener held back until the application accepted it, so that connections
+    /// nobody has accepted yet cost no receive memory (their bytes wait in the kernel, as with an accept backlog).
+    /// </summary>
+    internal void StartReceiving() => ScheduleOnLoop(static c => c.MaybeRearmReceive());
 
     private void ScheduleOnLoop(Action<IoUringConnection> action)
     {

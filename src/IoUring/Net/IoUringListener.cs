@@ -1,6 +1,5 @@
 using System.Net;
 using System.Net.Sockets;
-using System.Threading.Channels;
 
 namespace IoUring.Net;
 
@@ -8,18 +7,33 @@ namespace IoUring.Net;
 /// A listening socket whose connections are accepted by a multishot ACCEPT on every loop of the network and dealt
 /// to the loops in turn (a connection then lives on its loop). <see cref="AcceptAsync"/> hands them out.
 /// </summary>
+/// <remarks>
+/// Connections the application has not accepted yet are held to about the listen backlog
+/// (<see cref="IoUringNetworkOptions.Backlog"/>): when that many wait, the loops stop taking connections from the
+/// kernel (whose own backlog then holds further clients, as with <see cref="Socket.AcceptAsync(CancellationToken)"/>)
+/// until the application has taken half of them. A multishot accept takes everything the kernel has queued in one go,
+/// so up to one kernel backlog per loop more may be taken before the loops see the queue is full. Nothing is received
+/// for a connection until <see cref="AcceptAsync"/> hands it out.
+/// </remarks>
 public sealed class IoUringListener : IAsyncDisposable
 {
     private readonly Socket _socket;
-    private readonly Channel<IoUringConnection> _accepted = Channel.CreateUnbounded<IoUringConnection>(new UnboundedChannelOptions { SingleReader = false, SingleWriter = false });
+    private readonly object _lock = new();
+    private readonly Queue<IoUringConnection> _accepted = new();           // under _lock
+    private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = []; // AcceptAsync calls waiting; under _lock
+    private readonly int _capacity;
+    private int _pending;       // accepted from the kernel and not yet handed out (queued, or on their way to their loop)
+    private bool _closed;       // unbound: AcceptAsync returns null; under _lock
+    private int _acceptErrno;   // the listening socket broke: AcceptAsync fails; under _lock
     private readonly Acceptor[] _acceptors;
     private readonly TaskCompletionSource _acceptorsFreed = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private int _liveAcceptors;
     private int _unbound;
 
-    internal IoUringListener(Socket socket, IReadOnlyList<EventLoop> loops, ConnectionSettings settings)
+    internal IoUringListener(Socket socket, IReadOnlyList<EventLoop> loops, ConnectionSettings settings, int backlog)
     {
         _socket = socket;
+        _capacity = backlog;
         LocalEndPoint = socket.LocalEndPoint!;
         int fd = (int)socket.Handle;
         if (settings.NoDelay && socket.AddressFamily != AddressFamily.Unix)
@@ -44,15 +58,48 @@ public sealed class IoUringListener : IAsyncDisposable
     public int FdExhaustions => _acceptors.Sum(a => a.FdExhaustions);
 
     /// <summary>The next accepted connection, or null once the listener is unbound or disposed.</summary>
+    /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>: it
+    /// no longer listens); connections accepted before are still handed out first. Accepting has stopped.</exception>
     public async ValueTask<IoUringConnection?> AcceptAsync(CancellationToken cancellationToken = default)
     {
-        try
+        IoUringConnection? queued;
+        TaskCompletionSource<IoUringConnection?>? waiter = null;
+        lock (_lock)
         {
-            return await _accepted.Reader.ReadAsync(cancellationToken).ConfigureAwait(false);
+            if (!_accepted.TryDequeue(out queued))
+            {
+                if (_closed)
+                {
+                    return null;
+                }
+                if (_acceptErrno != 0)
+                {
+                    throw SocketErrors.FromErrno(_acceptErrno);
+                }
+                cancellationToken.ThrowIfCancellationRequested();
+                waiter = new TaskCompletionSource<IoUringConnection?>(TaskCreationOptions.RunContinuationsAsynchronously);
+                _waiters.Add(waiter);
+            }
         }
-        catch (ChannelClosedException)
+        if (waiter is null)
         {
-            return null;
+            HandOut(queued!);
+            return queued;
+        }
+        using (cancellationToken.UnsafeRegister(static (s, token) =>
+        {
+            var (listener, waiter) = ((IoUringListener, TaskCompletionSource<IoUringConnection?>))s!;
+            lock (listener._lock)
+            {
+                if (!listener._waiters.Remove(waiter))
+                {
+                    return; // it got a connection (or the listener's end) first
+                }
+            }
+            waiter.TrySetCanceled(token);
+        }, (this, waiter)))
+        {
+            return await waiter.Task.ConfigureAwait(false);
         }
     }
 
@@ -66,18 +113,24 @@ public sealed class IoUringListener : IAsyncDisposable
         {
             foreach (Acceptor acceptor in _acceptors)
             {
-                try
-                {
-                    acceptor.Loop.Post(static a => ((Acceptor)a!).Stop(), acceptor);
-                }
-                catch (ObjectDisposedException)
-                {
-                    acceptor.Stop(); // its loop has stopped (cancelling the accept); nothing else touches the acceptor now
-                }
+                StopAcceptor(acceptor);
             }
-            _accepted.Writer.TryComplete();
+            IoUringConnection[] orphans;
+            List<TaskCompletionSource<IoUringConnection?>> waiters;
+            lock (_lock)
+            {
+                _closed = true;
+                orphans = [.. _accepted];
+                _accepted.Clear();
+                waiters = [.. _waiters];
+                _waiters.Clear();
+            }
+            foreach (TaskCompletionSource<IoUringConnection?> waiter in waiters)
+            {
+                waiter.TrySetResult(null);
+            }
             // Connections accepted but never handed out belong to nobody: close them.
-            while (_accepted.Reader.TryRead(out IoUringConnection? orphan))
+            foreach (IoUringConnection orphan in orphans)
             {
                 orphan.Abort();
             }
@@ -95,11 +148,90 @@ public sealed class IoUringListener : IAsyncDisposable
     /// <summary>The acceptor (and so the loop) the next accepted connection goes to: round robin.</summary>
     internal Acceptor NextAcceptor() => _acceptors[(int)((uint)Interlocked.Increment(ref _nextAcceptor) % (uint)_acceptors.Length)];
 
+    private static void StopAcceptor(Acceptor acceptor)
+    {
+        try
+        {
+            acceptor.Loop.Post(static a => ((Acceptor)a!).Stop(), acceptor);
+        }
+        catch (ObjectDisposedException)
+        {
+            acceptor.Stop(); // its loop has stopped (cancelling the accept); nothing else touches the acceptor now
+        }
+    }
+
+    /// <summary>An acceptor took a connection from the kernel. True when the queue is now full: the acceptor pauses.</summary>
+    internal bool OnAccepted() => Interlocked.Increment(ref _pending) >= _capacity;
+
+    /// <summary>A connection accepted from the kernel was closed before anyone could take it.</summary>
+    internal void OnDropped() => Interlocked.Decrement(ref _pending);
+
+    /// <summary>Few enough connections wait that paused acceptors may take more (half the backlog: not one per take).</summary>
+    internal bool HasRoomToResume() => Volatile.Read(ref _pending) <= _capacity / 2;
+
+    /// <summary>A connection is ready on its loop (this thread): to a waiting AcceptAsync, else into the queue.</summary>
     internal void Enqueue(IoUringConnection connection)
     {
-        if (!_accepted.Writer.TryWrite(connection))
+        TaskCompletionSource<IoUringConnection?> waiter;
+        lock (_lock)
         {
-            connection.Abort();
+            if (_closed)
+            {
+                OnDropped();
+                connection.Abort();
+                return;
+            }
+            if (_waiters.Count == 0)
+            {
+                _accepted.Enqueue(connection);
+                return;
+            }
+            waiter = _waiters[0];
+            _waiters.RemoveAt(0);
+        }
+        // The application is waiting (Kestrel always is): start receiving right here on the connection's loop.
+        HandOut(connection);
+        waiter.TrySetResult(connection);
+    }
+
+    /// <summary>The application takes <paramref name="connection"/>: it starts receiving, and paused acceptors may resume.</summary>
+    private void HandOut(IoUringConnection connection)
+    {
+        connection.StartReceiving(); // a post to its loop unless on it: only for connections that waited in the queue
+        Interlocked.Decrement(ref _pending); // full fence: published before the acceptors' pause flags are read
+        if (HasRoomToResume())
+        {
+            foreach (Acceptor acceptor in _acceptors)
+            {
+                acceptor.Resume();
+            }
+        }
+    }
+
+    /// <summary>
+    /// An acceptor found the listening socket broken (<paramref name="errno"/>): stop accepting on every loop; AcceptAsync
+    /// hands out what was accepted, then fails with the error.
+    /// </summary>
+    internal void OnAcceptFailed(int errno)
+    {
+        List<TaskCompletionSource<IoUringConnection?>> waiters;
+        lock (_lock)
+        {
+            if (_acceptErrno != 0 || _closed)
+            {
+                return;
+            }
+            _acceptErrno = errno;
+            waiters = [.. _waiters];
+            _waiters.Clear();
+        }
+        foreach (TaskCompletionSource<IoUringConnection?> waiter in waiters)
+        {
+            waiter.TrySetException(SocketErrors.FromErrno(errno));
+        }
+        foreach (Acceptor acceptor in _acceptors)
+        {
+            StopAcceptor(acceptor);
         }
     }
 

@@ -98,10 +98,10 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         ArgumentNullException.ThrowIfNull(endPoint);
         ObjectDisposedException.ThrowIf(_disposed != 0, this);
         Socket socket = CreateListeningSocket(endPoint, _options.Backlog);
-        return new IoUringListener(socket, _loops, Settings);
+        return new IoUringListener(socket, _loops, Settings, _options.Backlog);
     }
 
-    internal IoUringListener Listen(Socket listeningSocket) => new(listeningSocket, _loops, Settings);
+    internal IoUringListener Listen(Socket listeningSocket, int backlog) => new(listeningSocket, _loops, Settings, backlog);
 
     internal static Socket CreateListeningSocket(EndPoint endPoint, int backlog)
     {

@@ -68,6 +68,25 @@ public abstract class ListenerConformanceTests : IAsyncLifetime
         }
     }
 
+    /// <summary>Waits until <paramref name="progress"/> stops growing (unchanged over 300 ms) and returns it; fails after 10 s.</summary>
+    private static async Task<long> StalledAsync(Func<long> progress)
+    {
+        long last = -1;
+        int unchanged = 0;
+        for (int i = 0; i < 100; i++)
+        {
+            long now = progress();
+            unchanged = now == last ? unchanged + 1 : 0;
+            if (unchanged == 3)
+            {
+                return now;
+            }
+            last = now;
+            await Task.Delay(100);
+        }
+        throw new Xunit.Sdk.XunitException($"still sending after 10 s ({last:N0} bytes): the input never paused");
+    }
+
     private static Task ClosedAsync(ConnectionContext connection)
     {
         var closed = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -311,13 +330,14 @@ public abstract class ListenerConformanceTests : IAsyncLifetime
             Task closed = ClosedAsync(server);
             // Fill the read buffer (1 MiB by default) and the kernel's buffers without the server reading.
             byte[] chunk = new byte[1 << 16];
+            long sent = 0;
             Task sending = Task.Run(async () =>
             {
                 try
                 {
                     while (true)
                     {
-                        await client.SendAsync(chunk.AsMemory());
+                        Interlocked.Add(ref sent, await client.SendAsync(chunk.AsMemory()));
                     }
                 }
                 catch (SocketException)
@@ -327,7 +347,14 @@ public abstract class ListenerConformanceTests : IAsyncLifetime
             });
             ReadResult first = await server.Transport.Input.ReadAsync().AsTask().WaitAsync(s_hangGuard);
             server.Transport.Input.AdvanceTo(first.Buffer.Start, first.Buffer.End);
-            await Task.Delay(200);
+
+            // The input paused: the transport stopped taking bytes, so the kernel's buffers filled and the client stalled.
+            // Without backpressure the transport would keep reading into memory and the client would never stall.
+            long stalledAt = await StalledAsync(() => Interlocked.Read(ref sent));
+            Assert.InRange(stalledAt, 1 << 20, 64 << 20);
+            ReadResult buffered = await server.Transport.Input.ReadAsync().AsTask().WaitAsync(s_hangGuard);
+            Assert.InRange(buffered.Buffer.Length, 1 << 19, stalledAt);
+            server.Transport.Input.AdvanceTo(buffered.Buffer.Start, buffered.Buffer.End);
 
             server.Abort(new ConnectionAbortedException("stop"));
 

@@ -41,7 +41,6 @@ internal sealed partial class IoUringConnectionContext :
     private string? _connectionId;
     private IDictionary<object, object?>? _items;
     private IDuplexPipe _transportPipe;
-    private Socket? _socket;
 
     bool IFeatureCollection.IsReadOnly => false;
 
@@ -165,8 +164,9 @@ internal sealed partial class IoUringConnectionContext :
     void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException("The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
 
     /// <summary>
-    /// A <see cref="System.Net.Sockets.Socket"/> over the connection's fd, made on first use, for socket options. It does
-    /// not own the fd: the transport closes it. Reading or writing through it bypasses the transport's pipes.
+    /// <see cref="IoUring.Net.IoUringConnection.Socket"/>: made on first use over a duplicate of the fd, disposed when the connection
+    /// closes (ObjectDisposedException from then on, as with Kestrel's Sockets transport, never another connection's
+    /// socket). Reading or writing through it bypasses the transport's pipes.
     /// </summary>
-    Socket IConnectionSocketFeature.Socket => _socket ??= new Socket(new SafeSocketHandle(_connection.Handle, ownsHandle: false));
+    Socket IConnectionSocketFeature.Socket => _connection.Socket;
 }

@@ -48,6 +48,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         }
     }
 
+    internal IoUringConnection Connection => _connection;
+
     public override string ConnectionId
     {
         get => _connectionId ??= ConnectionIds.Next();
@@ -116,7 +118,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         {
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
-        _socket?.Dispose();
         _transport.Metrics.ConnectionClosed(_connection);
         // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
         await _closedFired.Task.ConfigureAwait(false);

@@ -140,6 +140,7 @@ internal static unsafe partial class Libc
     public static partial int fcntl(int fd, int cmd, int arg);
 
     public const int F_GETFD = 1;
+    public const int F_DUPFD_CLOEXEC = 1030;
     public const int FD_CLOEXEC = 1;
     public const int AF_UNIX = 1;
     public const int SOCK_STREAM = 1;

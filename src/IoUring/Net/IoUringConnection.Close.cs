@@ -29,6 +29,7 @@ public sealed partial class IoUringConnection
             return;
         }
         _closing = true;
+        _abortiveClose = abortive;
         if (abortive && (_abortRequested != 0 ? _abortWithReset : _settings.AbortWithReset))
         {
             // SO_LINGER {on, 0}: close sends RST and drops unsent data, as Kestrel's Sockets transport does on abort.
@@ -68,6 +69,7 @@ public sealed partial class IoUringConnection
     private unsafe void SubmitClose()
     {
         _closeSubmitted = true;
+        ReleaseSocket();
         io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindClose);
         sqe->opcode = IORING_OP_CLOSE;
         sqe->fd = _fd;

@@ -84,13 +84,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     /// <summary>The peer's endpoint (read when the connection started).</summary>
     public EndPoint? RemoteEndPoint => _remoteEndPoint;
 
-    /// <summary>Cancelled (on the thread pool, once) when the connection has closed and its fd is released.</summary>
+    /// <summary>Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and <see cref="Socket"/>'s, if taken).</summary>
     public CancellationToken ConnectionClosed => _closedTokenSource.Token;
 
     /// <summary>Completes when the connection has closed and its fd is released.</summary>
     public Task Closed => _closed.Task;
 
-    /// <summary>The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it.</summary>
+    /// <summary>
+    /// The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it. After close the number may
+    /// belong to another socket: for anything that may run late, use <see cref="Socket"/>.
+    /// </summary>
     public int Handle => _fd;
 
     /// <summary>Bytes received from the peer so far.</summary>

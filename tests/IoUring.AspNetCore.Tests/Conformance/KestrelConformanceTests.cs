@@ -13,7 +13,7 @@ namespace IoUring.AspNetCore.Tests.Conformance;
 /// Kestrel serving real HTTP clients over a transport: written once, run against Kestrel's Sockets transport (the
 /// reference) and io_uring. A case the Sockets transport fails is a wrong case.
 /// </summary>
-public abstract class KestrelConformanceTests
+public abstract partial class KestrelConformanceTests
 {
     private static readonly TimeSpan s_hangGuard = TimeSpan.FromSeconds(60);
 

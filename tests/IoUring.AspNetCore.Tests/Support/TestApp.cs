@@ -78,13 +78,22 @@ public static class TestApp
             }
         });
 
-        // Reads the body only once the test releases it: the transport's read buffer fills meanwhile.
+        // Reads the body only once the test releases it: the transport's read buffer fills meanwhile. Records how reading ended.
         app.MapPost("/slow-upload", async (HttpContext context) =>
         {
             probe.RequestStarted.TrySetResult();
             await probe.Release.Task.WaitAsync(s_hangGuard);
-            (long length, string hash) = await HashBodyAsync(context.Request.BodyReader);
-            return Results.Text($"{length} {hash}");
+            try
+            {
+                (long length, string hash) = await HashBodyAsync(context.Request.BodyReader);
+                probe.BodyReadEnded.TrySetResult(null);
+                return Results.Text($"{length} {hash}");
+            }
+            catch (Exception ex)
+            {
+                probe.BodyReadEnded.TrySetResult(ex);
+                throw;
+            }
         });
 
         app.MapGet("/download", async (HttpContext context, long size) =>

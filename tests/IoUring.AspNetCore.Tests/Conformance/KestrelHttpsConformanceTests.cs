@@ -284,7 +284,7 @@ public abstract partial class KestrelConformanceTests
     public async Task Https_client_gone_mid_upload_fails_the_body_read_and_the_server_goes_on(bool http2, bool reset)
     {
         var probe = new AppProbe();
-        await using TestServer server = await StartHttpsAsync(probe);
+        await using TestServer server = await StartHttpsAsync(probe, o => o.ShutdownTimeout = TimeSpan.FromSeconds(1));
         var sockets = new ConcurrentQueue<Socket>();
         using HttpClient client = server.CreateClient(http2, CapturingHandler(sockets));
         Task<HttpResponseMessage> upload = client.PostAsync("upload", Pattern.Content(1L << 30));
@@ -293,8 +293,9 @@ public abstract partial class KestrelConformanceTests
 
         GoAway(Assert.Single(sockets), reset);
 
-        Exception? error = await WaitAsync(probe.BodyReadEnded.Task);
-        Assert.IsAssignableFrom<IOException>(error);
+        Task ended = await Task.WhenAny(probe.BodyReadEnded.Task, Task.Delay(TimeSpan.FromSeconds(10)));
+        Assert.True(ended == probe.BodyReadEnded.Task, "the app's body read did not end within 10 s of the client going away");
+        Assert.IsAssignableFrom<IOException>(await probe.BodyReadEnded.Task);
         await Assert.ThrowsAnyAsync<Exception>(() => WaitAsync(upload));
         await WaitAsync(tracked.Closed);
         await AssertServesAsync(server);

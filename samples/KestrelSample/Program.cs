@@ -1,17 +1,24 @@
 // Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket and a large download.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
+//                            [--cert server.pfx[:password]]
 //
+//   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
+//             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
+//             Kestrel:Certificates:Default:Path and :Password (e.g. Kestrel__Certificates__Default__Path=server.pfx).
 //   --inline  UnsafePreferInlineScheduling on the selected transport (for Sockets as TechEmpower runs it, also set
 //             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, and GET /_jit: methods JIT-compiled
 //             so far (benchmarks/run-kestrel.sh samples both)
 //
 //   curl http://127.0.0.1:5000/plaintext
+//   curl -k --http2 https://127.0.0.1:5001/plaintext
 //   curl http://127.0.0.1:5000/json
 //   curl -o /dev/null http://127.0.0.1:5000/download?size=1000000000
 //   websocat ws://127.0.0.1:5000/ws
 using System.Net.WebSockets;
+using System.Security.Cryptography;
+using System.Security.Cryptography.X509Certificates;
 using System.Text.Json.Serialization;
 using IoUring.AspNetCore;
 
@@ -34,12 +41,45 @@ switch (transport)
         Console.Error.WriteLine($"Unknown --transport '{transport}': use iouring or sockets.");
         return 2;
 }
+
+// HTTPS: https:// URLs and the Kestrel:Certificates / Kestrel:Endpoints configuration (the slim builder leaves them out).
+builder.WebHost.UseKestrelHttpsConfiguration();
+string? cert = builder.Configuration["cert"];
+if (!string.IsNullOrEmpty(cert))
+{
+    int colon = cert.IndexOf(':', StringComparison.Ordinal);
+    string path = colon < 0 ? cert : cert[..colon];
+    string? password = colon < 0 ? null : cert[(colon + 1)..];
+    if (!File.Exists(path))
+    {
+        Console.Error.WriteLine($"--cert: no file '{path}' (give a PFX file as path or path:password).");
+        return 2;
+    }
+    X509Certificate2 certificate;
+    try
+    {
+        certificate = X509CertificateLoader.LoadPkcs12FromFile(path, password);
+    }
+    catch (Exception ex) when (ex is CryptographicException or IOException or UnauthorizedAccessException)
+    {
+        Console.Error.WriteLine($"--cert: cannot load '{path}' as a PFX file{(password is null ? " without a password" : "")}: {ex.Message}");
+        return 2;
+    }
+    if (!certificate.HasPrivateKey)
+    {
+        Console.Error.WriteLine($"--cert: '{path}' holds no private key: a server certificate needs one.");
+        return 2;
+    }
+    builder.WebHost.ConfigureKestrel(k => k.ConfigureHttpsDefaults(https => https.ServerCertificate = certificate));
+}
 if (string.IsNullOrEmpty(builder.Configuration["urls"]))
 {
-    builder.WebHost.UseUrls("http://127.0.0.1:5000");
+    builder.WebHost.UseUrls(string.IsNullOrEmpty(cert) ? "http://127.0.0.1:5000" : "http://127.0.0.1:5000;https://127.0.0.1:5001");
 }
 builder.Logging.SetMinimumLevel(LogLevel.Warning);
 builder.Logging.AddFilter("Microsoft.Hosting.Lifetime", LogLevel.Information);
+// A failed start is reported once, below or as the unhandled exception, not also as a logged stack trace first.
+builder.Logging.AddFilter("Microsoft.Extensions.Hosting.Internal.Host", LogLevel.Critical);
 builder.Services.ConfigureHttpJsonOptions(o => o.SerializerOptions.TypeInfoResolverChain.Insert(0, SampleJsonContext.Default));
 
 WebApplication app = builder.Build();
@@ -93,7 +133,16 @@ app.Map("/ws", async (HttpContext context) =>
     }
 });
 
-await app.StartAsync();
+try
+{
+    await app.StartAsync();
+}
+catch (InvalidOperationException ex) when (string.IsNullOrEmpty(cert) && ex.Message.Contains("certificate", StringComparison.OrdinalIgnoreCase))
+{
+    Console.Error.WriteLine($"An https:// URL needs a server certificate: pass --cert server.pfx[:password], or set Kestrel:Certificates:Default:Path " +
+        $"(and :Password), e.g. Kestrel__Certificates__Default__Path=server.pfx. Make one with openssl or `dotnet dev-certs https -ep server.pfx -p PASSWORD`.\n({ex.Message})");
+    return 2;
+}
 bool fellBack = app.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().LastOrDefault() is IoUringTransportFactory { IsFallbackActive: true };
 Console.WriteLine($"Transport: {(transport == "sockets" ? "Sockets" : fellBack ? "Sockets (io_uring unavailable, see the warning above)" : "io_uring")}{(inline ? ", inline scheduling" : "")}");
 await app.WaitForShutdownAsync();

@@ -41,7 +41,7 @@ public sealed partial class IoUringConnection
         _output.Reader.CancelPendingRead();
         if (_owner.InFlight > _notificationsPending)
         {
-            io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindCancelAll);
+            io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindCancel);
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->fd = _fd;
             sqe->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;

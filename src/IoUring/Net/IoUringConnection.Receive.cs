@@ -6,8 +6,19 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 // Receiving: one multishot RECV with buffer select; bytes are copied into Input and the buffer goes straight back.
+//
+// A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but without
+// F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on to read
+// the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's own
+// wakeup normally brings that read, but a RECV armed after the RST arrived (on resuming from a backpressure pause, or
+// after ENOBUFS) gets one look at the ready socket, spends it on the bytes queued ahead of the RST (more than it reads
+// at submit: 32 buffers), and then waits forever on the dead socket. So a one-shot POLL_ADD per connection watches for
+// the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted (cancelled, and
+// its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports the error.
 public sealed partial class IoUringConnection
 {
+    private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported
+
     // How long a receive waits before re-arming when the buffer ring stays empty. Process lifetime (never freed): every
     // connection's backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
     private static readonly unsafe __kernel_timespec* s_receiveBackoff = NewTimespec(TimeSpan.FromMilliseconds(10));
@@ -19,6 +30,7 @@ public sealed partial class IoUringConnection
     private bool _receiveEnded;     // FIN, error, the reader went away, or closing
     private bool _unflushed;        // bytes written to Input since the last flush
     private bool _receiveBackingOff; // a backoff TIMEOUT is in flight: re-arm when it ends
+    private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
     private int _exhaustionMark = -1; // the buffer ring's RecycleMark at this connection's last ENOBUFS (-1: none yet)
     private long _bytesReceived;
 
@@ -45,9 +57,39 @@ public sealed partial class IoUringConnection
     {
         if (_receiveArmed)
         {
-            io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindReceiveCancel);
+            io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindCancel);
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->addr = _owner.UserDataOf(KindReceive);
+        }
+    }
+
+    private unsafe void ArmHangUpPoll()
+    {
+        io_uring_sqe* sqe = _owner.Loop.GetSqe(_owner, KindHangUpPoll);
+        sqe->opcode = IORING_OP_POLL_ADD;
+        sqe->fd = _fd;
+        sqe->poll32_events = PollRdHup;
+    }
+
+    private void OnHangUp(int result)
+    {
+        if (result <= 0)
+        {
+            return; // cancelled at close
+        }
+        _peerHungUp = true;
+        if (((uint)result & (PollErr | PollHup)) != 0)
+        {
+            RestartWaitingReceive(); // a reset or an error; a FIN alone the RECV sees by itself
+        }
+    }
+
+    // The armed RECV may be waiting for a wakeup that will not come: cancel it; its ECANCELED arms a new one.
+    private void RestartWaitingReceive()
+    {
+        if (_receiveArmed && !_receivePaused && !_receiveEnded && !_closing)
+        {
+            CancelReceive();
         }
     }
 
@@ -80,6 +122,10 @@ public sealed partial class IoUringConnection
                 FlushInput();
             }
             MaybeRearmReceive();
+            if (_peerHungUp && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
+            {
+                RestartWaitingReceive(); // it emptied the socket and now waits for a wakeup
+            }
             return;
         }
 

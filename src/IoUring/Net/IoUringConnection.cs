@@ -23,10 +23,10 @@ namespace IoUring.Net;
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, IValueTaskSource<int>
 {
     private const uint KindReceive = 1;
-    private const uint KindReceiveCancel = 2;
+    private const uint KindCancel = 2; // ASYNC_CANCEL of the receive, or of everything at close
     private const uint KindSend = 3;
     private const uint KindReceiveBackoff = 4;
-    private const uint KindCancelAll = 5;
+    private const uint KindHangUpPoll = 5;
     private const uint KindClose = 6;
     private const uint KindSendZeroCopy = 7;
 
@@ -201,6 +201,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         {
             ArmReceive();
         }
+        ArmHangUpPoll(); // also for a connection not accepted yet: a reset before the application takes it is noticed
         _ = SendLoopAsync();
     }
 
@@ -236,6 +237,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
                 case KindReceive: connection.OnReceive(result, flags); break;
                 case KindSend: connection.OnSendCompleted(result); break;
                 case KindReceiveBackoff: connection.OnReceiveBackoffEnded(); break;
+                case KindHangUpPoll: connection.OnHangUp(result); break;
                 case KindClose: connection.OnCloseCompleted(); break;
                 case KindSendZeroCopy: connection.OnZeroCopySendCompleted(result, flags, UserData.Slot(userData)); break;
                 default: break; // cancel requests: their targets report for themselves

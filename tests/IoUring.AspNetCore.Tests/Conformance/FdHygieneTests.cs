@@ -1,5 +1,7 @@
+using System.Net.Security;
 using System.Net.Sockets;
 using IoUring.AspNetCore.Tests.Support;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
 
 namespace IoUring.AspNetCore.Tests.Conformance;
 
@@ -70,6 +72,53 @@ public abstract class FdHygieneTests
         await ServeAndStopAsync(20);
 
         // Closing is asynchronous in places (the thread pool's socket engine); give it a moment, not a deadline.
+        for (int attempt = 0; OpenFds() != before && attempt < 100; attempt++)
+        {
+            await Task.Delay(100);
+        }
+        Assert.Equal(before, OpenFds());
+    }
+
+    private async Task ServeHttpsAndStopAsync(int connections)
+    {
+        await using TestServer server = await TestServer.StartAsync(Transport, TestApp.Map(new AppProbe()), o =>
+        {
+            o.Certificate = TestCertificate.Server;
+            o.Protocols = HttpProtocols.Http1AndHttp2;
+        });
+        await Task.WhenAll(Enumerable.Range(0, connections).Select(async i =>
+        {
+            using HttpClient client = server.CreateClient(http2: i % 2 == 0);
+            Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+        }));
+        byte[] hello = await TlsClient.ClientHelloAsync();
+        foreach (bool reset in new[] { false, true })
+        {
+            using Socket midHandshake = await server.ConnectAsync();
+            await midHandshake.SendAsync(hello.AsMemory(0, hello.Length / 2));
+            if (reset)
+            {
+                RawClient.Reset(midHandshake);
+            }
+        }
+        using (Socket garbage = await server.ConnectAsync())
+        {
+            await RawClient.SendAsync(garbage, "GET /plaintext HTTP/1.1\r\nHost: test\r\n\r\n");
+            await RawClient.DrainAsync(garbage);
+        }
+        using TlsClient idle = await TlsClient.ConnectAsync(server, SslApplicationProtocol.Http11); // still open when the host stops
+        await server.StopAsync();
+        await Task.WhenAll(server.Connections.All.Select(c => c.Closed)).WaitAsync(TimeSpan.FromSeconds(60));
+    }
+
+    [Fact]
+    public async Task Stopped_https_host_after_failed_handshakes_leaves_no_fd_open()
+    {
+        await ServeHttpsAndStopAsync(2); // warm up
+        int before = OpenFds();
+
+        await ServeHttpsAndStopAsync(10);
+
         for (int attempt = 0; OpenFds() != before && attempt < 100; attempt++)
         {
             await Task.Delay(100);

@@ -13,7 +13,7 @@ namespace IoUring.AspNetCore.Tests.Conformance;
 /// Kestrel serving real HTTP clients over a transport: written once, run against Kestrel's Sockets transport (the
 /// reference) and io_uring. A case the Sockets transport fails is a wrong case.
 /// </summary>
-public abstract class KestrelConformanceTests
+public abstract partial class KestrelConformanceTests
 {
     private static readonly TimeSpan s_hangGuard = TimeSpan.FromSeconds(60);
 
@@ -482,6 +482,56 @@ public abstract class KestrelConformanceTests
         await Task.WhenAll(server.Connections.All.Select(c => WaitAsync(c.Closed)));
         probe.Release.TrySetResult();
         await server.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Client_reset_while_paused_by_backpressure_fails_the_body_read_once_the_app_reads()
+    {
+        // The client resets while the transport has stopped receiving (the app does not read yet); then the app
+        // reads. Every round the read must end with the reset, not wait forever for bytes that will never come.
+        const int Rounds = 8;
+        for (int round = 0; round < Rounds; round++)
+        {
+            var probe = new AppProbe();
+            await using TestServer server = await StartAsync(probe, o => o.ShutdownTimeout = TimeSpan.FromSeconds(1));
+            Socket socket = await server.ConnectAsync();
+            await RawClient.SendAsync(socket, "POST /slow-upload HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n");
+            await WaitAsync(probe.RequestStarted.Task);
+            Task sending = Task.Run(async () =>
+            {
+                byte[] chunk = new byte[1 << 16];
+                try
+                {
+                    while (true)
+                    {
+                        await socket.SendAsync(chunk.AsMemory());
+                    }
+                }
+                catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
+                {
+                    // the reset below ends it
+                }
+            });
+            await WaitAsync(UntilAsync(() => server.Logs.Records.Any(r => r.EventId.Name == "ConnectionPause")));
+            await Task.Delay(300); // the client's send buffer and the server's receive queue fill up too
+
+            RawClient.Reset(socket);
+            await WaitAsync(sending);
+            await Task.Delay(200); // the reset has reached the server's socket
+            probe.Release.SetResult();
+
+            Task ended = await Task.WhenAny(probe.BodyReadEnded.Task, Task.Delay(TimeSpan.FromSeconds(10)));
+            Assert.True(ended == probe.BodyReadEnded.Task, $"round {round + 1} of {Rounds}: the app's body read did not end within 10 s of the client's reset");
+            Assert.IsAssignableFrom<IOException>(await probe.BodyReadEnded.Task);
+        }
+    }
+
+    private static async Task UntilAsync(Func<bool> condition)
+    {
+        while (!condition())
+        {
+            await Task.Delay(10);
+        }
     }
 
     [Fact]

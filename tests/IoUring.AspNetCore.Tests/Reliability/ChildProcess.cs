@@ -121,14 +121,14 @@ internal sealed partial class ChildProcess : IAsyncDisposable
         }
     }
 
-    /// <summary>The port of Kestrel's "Now listening on: http://127.0.0.1:PORT" line.</summary>
+    /// <summary>The port of Kestrel's "Now listening on: http://127.0.0.1:PORT" (or https://) line.</summary>
     public async Task<int> WaitForKestrelPortAsync(TimeSpan timeout)
     {
         string line = await WaitForLineAsync(l => ListeningLine().IsMatch(l), timeout);
         return int.Parse(ListeningLine().Match(line).Groups[1].Value, CultureInfo.InvariantCulture);
     }
 
-    [GeneratedRegex(@"Now listening on: http://127\.0\.0\.1:(\d+)")]
+    [GeneratedRegex(@"Now listening on: https?://127\.0\.0\.1:(\d+)")]
     private static partial Regex ListeningLine();
 
     public async Task<int> WaitForExitAsync(TimeSpan timeout)

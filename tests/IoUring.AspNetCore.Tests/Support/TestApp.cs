@@ -3,8 +3,10 @@ using System.Globalization;
 using System.IO.Pipelines;
 using System.Net.WebSockets;
 using System.Security.Cryptography;
+using System.Text;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Server.Kestrel.Core.Features;
 
 namespace IoUring.AspNetCore.Tests.Support;
 
@@ -31,6 +33,13 @@ public static class TestApp
         app.MapGet("/plaintext", () => Results.Text("Hello, World!", "text/plain"));
 
         app.MapGet("/connection", (HttpContext context) => context.Connection.Id);
+
+        // "<protocol> <ALPN protocol> <scheme>" as the server saw the request: what TLS negotiated.
+        app.MapGet("/tls", (HttpContext context) =>
+        {
+            ReadOnlyMemory<byte> alpn = context.Features.Get<ITlsApplicationProtocolFeature>()?.ApplicationProtocol ?? default;
+            return $"{context.Request.Protocol} {(alpn.IsEmpty ? "-" : Encoding.ASCII.GetString(alpn.Span))} {context.Request.Scheme}";
+        });
 
         // Echoes the body as it arrives: no Content-Length, so HTTP/1.1 answers chunked.
         app.MapPost("/echo", async (HttpContext context) =>
@@ -69,13 +78,22 @@ public static class TestApp
             }
         });
 
-        // Reads the body only once the test releases it: the transport's read buffer fills meanwhile.
+        // Reads the body only once the test releases it: the transport's read buffer fills meanwhile. Records how reading ended.
         app.MapPost("/slow-upload", async (HttpContext context) =>
         {
             probe.RequestStarted.TrySetResult();
             await probe.Release.Task.WaitAsync(s_hangGuard);
-            (long length, string hash) = await HashBodyAsync(context.Request.BodyReader);
-            return Results.Text($"{length} {hash}");
+            try
+            {
+                (long length, string hash) = await HashBodyAsync(context.Request.BodyReader);
+                probe.BodyReadEnded.TrySetResult(null);
+                return Results.Text($"{length} {hash}");
+            }
+            catch (Exception ex)
+            {
+                probe.BodyReadEnded.TrySetResult(ex);
+                throw;
+            }
         });
 
         app.MapGet("/download", async (HttpContext context, long size) =>

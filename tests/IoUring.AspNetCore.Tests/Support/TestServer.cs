@@ -1,12 +1,14 @@
 using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
+using System.Security.Cryptography.X509Certificates;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Hosting.Server;
 using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.AspNetCore.Server.Kestrel.Https;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -33,6 +35,12 @@ public sealed class TestServerOptions
     public Action<IoUringTransportOptions>? IoUring { get; set; }
 
     public TimeSpan ShutdownTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>Serve HTTPS with this certificate (TLS above the connection tracker, so it sees the transport's connections).</summary>
+    public X509Certificate2? Certificate { get; set; }
+
+    /// <summary>Further HTTPS settings, when <see cref="Certificate"/> is set.</summary>
+    public Action<HttpsConnectionAdapterOptions>? Https { get; set; }
 }
 
 /// <summary>
@@ -75,6 +83,8 @@ public sealed class TestServer : IAsyncDisposable
     public int Port { get; }
 
     public IPEndPoint EndPoint => new(IPAddress.Loopback, Port);
+
+    public bool IsHttps => BaseAddress.Scheme == Uri.UriSchemeHttps;
 
     public static async Task<TestServer> StartAsync(TransportKind kind, Action<WebApplication> configureApp, Action<TestServerOptions>? configure = null)
     {
@@ -121,6 +131,12 @@ public sealed class TestServer : IAsyncDisposable
                     connections.Track(connection);
                     await next(connection);
                 });
+                if (options.Certificate is { } certificate)
+                {
+                    var https = new HttpsConnectionAdapterOptions { ServerCertificate = certificate };
+                    options.Https?.Invoke(https);
+                    listen.UseHttps(https);
+                }
             });
             options.Kestrel?.Invoke(k);
         });
@@ -130,10 +146,17 @@ public sealed class TestServer : IAsyncDisposable
         return new TestServer(app, logs, connections, kind);
     }
 
-    /// <summary>An HttpClient for this server; HTTP/2 with prior knowledge when <paramref name="http2"/>.</summary>
+    /// <summary>
+    /// An HttpClient for this server; HTTP/2 when <paramref name="http2"/> (with prior knowledge over TCP, offered alone
+    /// by ALPN over TLS), else HTTP/1.1 (offered alone over TLS). Over TLS it trusts exactly the test certificate.
+    /// </summary>
     public HttpClient CreateClient(bool http2 = false, SocketsHttpHandler? handler = null)
     {
         handler ??= new SocketsHttpHandler();
+        if (IsHttps)
+        {
+            handler.SslOptions.RemoteCertificateValidationCallback ??= TestCertificate.Pinned;
+        }
         return new HttpClient(handler)
         {
             BaseAddress = BaseAddress,

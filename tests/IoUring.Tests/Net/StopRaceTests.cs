@@ -24,11 +24,17 @@ public sealed class StopRaceTests : IDisposable
         File.Delete(_path);
     }
 
-    /// <summary>Holds the loop thread until the returned gate is set, so the test orders the posts behind it.</summary>
+    /// <summary>
+    /// Holds the loop thread until the returned gate is set, so the test orders the posts behind it. Returns once the
+    /// loop is inside the hold: the loop runs the posts it found when it woke, so a post made before that would run
+    /// in the same pass as the hold, ahead of the posts made after it (a connect submitted before the stop was posted).
+    /// </summary>
     private static ManualResetEventSlim Hold(EventLoop loop)
     {
         var gate = new ManualResetEventSlim();
-        loop.Schedule(static g => ((ManualResetEventSlim)g!).Wait(), gate);
+        using var entered = new ManualResetEventSlim();
+        loop.Schedule(static s => { var (e, g) = ((ManualResetEventSlim, ManualResetEventSlim))s!; e.Set(); g.Wait(); }, (entered, gate));
+        Assert.True(entered.Wait(TimeSpan.FromSeconds(10)), "the loop did not run the hold");
         return gate;
     }
 

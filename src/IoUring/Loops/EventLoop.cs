@@ -285,6 +285,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         uint openChain = OpenChainLength();
         if (openChain == _ring.SqEntries)
         {
+            // The whole SQ is one open chain: end it at its last queued request and submit it as a shorter chain, so
+            // that the requests taken after this refusal (the loop's own: receives, closes) do not join it or find the
+            // SQ still full.
+            _ring.UnpublishedSqe(openChain - 1)->flags &= unchecked((byte)~(IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
+            _bufferRing?.Publish();
+            SubmitAndWait(wait: false);
             throw new InvalidOperationException(
                 $"A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue ({_ring.SqEntries} entries) cannot " +
                 $"go to the kernel whole; raise {nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");

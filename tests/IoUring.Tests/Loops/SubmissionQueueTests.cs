@@ -57,6 +57,9 @@ public sealed class SubmissionQueueTests
                     refused = ex;
                 }
             }
+            // A request taken right after the refusal, in the same iteration (as the loop's own would be), neither
+            // joins the refused chain nor finds the SQ still full.
+            handler.Submit(RecordingHandler.Nop(), 98);
         });
         Assert.NotNull(refused);
         Assert.Contains("SubmissionQueueSize", refused.Message, StringComparison.Ordinal);
@@ -64,6 +67,7 @@ public sealed class SubmissionQueueTests
         await Eventually.WaitForAsync(() => handler.InFlight == 0);
         Assert.Equal(0, handler.InFlight);
         Assert.Equal(0, loop.CustomSlotsInUse);
+        Assert.Contains(handler.Completions, c => c.Value == 98 && c.Result == 0);
         // And the loop goes on.
         await OnLoopAsync(loop, () => handler.Submit(RecordingHandler.Nop(), 99));
         await Eventually.WaitForAsync(() => handler.Completions.Any(c => c.Value == 99));

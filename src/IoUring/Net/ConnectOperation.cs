@@ -119,7 +119,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         else if (result == -Errno.ECANCELED)
         {
-            Fail(new OperationCanceledException("The connect was cancelled."));
+            // Cancelled by the caller's token, or by the stop's cancel-all (reported as for a connect started after it).
+            Fail(Loop.IsStopping ? LoopStopped() : new OperationCanceledException("The connect was cancelled."));
         }
         else
         {

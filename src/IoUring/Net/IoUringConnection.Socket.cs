@@ -33,13 +33,17 @@ public sealed partial class IoUringConnection
                     {
                         throw SocketErrors.FromErrno(Libc.GetLastErrno());
                     }
+                    // The handle owns the duplicate from here on: if the Socket cannot be made, disposing the handle is
+                    // the one close (a close(fd) here as well would let the handle's finalizer close the number again,
+                    // by then perhaps another socket's).
+                    var handle = new SafeSocketHandle(fd, ownsHandle: true);
                     try
                     {
-                        _socket = new Socket(new SafeSocketHandle(fd, ownsHandle: true));
+                        _socket = new Socket(handle);
                     }
                     catch
                     {
-                        _ = Libc.close(fd);
+                        handle.Dispose();
                         throw;
                     }
                 }
@@ -81,6 +85,14 @@ public sealed partial class IoUringConnection
         {
             // the application disposed it
         }
-        socket.Dispose();
+        try
+        {
+            socket.Dispose();
+        }
+        catch (Exception ex)
+        {
+            // The loop goes on closing the connection whatever the Socket's teardown throws.
+            _owner.Loop.ReportUnhandled(ex);
+        }
     }
 }

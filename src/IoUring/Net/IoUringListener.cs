@@ -164,7 +164,11 @@ public sealed class IoUringListener : IAsyncDisposable
     internal bool OnAccepted() => Interlocked.Increment(ref _pending) >= _capacity;
 
     /// <summary>A connection accepted from the kernel was closed before anyone could take it.</summary>
-    internal void OnDropped() => Interlocked.Decrement(ref _pending);
+    internal void OnDropped()
+    {
+        Interlocked.Decrement(ref _pending);
+        ResumeAcceptorsIfRoom(); // else acceptors paused at capacity could wait for a take that never comes
+    }
 
     /// <summary>Few enough connections wait that paused acceptors may take more (half the backlog: not one per take).</summary>
     internal bool HasRoomToResume() => Volatile.Read(ref _pending) <= _capacity / 2;
@@ -199,6 +203,11 @@ public sealed class IoUringListener : IAsyncDisposable
     {
         connection.StartReceiving(); // a post to its loop unless on it: only for connections that waited in the queue
         Interlocked.Decrement(ref _pending); // full fence: published before the acceptors' pause flags are read
+        ResumeAcceptorsIfRoom();
+    }
+
+    private void ResumeAcceptorsIfRoom()
+    {
         if (HasRoomToResume())
         {
             foreach (Acceptor acceptor in _acceptors)

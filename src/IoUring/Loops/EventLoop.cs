@@ -672,7 +672,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         _stopping = true;
         _shutdownStarted = Stopwatch.GetTimestamp();
-        Stopping?.Invoke();
+        try
+        {
+            Stopping?.Invoke();
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex); // the cancel below must still go out, or the stop waits for its deadline
+        }
         // Cancel every request on the ring (including the wakeup READ); each still posts its final CQE.
         io_uring_sqe* sqe = GetSqe(_loopOwner, LoopOwner.KindCancel);
         sqe->opcode = IORING_OP_ASYNC_CANCEL;

@@ -175,7 +175,14 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             if (connection.Loop == loop)
             {
-                connection.Abort();
+                try
+                {
+                    connection.Abort();
+                }
+                catch (Exception ex)
+                {
+                    loop.ReportUnhandled(ex); // the next connections are closed all the same
+                }
             }
         }
     }

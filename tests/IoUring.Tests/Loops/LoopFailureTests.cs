@@ -182,4 +182,20 @@ public sealed class BrokenRingTests
         await listener.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
         await network.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
     }
+    [Fact]
+    public async Task A_throwing_stop_hook_still_cancels_everything_in_flight()
+    {
+        // The loop's Stopping event (the network closes its connections there) throws: the stop must still cancel the
+        // requests in flight instead of waiting for them until its 10 s deadline.
+        var reported = new ConcurrentQueue<Exception>();
+        using var loop = new EventLoop(new EventLoopOptions { UnhandledException = reported.Enqueue });
+        using var timeout = new NativeTimespec(TimeSpan.FromSeconds(30));
+        var handler = new RecordingHandler(loop);
+        var submitted = new TaskCompletionSource();
+        loop.Schedule(_ => { handler.Submit(timeout.TimeoutSqe(), 1); submitted.SetResult(); }, null);
+        await submitted.Task.WaitAsync(TimeSpan.FromSeconds(5));
+        loop.Stopping += () => throw new InvalidOperationException("from a Stopping handler");
+        await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(5));
+        Assert.Contains(reported, e => e.Message == "from a Stopping handler");
+    }
 }

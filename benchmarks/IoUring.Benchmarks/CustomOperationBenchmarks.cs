@@ -203,7 +203,7 @@ internal sealed unsafe class InternalNops(EventLoop loop, NopStream stream) : Ri
     public void SubmitNop(ulong value)
     {
         // The value has nowhere to go: internal operations keep their state in the owner, not in user_data.
-        io_uring_sqe* sqe = Loop.GetSqe(this, KindNop);
+        io_uring_sqe* sqe = Loop.NewSqe(this, KindNop);
         sqe->opcode = IORING_OP_NOP;
     }
 

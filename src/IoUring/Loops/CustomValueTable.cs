@@ -39,7 +39,7 @@ internal struct CustomValueTable
     }
 
     /// <summary>Makes sure the next <see cref="Rent"/> finds a free slot, growing the table if needed, so that renting cannot fail.</summary>
-    /// <exception cref="InvalidOperationException">All <see cref="UserData.MaxSlots"/> slots are in use.</exception>
+    /// <exception cref="InvalidOperationException">All <see cref="UserData.MaxTags"/> slots are in use.</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void EnsureFreeSlot()
     {
@@ -81,9 +81,9 @@ internal struct CustomValueTable
     {
         if (_next == _values.Length)
         {
-            if (_next == UserData.MaxSlots)
+            if (_next == UserData.MaxTags)
             {
-                throw new InvalidOperationException($"Too many custom operations in flight on one loop (the limit is {UserData.MaxSlots}).");
+                throw new InvalidOperationException($"Too many custom operations in flight on one loop (the limit is {UserData.MaxTags}).");
             }
             Array.Resize(ref _values, _values.Length * 2);
         }

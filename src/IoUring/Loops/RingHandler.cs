@@ -58,10 +58,10 @@ public abstract class RingHandler : RingOwner, IDisposable
         }
         // Everything that can fail comes before the SQE is taken (a taken SQE is submitted whatever it holds), and
         // taking it fails before anything is rented or counted: a throw leaks neither an SQE nor a value slot.
-        loop.EnsureCustomSlot();
-        io_uring_sqe* target = loop.TakeSqe(this);
+        loop.EnsureCustomValueSlot();
+        io_uring_sqe* target = loop.NewRawSqe(this);
         *target = sqe; // all 64 bytes
-        target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, loop.RentCustomSlot(userValue));
+        target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, loop.RentCustomValueSlot(userValue));
     }
 
     private void ThrowSubmitError(byte sqeFlags)

@@ -29,7 +29,7 @@ public abstract class RingOwner
         if (!UserData.FitsHandle(value))
         {
             _handle.Dispose();
-            throw new PlatformNotSupportedException($"GCHandle value 0x{value:x} leaves no room for the operation kind and slot bits of user_data.");
+            throw new PlatformNotSupportedException($"GCHandle value 0x{value:x} leaves no room for the operation kind and tag bits of user_data.");
         }
         _handleBits = (ulong)value;
         loop.OnOwnerCreated();
@@ -50,6 +50,13 @@ public abstract class RingOwner
 
     /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at submit.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
+
+    /// <summary>
+    /// Handles one CQE of a receive that selected a buffer from the loop's <see cref="ReceiveBuffers"/>:
+    /// <paramref name="data"/> is valid only during the call (the buffer goes back to the kernel right after).
+    /// </summary>
+    internal virtual void HandleReceive(uint kind, ReadOnlySpan<byte> data, uint flags)
+        => throw new InvalidOperationException($"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
 
     /// <summary>Called when a completion handler threw; the loop keeps running.</summary>
     internal virtual void HandleException(Exception exception) => Loop.ReportUnhandled(exception);

@@ -59,7 +59,7 @@ internal sealed unsafe class Acceptor : RingOwner
         {
             return;
         }
-        io_uring_sqe* sqe = Loop.GetSqe(this, KindAccept);
+        io_uring_sqe* sqe = Loop.NewSqe(this, KindAccept);
         sqe->opcode = IORING_OP_ACCEPT;
         sqe->fd = _listenFd;
         sqe->ioprio = IORING_ACCEPT_MULTISHOT;
@@ -102,7 +102,7 @@ internal sealed unsafe class Acceptor : RingOwner
     {
         if (_acceptArmed && !_cancelSubmitted && !Loop.IsStopping) // a stopping loop cancels everything itself
         {
-            io_uring_sqe* sqe = Loop.GetSqe(this, KindCancel);
+            io_uring_sqe* sqe = Loop.NewSqe(this, KindCancel);
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->addr = UserDataOf(KindAccept);
             _cancelSubmitted = true;
@@ -207,7 +207,7 @@ internal sealed unsafe class Acceptor : RingOwner
     {
         if (!more && !_stopped && !_backoffArmed)
         {
-            io_uring_sqe* sqe = Loop.GetSqe(this, KindBackoff);
+            io_uring_sqe* sqe = Loop.NewSqe(this, KindBackoff);
             sqe->opcode = IORING_OP_TIMEOUT;
             sqe->addr = (ulong)_backoff;
             sqe->len = 1;

@@ -57,7 +57,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
             _address = (byte*)NativeMemory.Alloc((nuint)address.Size);
             address.Buffer.Span[..address.Size].CopyTo(new Span<byte>(_address, address.Size));
 
-            io_uring_sqe* sqe = Loop.GetSqe(this, KindConnect);
+            io_uring_sqe* sqe = Loop.NewSqe(this, KindConnect);
             sqe->opcode = IORING_OP_CONNECT;
             sqe->fd = _fd;
             sqe->addr = (ulong)_address;
@@ -83,7 +83,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
                 var op = (ConnectOperation)s!;
                 if (op.InFlight > 0 && !op.Loop.IsStopping)
                 {
-                    io_uring_sqe* sqe = op.Loop.GetSqe(op, KindCancel);
+                    io_uring_sqe* sqe = op.Loop.NewSqe(op, KindCancel);
                     sqe->opcode = IORING_OP_ASYNC_CANCEL;
                     sqe->addr = op.UserDataOf(KindConnect);
                 }

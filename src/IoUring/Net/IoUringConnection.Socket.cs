@@ -10,11 +10,10 @@ public sealed partial class IoUringConnection
 {
     private Socket? _socket;        // under the _closed lock
     private bool _fdReleased;       // under the _closed lock: no new Socket
-    private bool _abortiveClose;
 
     /// <summary>
     /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use. It wraps a duplicate
-    /// of <see cref="Handle"/> (so its fd number cannot be reused while a call through it runs) and is disposed when the
+    /// of <see cref="FileDescriptor"/> (so its fd number cannot be reused while a call through it runs) and is disposed when the
     /// connection closes: from then on calls through it throw <see cref="ObjectDisposedException"/>. Disposing it does not
     /// close the connection; reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.
     /// </summary>

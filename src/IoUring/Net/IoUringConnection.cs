@@ -1,7 +1,6 @@
-using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
-using System.Threading.Tasks.Sources;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -20,43 +19,58 @@ namespace IoUring.Net;
 /// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
 /// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection (RST).</para>
 /// </remarks>
-public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, IValueTaskSource<int>
+public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 {
-    private const uint KindReceive = 1;
-    private const uint KindCancel = 2; // ASYNC_CANCEL of the receive, or of everything at close
-    private const uint KindSend = 3;
-    private const uint KindReceiveBackoff = 4;
-    private const uint KindHangUpPoll = 5;
-    private const uint KindClose = 6;
-    private const uint KindSendZeroCopy = 7;
-
-    private readonly Owner _owner;
+    private readonly ConnectionRingOwner _owner;
     private readonly ConnectionSettings _settings;
     private readonly int _fd;
     private readonly bool _isTcp;
     private readonly Pipe _input;
     private readonly Pipe _output;
+    private readonly ConnectionReceiver _receiver;
+    private readonly ConnectionSender _sender;
     private readonly CancellationTokenSource _closedTokenSource = new();
     private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private ConnectionState _state; // loop thread
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
     private Exception? _abortReason;
     private int _abortRequested;
     private bool _abortWithReset;
+    private bool _abortiveClose;
     // The peer-closed notification, registered from any thread without a post to the loop (one per accepted
     // connection under Kestrel): 0 until the peer's FIN (1) or reset (2) arrived, set by the loop.
     private int _peerClosedKind;
     private Action<object?, bool>? _peerClosedCallback;
     private object? _peerClosedState;
     private int _peerClosedDelivered;
-    private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
+
+    /// <summary>
+    /// The connection's lifecycle, in this order only (each step is the only legal next one, asserted in
+    /// <see cref="MoveTo"/>). The fd number stays this connection's until <see cref="FdClosed"/>: no request on it can
+    /// still run then, so its reuse by another socket cannot reach this connection's requests.
+    /// </summary>
+    private enum ConnectionState
+    {
+        /// <summary>Receiving and sending, each until its own end (FIN either way, the reader gone).</summary>
+        Open,
+        /// <summary>Closing: Input completed, every request on the fd cancelled; waiting for their final CQEs (zero-copy notifications excepted).</summary>
+        Cancelling,
+        /// <summary>Nothing but notifications in flight: the CLOSE is submitted (the Socket handed out is disposed first).</summary>
+        ClosingFd,
+        /// <summary>The CLOSE completed.</summary>
+        FdClosed,
+        /// <summary>The application was told (<see cref="Closed"/>, <see cref="ConnectionClosed"/>); the owner is released
+        /// (its GCHandle and the send memory are freed after the last zero-copy notification).</summary>
+        Closed,
+    }
 
     internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
         _fd = fd;
         _isTcp = isTcp;
         _settings = settings;
-        _owner = new Owner(loop, this);
+        _owner = new ConnectionRingOwner(loop, this);
         PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
         long maxRead = settings.MaxReadBufferSize ?? 0;
         long maxWrite = settings.MaxWriteBufferSize ?? 0;
@@ -65,8 +79,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
         _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false));
         _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false));
-        _onFlushCompleted = OnInputFlushCompleted;
-        InitializeZeroCopy();
+        _receiver = new ConnectionReceiver(this, _owner, fd, _input.Writer);
+        _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
@@ -94,13 +108,31 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     /// The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it. After close the number may
     /// belong to another socket: for anything that may run late, use <see cref="Socket"/>.
     /// </summary>
-    public int Handle => _fd;
+    public int FileDescriptor => _fd;
 
     /// <summary>Bytes received from the peer so far.</summary>
-    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+    public long BytesReceived => _receiver.BytesReceived;
 
     /// <summary>Bytes sent to the peer so far.</summary>
-    public long BytesSent => Volatile.Read(ref _bytesSent);
+    public long BytesSent => _sender.BytesSent;
+
+    /// <summary>Sends made with SEND_ZC/SENDMSG_ZC.</summary>
+    public int ZeroCopySends => _sender.ZeroCopySends;
+
+    /// <summary>
+    /// True once the connection went back to plain sends: the kernel reported that a zero-copy send was copied after all,
+    /// or refused one (EINVAL: a kernel without a feature it needs), which was then sent again plainly.
+    /// </summary>
+    public bool ZeroCopyReverted => _sender.ZeroCopyReverted;
+
+    internal ConnectionReceiver Receiver => _receiver;
+
+    internal ConnectionSender Sender => _sender;
+
+    internal ConnectionSettings Settings => _settings;
+
+    /// <summary>Closing has begun (loop thread): no new receive or send is started.</summary>
+    internal bool IsClosing => _state != ConnectionState.Open;
 
     /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the connection.</summary>
     public Stream AsStream() => new DuplexPipeStream(Input, Output);
@@ -140,17 +172,64 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
     /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events).
     /// </summary>
     internal void OnBackpressure(Action<object?, bool> callback, object? state)
-        => ScheduleOnLoop(c => c._backpressureCallback = (callback, state));
+        => ScheduleOnLoop(c => c._receiver.SetBackpressureCallback(callback, state));
 
-    private void RaiseBackpressure(bool paused)
+    /// <summary>
+    /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
+    /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
+    /// A peer that never reads keeps it waiting: use <see cref="Abort(Exception?)"/> to cut it off.
+    /// </summary>
+    public async ValueTask DisposeAsync()
     {
-        if (_backpressureCallback is var (callback, state) && callback is not null)
+        await _input.Reader.CompleteAsync().ConfigureAwait(false);
+        await _output.Writer.CompleteAsync().ConfigureAwait(false);
+        ScheduleOnLoop(static c => c._receiver.OnReaderGone());
+        await _closed.Task.ConfigureAwait(false);
+    }
+
+    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
+    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
+    internal void Start(bool noDelayInherited = false, bool receive = true)
+    {
+        _owner.Loop.AssertOnLoopThread();
+        if (_settings.NoDelay && _isTcp && !noDelayInherited)
         {
-            callback(state, paused);
+            _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
+        }
+        _settings.Registry?.Add(this);
+        // Read now: after close the fd number may belong to another socket.
+        _localEndPoint = SocketAddresses.GetLocal(_fd);
+        _remoteEndPoint = SocketAddresses.GetRemote(_fd);
+        if (receive)
+        {
+            _receiver.Start();
+        }
+        _receiver.ArmHangUpPoll(); // also for a connection not accepted yet: a reset before the application takes it is noticed
+        _ = _sender.RunAsync();
+    }
+
+    /// <summary>
+    /// Starts receiving a connection the listener held back until the application accepted it, so that connections
+    /// nobody has accepted yet cost no receive memory (their bytes wait in the kernel, as with an accept backlog).
+    /// </summary>
+    internal void StartReceiving() => ScheduleOnLoop(static c => c._receiver.Start());
+
+    // ---- lifecycle (loop thread) ----
+
+    /// <summary>The receiver or the sender reached its end: close gracefully once both have.</summary>
+    internal void OnDirectionEnded()
+    {
+        if (_receiver.Ended && _sender.Ended)
+        {
+            BeginClose(null, abortive: false);
         }
     }
 
-    private void RaisePeerClosed(bool reset)
+    /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream for complete.</summary>
+    internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
+
+    /// <summary>The peer's FIN (<paramref name="reset"/> false) or reset arrived: tell the registered callback once.</summary>
+    internal void NotifyPeerClosed(bool reset)
     {
         if (_peerClosedKind != 0)
         {
@@ -171,45 +250,79 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
         }
     }
 
-    /// <summary>
-    /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
-    /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
-    /// A peer that never reads keeps it waiting: use <see cref="Abort(Exception?)"/> to cut it off.
-    /// </summary>
-    public async ValueTask DisposeAsync()
+    // Closing: cancel every request on the fd, wait for each final CQE, then close through the ring, so the fd number
+    // cannot be reused while a request on it may still run. Then tell the application. Zero-copy notifications are not
+    // waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the memory until the peer
+    // acknowledges it or goes away), so only the memory waits: the pins and the handle are freed after the last one.
+    private unsafe void BeginClose(Exception? reason, bool abortive)
     {
-        await _input.Reader.CompleteAsync().ConfigureAwait(false);
-        await _output.Writer.CompleteAsync().ConfigureAwait(false);
-        ScheduleOnLoop(static c => c.OnInputReaderGone());
-        await _closed.Task.ConfigureAwait(false);
+        if (_state != ConnectionState.Open)
+        {
+            return;
+        }
+        MoveTo(ConnectionState.Cancelling);
+        _abortiveClose = abortive;
+        if (abortive && (_abortRequested != 0 ? _abortWithReset : _settings.AbortWithReset))
+        {
+            // SO_LINGER {on, 0}: close sends RST and drops unsent data, as Kestrel's Sockets transport does on abort.
+            Libc.linger linger = new() { l_onoff = 1, l_linger = 0 };
+            _ = Libc.setsockopt(_fd, Libc.SOL_SOCKET, Libc.SO_LINGER, &linger, (uint)sizeof(Libc.linger));
+        }
+        _receiver.OnClosing(reason);
+        _output.Reader.CancelPendingRead();
+        if (_owner.InFlight > _sender.NotificationsPending)
+        {
+            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
+            sqe->opcode = IORING_OP_ASYNC_CANCEL;
+            sqe->fd = _fd;
+            sqe->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
+        }
+        else
+        {
+            SubmitClose();
+        }
     }
 
-    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
-    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
-    internal void Start(bool noDelayInherited = false, bool receive = true)
+    /// <summary>After each final completion: close the fd once only notifications remain in flight; finish once it is closed.</summary>
+    internal void CheckCloseProgress()
     {
-        _owner.Loop.AssertOnLoopThread();
-        if (_settings.NoDelay && _isTcp && !noDelayInherited)
+        if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending)
         {
-            _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
+            SubmitClose();
         }
-        _settings.Registry?.Add(this);
-        // Read now: after close the fd number may belong to another socket.
-        _localEndPoint = SocketAddresses.GetLocal(_fd);
-        _remoteEndPoint = SocketAddresses.GetRemote(_fd);
-        if (receive)
+        else if (_state == ConnectionState.FdClosed)
         {
-            ArmReceive();
+            MoveTo(ConnectionState.Closed);
+            OnClosed();
+            _owner.Release(); // frees the handle now, or after the last notification (OnFreed)
         }
-        ArmHangUpPoll(); // also for a connection not accepted yet: a reset before the application takes it is noticed
-        _ = SendLoopAsync();
     }
 
-    /// <summary>
-    /// Starts receiving a connection the listener held back until the application accepted it, so that connections
-    /// nobody has accepted yet cost no receive memory (their bytes wait in the kernel, as with an accept backlog).
-    /// </summary>
-    internal void StartReceiving() => ScheduleOnLoop(static c => c.MaybeRearmReceive());
+    private unsafe void SubmitClose()
+    {
+        MoveTo(ConnectionState.ClosingFd);
+        ReleaseSocket();
+        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Close);
+        sqe->opcode = IORING_OP_CLOSE;
+        sqe->fd = _fd;
+    }
+
+    internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
+
+    /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is closed.</summary>
+    private void OnClosed()
+    {
+        _settings.Registry?.Remove(this);
+        _input.Writer.Complete();
+        _closed.TrySetResult();
+        ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), _closedTokenSource, preferLocal: false);
+    }
+
+    private void MoveTo(ConnectionState next)
+    {
+        Debug.Assert(next == _state + 1, $"illegal connection state change {_state} -> {next}");
+        _state = next;
+    }
 
     private void ScheduleOnLoop(Action<IoUringConnection> action)
     {
@@ -227,39 +340,4 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable, I
             // The loop stopped: it closed every connection on its way out.
         }
     }
-
-    private sealed class Owner(EventLoop loop, IoUringConnection connection) : RingOwner(loop)
-    {
-        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
-        {
-            switch (kind)
-            {
-                case KindReceive: connection.OnReceive(result, flags); break;
-                case KindSend: connection.OnSendCompleted(result); break;
-                case KindReceiveBackoff: connection.OnReceiveBackoffEnded(); break;
-                case KindHangUpPoll: connection.OnHangUp(result); break;
-                case KindClose: connection.OnCloseCompleted(); break;
-                case KindSendZeroCopy: connection.OnZeroCopySendCompleted(result, flags, UserData.Slot(userData)); break;
-                default: break; // cancel requests: their targets report for themselves
-            }
-        }
-
-        internal override void HandleException(Exception exception)
-        {
-            Loop.ReportUnhandled(exception);
-            connection.BeginClose(exception, abortive: true);
-        }
-
-        internal override void OnRequestFinished() => connection.CheckCloseProgress();
-
-        internal override void OnFreed() => connection.OnFreed();
-    }
-
-    // IValueTaskSource<int>: the pending send's result; completed inline on the loop thread.
-    int IValueTaskSource<int>.GetResult(short token) => _sendSource.GetResult(token);
-
-    ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => _sendSource.GetStatus(token);
-
-    void IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => _sendSource.OnCompleted(continuation, state, token, flags);
 }

@@ -43,7 +43,7 @@ public sealed class SocketFeatureTests
         using var clientB = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp); // its fd exists now
         ConnectionContext serverA = await ConnectAsync(listener, clientA);
         var connectionA = ((IoUringConnectionContext)serverA).Connection;
-        int fdA = connectionA.Handle;
+        int fdA = connectionA.FileDescriptor;
         Socket? before = takenWhileOpen ? serverA.Features.Get<IConnectionSocketFeature>()!.Socket : null;
 
         EndPoint endPointA = clientA.LocalEndPoint!;
@@ -66,7 +66,7 @@ public sealed class SocketFeatureTests
         }
         ConnectionContext serverB = await ConnectAsync(listener, clientB);
         fillers.ForEach(f => f.Dispose());
-        if (((IoUringConnectionContext)serverB).Connection.Handle != fdA)
+        if (((IoUringConnectionContext)serverB).Connection.FileDescriptor != fdA)
         {
             serverB.Abort();
             await serverB.DisposeAsync().AsTask().WaitAsync(s_hangGuard);

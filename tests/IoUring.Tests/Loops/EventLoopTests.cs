@@ -391,9 +391,9 @@ public sealed class EventLoopTests
         {
             handles.ForEach(h => h.Free());
         }
-        ulong encoded = UserData.Encode(0x7FFF_1234_5678, kind: 5, slot: 0xFFFF);
+        ulong encoded = UserData.Encode(0x7FFF_1234_5678, kind: 5, tag: 0xFFFF);
         Assert.Equal(unchecked((nint)0x7FFF_1234_5678), UserData.Handle(encoded));
         Assert.Equal(5u, UserData.Kind(encoded));
-        Assert.Equal(0xFFFFu, UserData.Slot(encoded));
+        Assert.Equal(0xFFFFu, UserData.Tag(encoded));
     }
 }

@@ -82,7 +82,7 @@ public sealed class SubmissionQueueTests
         (int reader, int writer) = SocketPair();
         try
         {
-            io_uring_sqe recv = new() { opcode = IORING_OP_RECV, fd = reader, flags = IOSQE_BUFFER_SELECT, buf_group = loop.BufferRing.GroupId };
+            io_uring_sqe recv = new() { opcode = IORING_OP_RECV, fd = reader, flags = IOSQE_BUFFER_SELECT, buf_group = loop.ReceiveBuffers.GroupId };
             // Take the ring's only buffer and hold it.
             Write(writer, (byte)'a');
             await OnLoopAsync(loop, () => handler.Submit(recv, 1));
@@ -97,7 +97,7 @@ public sealed class SubmissionQueueTests
             int fillers = 0;
             await OnLoopAsync(loop, () =>
             {
-                loop.BufferRing.Recycle(bid);
+                loop.ReceiveBuffers.Recycle(bid);
                 FillSqUntil(handler, room: 2);
                 fillers = handler.InFlight;
                 handler.Submit(recv, 2);

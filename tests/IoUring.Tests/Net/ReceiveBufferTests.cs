@@ -96,7 +96,7 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
             {
                 SocketPairs.Write(writer, (byte)'h');
                 int fd = reader;
-                await LoopFailureTests.RunOnLoopAsync(loop, () => holder.Submit(new io_uring_sqe { opcode = IORING_OP_RECV, fd = fd, flags = IOSQE_BUFFER_SELECT, buf_group = loop.BufferRing.GroupId }, (ulong)i));
+                await LoopFailureTests.RunOnLoopAsync(loop, () => holder.Submit(new io_uring_sqe { opcode = IORING_OP_RECV, fd = fd, flags = IOSQE_BUFFER_SELECT, buf_group = loop.ReceiveBuffers.GroupId }, (ulong)i));
                 await holder.WaitForAsync(1);
             }
             Assert.All(holder.Completions, c => Assert.Equal(1, c.Result));
@@ -124,7 +124,7 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
             Assert.True(exhaustions < Connections * (elapsedMs / 2 + 10), $"{exhaustions} ENOBUFS in {elapsedMs:F0} ms: the receives spin");
 
             // The buffers come back: every connection gets its bytes.
-            await LoopFailureTests.RunOnLoopAsync(loop, () => held.ForEach(loop.BufferRing.Recycle));
+            await LoopFailureTests.RunOnLoopAsync(loop, () => held.ForEach(loop.ReceiveBuffers.Recycle));
             foreach ((Socket client, IoUringConnection server) in pairs)
             {
                 Assert.Equal("hello", await ReadAsync(server, 5));

@@ -76,7 +76,7 @@ public sealed partial class ReceiveResetTests
             var paused = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
             server.OnBackpressure((_, pausing) => { if (pausing) { paused.TrySetResult(); } }, null);
             // A receive buffer large enough that a good part of the upload waits in the socket during the pause.
-            Assert.Equal(0, setsockopt(server.Handle, 1 /* SOL_SOCKET */, 8 /* SO_RCVBUF */, 256 * 1024, sizeof(int)));
+            Assert.Equal(0, setsockopt(server.FileDescriptor, 1 /* SOL_SOCKET */, 8 /* SO_RCVBUF */, 256 * 1024, sizeof(int)));
 
             // Send until the kernel pushes back for a while: the server has paused and its socket is full.
             client.Blocking = false;
@@ -98,12 +98,12 @@ public sealed partial class ReceiveResetTests
 
             client.LingerState = new LingerOption(true, 0);
             client.Close();
-            for (int i = 0; i < 500 && TcpState(server.Handle) != TcpClose; i++)
+            for (int i = 0; i < 500 && TcpState(server.FileDescriptor) != TcpClose; i++)
             {
                 await Task.Delay(10);
             }
-            Assert.Equal(TcpClose, TcpState(server.Handle));
-            long expected = server.BytesReceived + QueuedBytes(server.Handle); // no byte can follow the reset
+            Assert.Equal(TcpClose, TcpState(server.FileDescriptor));
+            long expected = server.BytesReceived + QueuedBytes(server.FileDescriptor); // no byte can follow the reset
             Assert.True(expected - server.BytesReceived >= 64 * 1024, $"only {expected - server.BytesReceived} B were queued in the socket at the reset");
 
             Task<Exception?> reading = ReadUntilEndAsync(server.Input);

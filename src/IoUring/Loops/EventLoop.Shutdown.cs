@@ -1,0 +1,151 @@
+using System.Diagnostics;
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring;
+
+// Stopping: owners close first (Stopping), then everything in flight is cancelled and the loop waits for each final
+// CQE within a deadline; zero-copy notifications are not waited for (they hold memory, not an fd, and may come only
+// when a peer acknowledges). Then the loop frees what it gave the kernel, unless something is still in flight.
+public sealed unsafe partial class EventLoop
+{
+    private static readonly TimeSpan s_shutdownDeadline = TimeSpan.FromSeconds(10);
+
+    private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private int _stopRequested;
+    private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
+    private long _shutdownStarted;
+    private int _notificationsPending; // of the requests in flight, zero-copy sends done with their fd whose notification is all that is left
+
+    /// <summary>Completes when the loop thread has stopped and released everything.</summary>
+    public Task Stopped => _stopped.Task;
+
+    internal bool IsStopping => _stopping;
+
+    /// <summary>Raised on the loop thread when it starts stopping, before everything is cancelled.</summary>
+    internal event Action? Stopping;
+
+    /// <summary>Stops the loop and waits for it: see the class remarks. Safe to call more than once.</summary>
+    public void Dispose()
+    {
+        RequestStop();
+        if (!IsOnLoopThread)
+        {
+            _thread.Join();
+        }
+    }
+
+    /// <summary>Asks the loop to stop; <see cref="Stopped"/> completes when it has.</summary>
+    public Task StopAsync()
+    {
+        RequestStop();
+        return _stopped.Task;
+    }
+
+    /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for it.</summary>
+    internal void OnNotificationPending() => _notificationsPending++;
+
+    internal void OnNotificationArrived() => _notificationsPending--;
+
+    /// <summary>Zero-copy notifications outstanding (requests that hold only memory, not an fd).</summary>
+    internal int NotificationsPending => Volatile.Read(ref _notificationsPending);
+
+    /// <summary>Requests in flight that a stop waits for: all but zero-copy notifications.</summary>
+    private bool HasRequestsToWaitFor => _inFlight > _notificationsPending;
+
+    private bool ShutdownDeadlinePassed => _stopping && Stopwatch.GetElapsedTime(_shutdownStarted) > s_shutdownDeadline;
+
+    private void RequestStop()
+    {
+        if (Interlocked.Exchange(ref _stopRequested, 1) == 0 && !_stopped.Task.IsCompleted)
+        {
+            try
+            {
+                Post(static s => ((EventLoop)s!).BeginStop(), this);
+            }
+            catch (ObjectDisposedException)
+            {
+                // It stopped by itself in the meantime.
+            }
+        }
+    }
+
+    private void BeginStop()
+    {
+        if (_stopping)
+        {
+            return;
+        }
+        _stopping = true;
+        _shutdownStarted = Stopwatch.GetTimestamp();
+        try
+        {
+            Stopping?.Invoke();
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex); // the cancel below must still go out, or the stop waits for its deadline
+        }
+        // Cancel every request on the ring (including the wakeup READ); each still posts its final CQE.
+        io_uring_sqe* sqe = NewSqe(_loopRingOwner, LoopRingOwner.KindCancel);
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->cancel_flags = IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL;
+    }
+
+    /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the deadline.</summary>
+    private void DrainAfterStop()
+    {
+        while ((HasRequestsToWaitFor || HasPostedWork) && !ShutdownDeadlinePassed)
+        {
+            RunOnce();
+        }
+    }
+
+    /// <summary>
+    /// Notifications are not waited for: one may come only when a peer acknowledges or goes away. Those the final
+    /// closes released (an aborted socket drops its data at once) are collected by one more non-blocking pass.
+    /// </summary>
+    private void CollectReleasedNotifications()
+    {
+        if (_notificationsPending > 0)
+        {
+            SubmitAndWait(wait: false);
+            DrainCompletions();
+        }
+    }
+
+    /// <summary>
+    /// Leaving on a failure: stop as <see cref="BeginStop"/> does (owners close their fds, everything is cancelled and
+    /// drained within the deadline) as far as the ring still works; if it fails again, give up (the ring is closed
+    /// after this, which makes the kernel cancel what is left).
+    /// </summary>
+    private void StopAfterFailure()
+    {
+        try
+        {
+            BeginStop();
+            DrainAfterStop();
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex);
+        }
+    }
+
+    private void ReleaseResources(bool drained)
+    {
+        if (!drained)
+        {
+            // Requests still in flight may write into the receive buffers or the wakeup value: leak them rather than
+            // free memory the kernel may still use. Closing the ring below makes the kernel cancel them.
+            ReportUnhandled(new IoUringException($"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.", Errno.EBUSY));
+        }
+        else
+        {
+            _receiveBuffers?.Dispose();
+        }
+        CloseWakeup(drained);
+        _loopRingOwner.Release();
+        _ring.Dispose();
+    }
+}

@@ -1,0 +1,133 @@
+using System.Runtime.CompilerServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring;
+
+// The SQE API owners submit through (loop thread only), and the io_uring_enter that hands the queued SQEs to the kernel.
+// Every request taken here is counted in flight until its final CQE: the loop's stop waits for that count.
+public sealed unsafe partial class EventLoop
+{
+    private CustomValueTable _customValues = new(); // mutable struct: never readonly
+    private int _inFlight;          // requests submitted whose final CQE has not arrived
+
+    /// <summary>
+    /// A new request of <paramref name="owner"/>: a zeroed SQE with user_data (owner, <paramref name="kind"/>,
+    /// <paramref name="tag"/>) set, counted in flight. If the SQ is full, queued SQEs are submitted first. Loop thread only.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal io_uring_sqe* NewSqe(RingOwner owner, uint kind, uint tag = 0)
+    {
+        io_uring_sqe* sqe = NewRawSqe(owner);
+        *sqe = default;
+        sqe->user_data = UserData.Encode(owner.HandleBits, kind, tag);
+        return sqe;
+    }
+
+    /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data included.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal io_uring_sqe* NewRawSqe(RingOwner owner)
+    {
+        AssertOnLoopThread();
+        ObjectDisposedException.ThrowIf(_ring.IsDisposed, this);
+        io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
+        if (sqe == null)
+        {
+            sqe = SqeAfterEarlySubmit();
+        }
+        owner.OnSubmitted();
+        _inFlight++;
+        _counters.Sqes++;
+        return sqe;
+    }
+
+    /// <summary>Makes sure <see cref="RentCustomValueSlot"/> cannot fail; throws if too many custom requests are in flight.</summary>
+    internal void EnsureCustomValueSlot() => _customValues.EnsureFreeSlot();
+
+    /// <summary>The slot in the custom value table that holds a custom request's value; after <see cref="EnsureCustomValueSlot"/>, never throws.</summary>
+    internal uint RentCustomValueSlot(ulong value) => _customValues.Rent(value);
+
+    /// <summary>
+    /// The SQ is full in the middle of an iteration: submit what is queued so far, as the end of the iteration would
+    /// (recycled buffers published first, so the receives among them can use them). A linked chain still open at the
+    /// tail stays queued: links do not span io_uring_enter calls, so submitting part of it would split it.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private io_uring_sqe* SqeAfterEarlySubmit()
+    {
+        uint openChain = OpenChainLength();
+        if (openChain == _ring.SqEntries)
+        {
+            // The whole SQ is one open chain: end it at its last queued request and submit it as a shorter chain, so
+            // that the requests taken after this refusal (the loop's own: receives, closes) do not join it or find the
+            // SQ still full.
+            _ring.UnpublishedSqe(openChain - 1)->flags &= unchecked((byte)~(IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
+            _receiveBuffers?.PublishRecycled();
+            SubmitAndWait(wait: false);
+            throw new InvalidOperationException(
+                $"A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue ({_ring.SqEntries} entries) cannot " +
+                $"go to the kernel whole; raise {nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");
+        }
+        _receiveBuffers?.PublishRecycled();
+        SubmitAndWait(wait: false, holdBack: openChain);
+        io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
+        if (sqe == null)
+        {
+            throw new InvalidOperationException("The submission queue stays full after io_uring_enter.");
+        }
+        return sqe;
+    }
+
+    /// <summary>The number of queued SQEs at the tail that belong to a chain whose last link is still to come.</summary>
+    private uint OpenChainLength()
+    {
+        uint count = _ring.UnpublishedCount;
+        uint start = count;
+        while (start > 0 && (_ring.UnpublishedSqe(start - 1)->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK)) != 0)
+        {
+            start--;
+        }
+        return count - start;
+    }
+
+    /// <param name="wait">Block for a completion.</param>
+    /// <param name="holdBack">SQEs at the tail to leave queued for a later submit.</param>
+    private void SubmitAndWait(bool wait, uint holdBack = 0)
+    {
+        __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
+        // While stopping, bound each wait so the shutdown deadline is checked.
+        FaultInjector? faults = _options.FaultsForTesting;
+        int result;
+        if (faults is not null && faults.TakeEnterFailure() is int injected and not 0)
+        {
+            result = -injected;
+        }
+        else
+        {
+            faults?.Apply(_ring);
+            result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null, holdBack);
+        }
+        _counters.Syscalls++;
+        if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)
+        {
+            if (_ring.HasCqOverflow)
+            {
+                _counters.CqOverflows++;
+            }
+            return;
+        }
+        switch (-result)
+        {
+            case Errno.EBUSY:
+            case Errno.EAGAIN:
+                // The kernel has completions it cannot post until we drain the CQ; the next iteration does.
+                _counters.CqOverflows++;
+                return;
+            case Errno.EBADR:
+                throw new IoUringException("io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them.", Errno.EBADR);
+            default:
+                throw IoUringException.FromErrno("io_uring_enter", -result);
+        }
+    }
+}

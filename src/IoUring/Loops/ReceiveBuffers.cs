@@ -1,0 +1,85 @@
+using System.Runtime.CompilerServices;
+using IoUring.Rings;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// The loop's receive buffers: one provided-buffer ring that every internal receive of the loop selects from
+/// (IOSQE_BUFFER_SELECT with <see cref="GroupId"/>). The whole protocol lives here: the loop hands a completion's bytes
+/// to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner does, publishes the
+/// buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
+/// </summary>
+/// <remarks>
+/// Memory: owned by the <see cref="BufferRing"/>; the loop disposes this after its last completion (see
+/// <see cref="EventLoop"/>'s shutdown). Thread: the loop thread only.
+/// </remarks>
+internal sealed class ReceiveBuffers : IDisposable
+{
+    private static int s_nextGroupId;
+
+    private readonly BufferRing _ring;
+
+    public ReceiveBuffers(Ring ring, int count, int bufferSize)
+    {
+        ushort groupId = (ushort)Interlocked.Increment(ref s_nextGroupId);
+        _ring = new BufferRing(ring, groupId, count, bufferSize);
+    }
+
+    /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
+    public ushort GroupId => _ring.GroupId;
+
+    /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through <see cref="OnExhausted"/>.</summary>
+    public long Exhaustions { get; private set; }
+
+    /// <summary>
+    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER): hands its bytes to <paramref name="owner"/>, then
+    /// gives the buffer back, also when the owner throws (a lost buffer would be lost to every receive of the loop).
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void Deliver(RingOwner owner, uint kind, int result, uint flags, ulong userData)
+    {
+        ushort bid = (ushort)(flags >> IORING_CQE_BUFFER_SHIFT);
+        if (result <= 0)
+        {
+            // No bytes (the kernel normally keeps the buffer then): give it back and report the result as it is.
+            _ring.Recycle(bid);
+            owner.HandleCompletion(kind, result, flags, userData);
+            return;
+        }
+        try
+        {
+            owner.HandleReceive(kind, _ring.GetBuffer(bid, result), flags);
+        }
+        finally
+        {
+            _ring.Recycle(bid);
+        }
+    }
+
+    /// <summary>
+    /// A receive failed with ENOBUFS: counts it, and says whether re-arming at once can succeed: true if a buffer came
+    /// back since this receiver's previous exhaustion (<paramref name="mark"/>, -1 at first; updated), false if none did
+    /// (re-arming now would fail again at once: back off first).
+    /// </summary>
+    public bool OnExhausted(ref int mark)
+    {
+        Exhaustions++;
+        int current = _ring.RecycleMark;
+        if (current == mark)
+        {
+            return false;
+        }
+        mark = current;
+        return true;
+    }
+
+    /// <summary>Makes the buffers given back visible to the kernel (before each submit).</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void PublishRecycled() => _ring.Publish();
+
+    /// <summary>Gives back a buffer taken by a request that is not an internal receive (a <see cref="RingHandler"/>'s, in tests).</summary>
+    internal void Recycle(ushort bid) => _ring.Recycle(bid);
+
+    public void Dispose() => _ring.Dispose();
+}

@@ -1,0 +1,318 @@
+using System.IO.Pipelines;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// The receiving half of an <see cref="IoUringConnection"/>: one multishot RECV that selects buffers from the loop's
+/// <see cref="ReceiveBuffers"/>; the loop hands each completion's bytes here, they are copied into Input, and Input's
+/// flush is the backpressure: while it is pending, receiving is paused (the RECV cancelled) and resumes when it completes.
+/// </summary>
+/// <remarks>
+/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer; it tells the
+/// connection when the peer closed, when receiving ended, and when it failed.</para>
+/// <para>A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but
+/// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on to
+/// read the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's own
+/// wakeup normally brings that read, but a RECV armed after the RST arrived (on resuming from a backpressure pause, or
+/// after ENOBUFS) gets one look at the ready socket, spends it on the bytes queued ahead of the RST (more than it reads
+/// at submit: 32 buffers), and then waits forever on the dead socket. So a one-shot POLL_ADD per connection watches for
+/// the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted (cancelled, and
+/// its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports the error.</para>
+/// </remarks>
+internal sealed class ConnectionReceiver
+{
+    private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported
+
+    // How long a receive waits before re-arming when the buffer ring stays empty. Process lifetime (never freed): every
+    // connection's backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
+    private static readonly unsafe __kernel_timespec* s_backoff = NewTimespec(TimeSpan.FromMilliseconds(10));
+
+    private readonly IoUringConnection _connection;
+    private readonly RingOwner _owner;
+    private readonly int _fd;
+    private readonly PipeWriter _input;
+    private readonly Action _onFlushCompleted;
+    private ValueTask<FlushResult> _pendingFlush;
+    private bool _armed;            // a RECV is in flight (until its final CQE)
+    private bool _paused;           // Input's flush did not complete: backpressure
+    private bool _ended;            // FIN, error, the reader went away, or closing
+    private bool _unflushed;        // bytes written to Input since the last flush
+    private bool _backingOff;       // a backoff TIMEOUT is in flight: re-arm when it ends
+    private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
+    private int _exhaustionMark = -1; // see ReceiveBuffers.OnExhausted
+    private long _bytesReceived;
+    private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
+
+    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, PipeWriter input)
+    {
+        _connection = connection;
+        _owner = owner;
+        _fd = fd;
+        _input = input;
+        _onFlushCompleted = OnFlushCompleted;
+    }
+
+    /// <summary>FIN, error, the reader went away, or the connection is closing: no more bytes go into Input.</summary>
+    public bool Ended => _ended;
+
+    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+
+    /// <summary>See <see cref="IoUringConnection.OnBackpressure"/>. Loop thread.</summary>
+    public void SetBackpressureCallback(Action<object?, bool> callback, object? state) => _backpressureCallback = (callback, state);
+
+    /// <summary>Arms the RECV (unless paused, ended or closing).</summary>
+    public void Start() => MaybeRearm();
+
+    /// <summary>Arms the one-shot poll that notices the peer's FIN or reset (see the class remarks).</summary>
+    public unsafe void ArmHangUpPoll()
+    {
+        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.HangUpPoll);
+        sqe->opcode = IORING_OP_POLL_ADD;
+        sqe->fd = _fd;
+        sqe->poll32_events = PollRdHup;
+    }
+
+    /// <summary>The connection is closing (its requests are being cancelled): Input ends with <paramref name="reason"/>.</summary>
+    public void OnClosing(Exception? reason)
+    {
+        _ended = true;
+        _input.Complete(reason);
+    }
+
+    /// <summary>The application will read no more: stop receiving; the connection stays open for sending.</summary>
+    public void OnReaderGone()
+    {
+        if (_connection.IsClosing)
+        {
+            return;
+        }
+        _ended = true;
+        Cancel();
+        _connection.OnDirectionEnded();
+    }
+
+    public void OnReceive(ReadOnlySpan<byte> data, uint flags)
+    {
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false;
+        }
+        if (!_ended)
+        {
+            WriteToInput(data);
+        }
+        _bytesReceived += data.Length;
+        if (!_ended && !_paused)
+        {
+            Flush();
+        }
+        MaybeRearm();
+        if (_peerHungUp && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
+        {
+            RestartWaiting(); // it emptied the socket and now waits for a wakeup
+        }
+    }
+
+    /// <summary>A RECV completion without bytes: the peer's FIN, or an error.</summary>
+    public void OnReceiveEnded(int result, uint flags)
+    {
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false;
+        }
+        switch (-result)
+        {
+            case 0:
+                // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
+                _connection.NotifyPeerClosed(reset: false);
+                End(null);
+                break;
+            case Errno.ENOBUFS:
+                // Every ring buffer was taken. Those given back are published before the next submit, so re-arm at
+                // once; but if none came back since this connection's last ENOBUFS, a re-arm would fail again at once
+                // (a busy loop): wait a little first.
+                if (_owner.Loop.ReceiveBuffers.OnExhausted(ref _exhaustionMark))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff();
+                }
+                break;
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+                MaybeRearm(); // transient: nothing was received, try again
+                break;
+            case Errno.ECANCELED:
+                MaybeRearm(); // cancelled for backpressure or close; re-arms only if neither holds any more
+                break;
+            case Errno.ECONNRESET:
+                _connection.NotifyPeerClosed(reset: true);
+                _connection.Fail(_connection.Settings.CreateResetException("Connection reset by peer."));
+                break;
+            default:
+                // Abortive, so the peer sees a reset rather than a FIN that would pass for a complete stream.
+                _connection.Fail(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)));
+                break;
+        }
+    }
+
+    public void OnHangUp(int result)
+    {
+        if (result <= 0)
+        {
+            return; // cancelled at close
+        }
+        _peerHungUp = true;
+        if (((uint)result & (PollErr | PollHup)) != 0)
+        {
+            RestartWaiting(); // a reset or an error; a FIN alone the RECV sees by itself
+        }
+    }
+
+    // The backoff TIMEOUT's CQE: it expired, or was cancelled (closing or the loop stopping, which MaybeRearm checks).
+    public void OnBackoffEnded()
+    {
+        _backingOff = false;
+        MaybeRearm();
+    }
+
+    private bool CanArm => !_armed && !_backingOff && !_paused && !_ended && !_connection.IsClosing && !_owner.Loop.IsStopping;
+
+    private unsafe void MaybeRearm()
+    {
+        if (CanArm)
+        {
+            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Receive);
+            sqe->opcode = IORING_OP_RECV;
+            sqe->fd = _fd;
+            sqe->ioprio = IORING_RECV_MULTISHOT;
+            sqe->flags = IOSQE_BUFFER_SELECT;
+            sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
+            _armed = true;
+        }
+    }
+
+    private unsafe void Cancel()
+    {
+        if (_armed)
+        {
+            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
+            sqe->opcode = IORING_OP_ASYNC_CANCEL;
+            sqe->addr = _owner.UserDataOf(ConnectionRequestKind.Receive);
+        }
+    }
+
+    // The armed RECV may be waiting for a wakeup that will not come: cancel it; its ECANCELED arms a new one.
+    private void RestartWaiting()
+    {
+        if (_armed && !_paused && !_ended && !_connection.IsClosing)
+        {
+            Cancel();
+        }
+    }
+
+    private unsafe void BackOff()
+    {
+        if (!CanArm)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.ReceiveBackoff);
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)s_backoff;
+        sqe->len = 1;
+        _backingOff = true;
+    }
+
+    private static unsafe __kernel_timespec* NewTimespec(TimeSpan span)
+    {
+        var value = (__kernel_timespec*)NativeMemory.AllocZeroed((nuint)sizeof(__kernel_timespec));
+        value->tv_nsec = span.Ticks * 100;
+        return value;
+    }
+
+    private void WriteToInput(ReadOnlySpan<byte> data)
+    {
+        PipeWriter writer = _input;
+        while (!data.IsEmpty)
+        {
+            Span<byte> target = writer.GetSpan();
+            int count = Math.Min(target.Length, data.Length);
+            data[..count].CopyTo(target);
+            writer.Advance(count);
+            data = data[count..];
+        }
+        _unflushed = true;
+    }
+
+    private void Flush()
+    {
+        _unflushed = false;
+        ValueTask<FlushResult> flush = _input.FlushAsync();
+        if (flush.IsCompletedSuccessfully)
+        {
+            if (flush.Result.IsCompleted)
+            {
+                OnReaderGone();
+            }
+            return;
+        }
+        // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
+        _paused = true;
+        _pendingFlush = flush;
+        RaiseBackpressure(paused: true);
+        Cancel();
+        flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted); // runs on the loop (Input's writer scheduler)
+    }
+
+    private void OnFlushCompleted()
+    {
+        FlushResult result;
+        try
+        {
+            result = _pendingFlush.GetAwaiter().GetResult();
+        }
+        catch (Exception)
+        {
+            result = new FlushResult(isCanceled: false, isCompleted: true);
+        }
+        _pendingFlush = default;
+        _paused = false;
+        RaiseBackpressure(paused: false);
+        if (result.IsCompleted)
+        {
+            OnReaderGone();
+            return;
+        }
+        if (_unflushed && !_ended)
+        {
+            Flush();
+        }
+        MaybeRearm();
+    }
+
+    private void RaiseBackpressure(bool paused)
+    {
+        if (_backpressureCallback is var (callback, state) && callback is not null)
+        {
+            callback(state, paused);
+        }
+    }
+
+    private void End(Exception? error)
+    {
+        if (_ended)
+        {
+            return;
+        }
+        _ended = true;
+        _input.Complete(error);
+        _connection.OnDirectionEnded();
+    }
+}

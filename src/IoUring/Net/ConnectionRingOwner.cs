@@ -1,0 +1,49 @@
+using IoUring.Loops;
+
+namespace IoUring.Net;
+
+/// <summary>The operation kinds of a connection's requests (the kind bits of their user_data).</summary>
+internal static class ConnectionRequestKind
+{
+    public const uint Receive = 1;          // the multishot RECV (ConnectionReceiver)
+    public const uint Cancel = 2;           // ASYNC_CANCEL of the receive, or of everything on the fd at close
+    public const uint Send = 3;             // SEND/SENDMSG (ConnectionSender)
+    public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a receive that found no buffer
+    public const uint HangUpPoll = 5;       // one-shot POLL_ADD for the peer's FIN or reset
+    public const uint Close = 6;            // CLOSE of the fd, after every other request on it ended
+    public const uint SendZeroCopy = 7;     // SEND_ZC/SENDMSG_ZC; the user_data tag is the pin set
+}
+
+/// <summary>
+/// The <see cref="RingOwner"/> of one connection's requests (one GCHandle per connection): routes each completion to
+/// the part that owns that request: receiving, sending, or the connection's lifecycle.
+/// </summary>
+internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop)
+{
+    internal override void HandleReceive(uint kind, ReadOnlySpan<byte> data, uint flags)
+        => connection.Receiver.OnReceive(data, flags);
+
+    internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+    {
+        switch (kind)
+        {
+            case ConnectionRequestKind.Receive: connection.Receiver.OnReceiveEnded(result, flags); break;
+            case ConnectionRequestKind.Send: connection.Sender.OnSendCompleted(result); break;
+            case ConnectionRequestKind.ReceiveBackoff: connection.Receiver.OnBackoffEnded(); break;
+            case ConnectionRequestKind.HangUpPoll: connection.Receiver.OnHangUp(result); break;
+            case ConnectionRequestKind.Close: connection.OnFdClosed(); break;
+            case ConnectionRequestKind.SendZeroCopy: connection.Sender.OnZeroCopySendCompleted(result, flags, UserData.Tag(userData)); break;
+            default: break; // cancel requests: their targets report for themselves
+        }
+    }
+
+    internal override void HandleException(Exception exception)
+    {
+        Loop.ReportUnhandled(exception);
+        connection.Fail(exception);
+    }
+
+    internal override void OnRequestFinished() => connection.CheckCloseProgress();
+
+    internal override void OnFreed() => connection.Sender.FreeNativeMemory();
+}

@@ -1,0 +1,367 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Numerics;
+using System.Runtime.InteropServices;
+using System.Threading.Tasks.Sources;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// The sending half of an <see cref="IoUringConnection"/>: reads Output on the loop and sends every readable segment in
+/// one SEND (one segment) or SENDMSG (gather). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
+/// loop at once, the memory stays pinned until the later notification CQE, and if the kernel reports it copied anyway
+/// (loopback) the connection returns to plain sends.
+/// </summary>
+/// <remarks>
+/// Loop thread only. Owns the send state: the pending send (this is its <see cref="IValueTaskSource{T}"/>, completed
+/// inline from the CQE), the pins of the memory the kernel reads, the gather message (native memory, freed by
+/// <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy pin sets and notifications.
+/// </remarks>
+internal sealed class ConnectionSender : IValueTaskSource<int>
+{
+    private const int MaxIovecs = 64;
+    private const int PinSets = 8; // zero-copy sends whose notification may be outstanding at once
+
+    private readonly IoUringConnection _connection;
+    private readonly RingOwner _owner;
+    private readonly int _fd;
+    private readonly PipeReader _output;
+    private readonly ConnectionSettings _settings;
+    private ManualResetValueTaskSourceCore<int> _source; // mutable struct: never readonly
+    private MemoryHandle[] _pins = [];          // grown on first use: most connections only ever send one segment
+    private int _pinCount;
+    private unsafe Libc.msghdr* _message;       // msghdr followed by MaxIovecs iovecs, made on first gather
+    private bool _ended;
+    private long _bytesSent;
+
+    // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
+    private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
+    private readonly bool _zeroCopyGather;      // SENDMSG_ZC is available (6.1+)
+    private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
+    private bool _lastSendZeroCopy;
+    private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
+    private int[] _pinSetCounts = [];
+    private int _pinSetsBusy;                   // bit per set awaiting its notification
+    private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
+
+    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, PipeReader output, ConnectionSettings settings)
+    {
+        _connection = connection;
+        _owner = owner;
+        _fd = fd;
+        _output = output;
+        _settings = settings;
+        // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
+        IoUringCapabilities caps = settings.Capabilities;
+        _zeroCopy = isTcp && settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
+            && settings.MemoryPool is PinnedBlockMemoryPool
+            && caps.HasZeroCopySend;
+        // Without SENDMSG_ZC (6.0) only single-segment sends go zero-copy. Without REPORT_USAGE (before 6.2) the kernel
+        // cannot say it copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
+        _zeroCopyGather = caps.HasZeroCopySendMsg;
+        _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
+    }
+
+    /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
+    public bool Ended => _ended;
+
+    public long BytesSent => Volatile.Read(ref _bytesSent);
+
+    /// <summary>Zero-copy sends whose notification has not arrived: they hold memory, not the fd.</summary>
+    public int NotificationsPending => _notificationsPending;
+
+    public int ZeroCopySends { get; private set; }
+
+    public bool ZeroCopyReverted { get; private set; }
+
+    public async Task RunAsync()
+    {
+        // Runs on the loop: Output's reader scheduler is the loop, and sends complete inline from their CQE.
+        PipeReader reader = _output;
+        Exception? error = null;
+        bool peerReset = false;
+        try
+        {
+            while (true)
+            {
+                ReadResult result = await reader.ReadAsync().ConfigureAwait(false);
+                if (result.IsCanceled)
+                {
+                    break; // closing
+                }
+                ReadOnlySequence<byte> buffer = result.Buffer;
+                if (!buffer.IsEmpty)
+                {
+                    int sent = await SendAsync(buffer).ConfigureAwait(false);
+                    if (sent < 0)
+                    {
+                        if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
+                        {
+                            // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
+                            RevertZeroCopy();
+                            reader.AdvanceTo(buffer.Start);
+                            continue;
+                        }
+                        if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_connection.IsClosing)
+                        {
+                            reader.AdvanceTo(buffer.Start); // transient: nothing was sent, send the same bytes again
+                            continue;
+                        }
+                        reader.AdvanceTo(buffer.End);
+                        peerReset = sent is -Errno.EPIPE or -Errno.ECONNRESET;
+                        error = sent switch
+                        {
+                            -Errno.ECANCELED when _connection.IsClosing => null,
+                            -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
+                            _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent)),
+                        };
+                        break;
+                    }
+                    // After the completion, never before: the kernel read these bytes until now.
+                    reader.AdvanceTo(buffer.GetPosition(sent));
+                    if (sent < buffer.Length)
+                    {
+                        continue; // partial send: the rest is readable at once
+                    }
+                }
+                else
+                {
+                    reader.AdvanceTo(buffer.End);
+                }
+                if (result.IsCompleted)
+                {
+                    break;
+                }
+            }
+        }
+        catch (Exception ex)
+        {
+            error = ex;
+        }
+        // A peer that reset or stopped reading is not the application's fault: its writes see the output completed
+        // (FlushResult.IsCompleted), as with Kestrel's Sockets transport, instead of an exception Kestrel logs as an
+        // application error. The input still reports the reset, and the connection still closes abortively.
+        reader.Complete(peerReset ? null : error);
+        End(error);
+    }
+
+    private unsafe ValueTask<int> SendAsync(in ReadOnlySequence<byte> buffer)
+    {
+        if (_connection.IsClosing)
+        {
+            return new ValueTask<int>(-Errno.ECANCELED);
+        }
+        _source.Reset();
+        // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
+        // response written in one piece) never need it, and it would be resident memory for each.
+        if (_message == null && !buffer.IsSingleSegment)
+        {
+            _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
+        }
+
+        // Zero-copy pays off only for large sends, and only when the memory can be held past AdvanceTo
+        // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
+        int pinSet = -1;
+        if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
+        {
+            _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
+        }
+        MemoryHandle[] pins = _pins;
+        if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
+            && (pinSet = RentPinSet(buffer)) >= 0)
+        {
+            pins = _pinSets[pinSet];
+        }
+        _lastSendZeroCopy = pinSet >= 0;
+
+        iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
+        iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_message + 1);
+        int count = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (segment.IsEmpty)
+            {
+                continue;
+            }
+            pins[count] = segment.Pin();
+            iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
+            if (++count == MaxIovecs)
+            {
+                break; // the rest goes in the next send
+            }
+        }
+
+        io_uring_sqe* sqe;
+        if (pinSet >= 0)
+        {
+            _pinSetCounts[pinSet] = count;
+            sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
+            sqe->ioprio = _zeroCopyFlags;
+            ZeroCopySends++;
+        }
+        else
+        {
+            _pinCount = count;
+            sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
+        }
+        sqe->fd = _fd;
+        sqe->msg_flags = Libc.MSG_NOSIGNAL;
+        if (count == 1)
+        {
+            sqe->opcode = pinSet >= 0 ? IORING_OP_SEND_ZC : IORING_OP_SEND;
+            sqe->addr = iovecs[0].iov_base;
+            sqe->len = (uint)iovecs[0].iov_len;
+        }
+        else
+        {
+            *_message = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
+            sqe->opcode = pinSet >= 0 ? IORING_OP_SENDMSG_ZC : IORING_OP_SENDMSG;
+            sqe->addr = (ulong)_message;
+        }
+        return new ValueTask<int>(this, _source.Version);
+    }
+
+    public void OnSendCompleted(int result)
+    {
+        ReleasePins(_pins, _pinCount);
+        _pinCount = 0;
+        Complete(result);
+    }
+
+    /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification (F_NOTIF).</summary>
+    public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
+    {
+        if ((flags & IORING_CQE_F_NOTIF) != 0)
+        {
+            // The kernel is done with the memory.
+            if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0 && _zeroCopy)
+            {
+                _zeroCopy = false;
+                ZeroCopyReverted = true;
+            }
+            _notificationsPending--;
+            _owner.Loop.OnNotificationArrived();
+            ReleasePinSet(pinSet);
+            return;
+        }
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            ReleasePinSet(pinSet); // no notification will follow (the send failed early)
+        }
+        else
+        {
+            // The request is done with the socket; only its memory waits for the notification, which may come only
+            // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
+            _notificationsPending++;
+            _owner.Loop.OnNotificationPending();
+        }
+        Complete(result);
+        _connection.CheckCloseProgress();
+    }
+
+    /// <summary>Nothing is in flight: the kernel no longer reads the gather message.</summary>
+    public unsafe void FreeNativeMemory()
+    {
+        if (_message != null)
+        {
+            NativeMemory.Free(_message);
+            _message = null;
+        }
+    }
+
+    private void Complete(int result)
+    {
+        if (result > 0)
+        {
+            _bytesSent += result;
+        }
+        _source.SetResult(result); // continues RunAsync inline, which may queue the next send
+    }
+
+    private static void ReleasePins(MemoryHandle[] pins, int count)
+    {
+        for (int i = 0; i < count; i++)
+        {
+            pins[i].Dispose();
+        }
+    }
+
+    private void End(Exception? error)
+    {
+        if (error is not null || _connection.IsClosing)
+        {
+            if (!_connection.IsClosing)
+            {
+                _connection.Fail(error); // the peer must not mistake a failed stream for a complete one
+            }
+            return;
+        }
+        // Graceful end of output: FIN after the data; the connection closes once receiving has ended too.
+        // A direct shutdown(2), not IORING_OP_SHUTDOWN: the kernel always hands that opcode to an io-wq worker thread
+        // (under connection churn a worker wake-up per connection, 12% of the CPU), and shutting down the sending side
+        // of a socket only queues the FIN, it never blocks. A failure (the peer reset first) changes nothing here: the
+        // connection closes either way.
+        _ = Libc.shutdown(_fd, Libc.SHUT_WR);
+        _ended = true;
+        _connection.OnDirectionEnded();
+    }
+
+    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes again).</summary>
+    private void RevertZeroCopy()
+    {
+        _zeroCopy = false;
+        ZeroCopyReverted = true;
+    }
+
+    /// <summary>A free pin set, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.</summary>
+    private int RentPinSet(in ReadOnlySequence<byte> buffer)
+    {
+        int segments = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? _) || ++segments == MaxIovecs)
+            {
+                if (segments != MaxIovecs)
+                {
+                    return -1;
+                }
+                break;
+            }
+        }
+        if (_pinSets.Length == 0)
+        {
+            _pinSets = new MemoryHandle[PinSets][];
+            _pinSetCounts = new int[PinSets];
+            for (int i = 0; i < PinSets; i++)
+            {
+                _pinSets[i] = new MemoryHandle[MaxIovecs];
+            }
+        }
+        int free = ~_pinSetsBusy & ((1 << PinSets) - 1);
+        if (free == 0)
+        {
+            return -1;
+        }
+        int set = BitOperations.TrailingZeroCount(free);
+        _pinSetsBusy |= 1 << set;
+        return set;
+    }
+
+    private void ReleasePinSet(uint set)
+    {
+        ReleasePins(_pinSets[set], _pinSetCounts[set]);
+        _pinSetCounts[set] = 0;
+        _pinSetsBusy &= ~(1 << (int)set);
+    }
+
+    // IValueTaskSource<int>: the pending send's result; completed inline on the loop thread.
+    int IValueTaskSource<int>.GetResult(short token) => _source.GetResult(token);
+
+    ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => _source.GetStatus(token);
+
+    void IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _source.OnCompleted(continuation, state, token, flags);
+}

@@ -66,7 +66,7 @@ public struct io_uring_sqe
 
 /// <summary>A completion queue entry (16 bytes).</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_uring_cqe
+internal struct io_uring_cqe
 {
     /// <summary>sqe->user_data value passed back.</summary>
     public ulong user_data;
@@ -78,7 +78,7 @@ public struct io_uring_cqe
 
 /// <summary>Offsets of the SQ ring's fields inside its mapping.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_sqring_offsets
+internal struct io_sqring_offsets
 {
     /// <summary>head</summary>
     public uint head;
@@ -102,7 +102,7 @@ public struct io_sqring_offsets
 
 /// <summary>Offsets of the CQ ring's fields inside its mapping.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_cqring_offsets
+internal struct io_cqring_offsets
 {
     /// <summary>head</summary>
     public uint head;
@@ -126,7 +126,7 @@ public struct io_cqring_offsets
 
 /// <summary>Passed to io_uring_setup; the kernel fills in sizes, features and offsets.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public unsafe struct io_uring_params
+internal unsafe struct io_uring_params
 {
     /// <summary>sq_entries</summary>
     public uint sq_entries;
@@ -152,7 +152,7 @@ public unsafe struct io_uring_params
 
 /// <summary>One entry of a provided buffer ring (16 bytes). Entry 0's resv aliases the ring's tail.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_uring_buf
+internal struct io_uring_buf
 {
     /// <summary>addr</summary>
     public ulong addr;
@@ -166,7 +166,7 @@ public struct io_uring_buf
 
 /// <summary>Argument of IORING_REGISTER_PBUF_RING.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public unsafe struct io_uring_buf_reg
+internal unsafe struct io_uring_buf_reg
 {
     /// <summary>ring_addr</summary>
     public ulong ring_addr;
@@ -184,7 +184,7 @@ public unsafe struct io_uring_buf_reg
 
 /// <summary>Argument of IORING_REGISTER_RING_FDS and friends.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_uring_rsrc_update
+internal struct io_uring_rsrc_update
 {
     /// <summary>offset</summary>
     public uint offset;
@@ -196,7 +196,7 @@ public struct io_uring_rsrc_update
 
 /// <summary>Argument of io_uring_enter with IORING_ENTER_EXT_ARG.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_uring_getevents_arg
+internal struct io_uring_getevents_arg
 {
     /// <summary>sigmask</summary>
     public ulong sigmask;
@@ -220,7 +220,7 @@ public struct __kernel_timespec
 
 /// <summary>Header of the IORING_REGISTER_PROBE result; <see cref="io_uring_probe_op"/> entries follow it.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public unsafe struct io_uring_probe
+internal unsafe struct io_uring_probe
 {
     /// <summary>Last opcode supported.</summary>
     public byte last_op;
@@ -234,7 +234,7 @@ public unsafe struct io_uring_probe
 
 /// <summary>One opcode's entry in an <see cref="io_uring_probe"/>.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct io_uring_probe_op
+internal struct io_uring_probe_op
 {
     /// <summary>op</summary>
     public byte op;

@@ -22,14 +22,11 @@ internal static unsafe partial class Libc
     public const int PROT_READ = 0x1;
     public const int PROT_WRITE = 0x2;
     public const int MAP_SHARED = 0x01;
-    public const int MAP_PRIVATE = 0x02;
-    public const int MAP_ANONYMOUS = 0x20;
     public const int MAP_POPULATE = 0x8000;
     public static readonly void* MAP_FAILED = (void*)-1;
 
     public const int EFD_CLOEXEC = 0x80000;
     public const int EFD_NONBLOCK = 0x800;
-    public const int O_CLOEXEC = 0x80000;
 
     [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
     private static partial long syscall_setup(long number, uint entries, io_uring_params* p);
@@ -129,9 +126,6 @@ internal static unsafe partial class Libc
 
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial nint write(int fd, void* buf, nuint count);
-
-    [LibraryImport(LibcName, SetLastError = true)]
-    public static partial nint read(int fd, void* buf, nuint count);
 
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int socketpair(int domain, int type, int protocol, int* sv);

@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <linux/io_uring.h>
 #include <linux/time_types.h>
@@ -208,6 +209,19 @@ static void structs(void)
 	SIZE(iovec);
 	FIELD(iovec, iov_base);
 	FIELD(iovec, iov_len);
+
+	/* Socket structs the binding passes to the kernel (sendmsg, setsockopt): glibc's, the kernel's layout. */
+	SIZE(msghdr);
+	FIELD(msghdr, msg_name);
+	FIELD(msghdr, msg_namelen);
+	FIELD(msghdr, msg_iov);
+	FIELD(msghdr, msg_iovlen);
+	FIELD(msghdr, msg_control);
+	FIELD(msghdr, msg_controllen);
+	FIELD(msghdr, msg_flags);
+	SIZE(linger);
+	FIELD(linger, l_onoff);
+	FIELD(linger, l_linger);
 }
 
 static void constants(void)

@@ -28,7 +28,11 @@ namespace IoUring;
 public abstract class RingHandler : RingOwner, IDisposable
 {
     /// <summary>Binds the handler to <paramref name="loop"/>.</summary>
+    // RS0022: RingOwner is public only as this class's base (its constructor is internal and it has no protected
+    // members), so deriving from RingHandler exposes nothing of RingOwner's.
+#pragma warning disable RS0022
     protected RingHandler(EventLoop loop)
+#pragma warning restore RS0022
         : base(loop ?? throw new ArgumentNullException(nameof(loop)))
     {
     }

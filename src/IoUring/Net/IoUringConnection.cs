@@ -141,7 +141,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
     /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
     /// </summary>
-    public void Abort(Exception? reason = null) => Abort(reason, _settings.AbortWithReset);
+    public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
+
+    /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an <see cref="IOException"/>).</summary>
+    public void Abort() => Abort(null, _settings.AbortWithReset);
 
     /// <summary>As <see cref="Abort(Exception?)"/>, choosing per call whether the peer gets RST (<paramref name="reset"/>) or FIN.</summary>
     public void Abort(Exception? reason, bool reset)

@@ -102,8 +102,8 @@ public sealed class IoUringTransportOptions
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
-    /// <summary>Test seam: make every ring's setup fail with this errno (1 = EPERM), as a kernel refusing io_uring would.</summary>
-    internal int SetupErrnoForTesting { get; set; }
+    /// <summary>Tests: adjusts the lower layer's options (its internal test seams, e.g. a setup errno) after they are made.</summary>
+    internal Action<IoUringNetworkOptions>? ConfigureNetworkForTesting { get; set; }
 
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid option.</summary>
     /// <exception cref="ArgumentException">An option is out of range; <see cref="ArgumentException.ParamName"/> names it.</exception>
@@ -141,9 +141,9 @@ public sealed class IoUringTransportOptions
                 ThreadName = "io_uring kestrel",
                 BatchScheduling = BatchScheduling,
                 UnhandledException = unhandledException,
-                SetupErrnoForTesting = SetupErrnoForTesting,
             },
         };
+        ConfigureNetworkForTesting?.Invoke(options);
         options.Validate();
         return options;
     }

@@ -59,12 +59,7 @@ internal sealed class IoUringMetrics
         {
             foreach (EventLoop loop in network.Loops)
             {
-                EventLoopCounters c = loop.Counters;
-                _retired.Syscalls += c.Syscalls;
-                _retired.Sqes += c.Sqes;
-                _retired.Cqes += c.Cqes;
-                _retired.CqOverflows += c.CqOverflows;
-                _retired.BufferRingExhaustions += c.BufferRingExhaustions;
+                _retired += loop.Counters;
             }
         }
     }

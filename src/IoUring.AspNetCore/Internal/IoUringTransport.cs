@@ -37,7 +37,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     public IoUringNetwork Network => _network;
 
-    public MemoryPool<byte> MemoryPool => _network.Settings.MemoryPool;
+    public MemoryPool<byte> MemoryPool => _network.MemoryPool;
 
     /// <summary>Starts the loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
@@ -49,7 +49,9 @@ internal sealed class IoUringTransport : IAsyncDisposable
         MemoryPool<byte>? pool = memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
         try
         {
-            return new IoUringTransport(new IoUringNetwork(networkOptions, pool, WithKestrelExceptions), pool, logger, metrics);
+            networkOptions.MemoryPool = pool;
+            UseKestrelExceptions(networkOptions);
+            return new IoUringTransport(new IoUringNetwork(networkOptions), pool, logger, metrics);
         }
         catch
         {
@@ -58,15 +60,12 @@ internal sealed class IoUringTransport : IAsyncDisposable
         }
     }
 
-    /// <summary>
-    /// Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as
-    /// Kestrel expects. Every other setting is kept (a test checks it).
-    /// </summary>
-    internal static ConnectionSettings WithKestrelExceptions(ConnectionSettings settings) => settings with
+    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
+    internal static void UseKestrelExceptions(IoUringNetworkOptions options)
     {
-        CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset)),
-        CreateAbortedException = static message => new ConnectionAbortedException(message),
-    };
+        options.CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset));
+        options.CreateAbortedException = static message => new ConnectionAbortedException(message);
+    }
 
     /// <summary>Binds <paramref name="endPoint"/> (IP, Unix domain socket, or an inherited listening socket) and starts accepting.</summary>
     /// <exception cref="AddressInUseException">The address is taken.</exception>

@@ -23,4 +23,16 @@ public struct EventLoopCounters
 
     /// <summary>Exceptions thrown by completion handlers or posted work (the loop kept running).</summary>
     public long HandlerExceptions { readonly get; internal set; }
+
+    /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live ones.</summary>
+    public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
+    {
+        Syscalls = left.Syscalls + right.Syscalls,
+        Sqes = left.Sqes + right.Sqes,
+        Cqes = left.Cqes + right.Cqes,
+        CqOverflows = left.CqOverflows + right.CqOverflows,
+        BufferRingExhaustions = left.BufferRingExhaustions + right.BufferRingExhaustions,
+        Wakeups = left.Wakeups + right.Wakeups,
+        HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
+    };
 }

@@ -27,17 +27,25 @@ internal sealed record ConnectionSettings
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
 
-    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte> pool, ConnectionRegistry registry) => new()
+    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte> pool, ConnectionRegistry registry)
     {
-        MemoryPool = pool,
-        MaxReadBufferSize = options.MaxReadBufferSize,
-        MaxWriteBufferSize = options.MaxWriteBufferSize,
-        NoDelay = options.NoDelay,
-        UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
-        AbortWithReset = options.AbortWithReset,
-        ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
-        Registry = registry,
-    };
+        var settings = new ConnectionSettings
+        {
+            MemoryPool = pool,
+            MaxReadBufferSize = options.MaxReadBufferSize,
+            MaxWriteBufferSize = options.MaxWriteBufferSize,
+            NoDelay = options.NoDelay,
+            UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
+            AbortWithReset = options.AbortWithReset,
+            ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
+            Registry = registry,
+        };
+        return settings with
+        {
+            CreateResetException = options.CreateResetException ?? settings.CreateResetException,
+            CreateAbortedException = options.CreateAbortedException ?? settings.CreateAbortedException,
+        };
+    }
 }
 
 /// <summary>The live connections of a network, so that disposing it can close them.</summary>

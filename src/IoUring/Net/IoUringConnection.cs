@@ -163,7 +163,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// the application is not reading — on the loop thread, or at once on the calling thread if that already happened.
     /// For transports that must tell their server the client has gone (Kestrel's ConnectionClosed). Register once.
     /// </summary>
-    internal void OnPeerClosed(Action<object?, bool> callback, object? state)
+    /// <param name="callback">Called with <paramref name="state"/> and whether the peer reset. It must not block or throw.</param>
+    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    public void OnPeerClosed(Action<object?, bool> callback, object? state)
     {
         _peerClosedState = state;
         Interlocked.Exchange(ref _peerClosedCallback, callback); // full fence: published before the kind is read
@@ -172,9 +174,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <summary>
     /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
-    /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events).
+    /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events). Register once.
     /// </summary>
-    internal void OnBackpressure(Action<object?, bool> callback, object? state)
+    /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or throw.</param>
+    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    public void OnBackpressure(Action<object?, bool> callback, object? state)
         => ScheduleOnLoop(c => c._receiver.SetBackpressureCallback(callback, state));
 
     /// <summary>

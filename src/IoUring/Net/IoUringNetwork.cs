@@ -35,20 +35,19 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <summary>Starts <see cref="IoUringNetworkOptions.LoopCount"/> loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
-    public IoUringNetwork(IoUringNetworkOptions? options = null) : this(options, memoryPool: null, settingsOverride: null)
+    public IoUringNetwork(IoUringNetworkOptions? options = null) : this(options, settingsOverride: null)
     {
     }
 
-    internal IoUringNetwork(IoUringNetworkOptions? options, MemoryPool<byte>? memoryPool, Func<ConnectionSettings, ConnectionSettings>? settingsOverride)
+    /// <param name="options">As for the public constructor.</param>
+    /// <param name="settingsOverride">Tests: replaces settings no option reaches (the kernel's capabilities).</param>
+    internal IoUringNetwork(IoUringNetworkOptions? options, Func<ConnectionSettings, ConnectionSettings>? settingsOverride)
     {
         _options = options ?? new IoUringNetworkOptions();
         _options.Validate();
         IoUringCapabilities.Current.EnsureSupported();
 
-        if (memoryPool is null)
-        {
-            memoryPool = _ownedPool = new PinnedBlockMemoryPool();
-        }
+        MemoryPool<byte> memoryPool = _options.MemoryPool ?? (_ownedPool = new PinnedBlockMemoryPool());
         ConnectionSettings settings = ConnectionSettings.From(_options, memoryPool, _registry);
         Settings = settingsOverride?.Invoke(settings) ?? settings;
 
@@ -83,6 +82,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     internal ConnectionSettings Settings { get; }
 
+    /// <summary>The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or the network's own.</summary>
+    public MemoryPool<byte> MemoryPool => Settings.MemoryPool;
+
     internal int RentedMemoryBlocks => _ownedPool?.RentedBlocks ?? -1;
 
     internal int RetainedMemoryBlocks => _ownedPool?.RetainedBlocks ?? -1;
@@ -101,7 +103,21 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         return new IoUringListener(socket, _loops, Settings, _options.Backlog);
     }
 
-    internal IoUringListener Listen(Socket listeningSocket, int backlog) => new(listeningSocket, _loops, Settings, backlog);
+    /// <summary>
+    /// Starts accepting on every loop from a socket that is already bound and listening (one made with options this
+    /// type does not set, or one inherited from systemd socket activation or a parent process).
+    /// </summary>
+    /// <param name="listeningSocket">A bound, listening stream socket. Disposing the listener disposes it: pass one
+    /// over a handle that does not own the fd (<see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c>) to keep it open.</param>
+    /// <param name="backlog">How many accepted connections may wait for <see cref="IoUringListener.AcceptAsync"/>
+    /// before the listener stops taking more from the kernel.</param>
+    public IoUringListener Listen(Socket listeningSocket, int backlog)
+    {
+        ArgumentNullException.ThrowIfNull(listeningSocket);
+        ArgumentOutOfRangeException.ThrowIfLessThan(backlog, 1);
+        ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        return new(listeningSocket, _loops, Settings, backlog);
+    }
 
     internal static Socket CreateListeningSocket(EndPoint endPoint, int backlog)
     {

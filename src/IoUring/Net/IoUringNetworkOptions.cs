@@ -48,6 +48,29 @@ public sealed class IoUringNetworkOptions
     /// <remarks>Defaults to 64 KiB: below roughly 16 KiB zero-copy costs more than the copy it saves.</remarks>
     public long? ZeroCopySendThreshold { get; set; } = 64 * 1024;
 
+    /// <summary>The memory pool of every connection's pipes, or null for the network's own pool.</summary>
+    /// <remarks>
+    /// Defaults to null: the network's <c>PinnedBlockMemoryPool</c> (16 KiB blocks on the pinned object heap), disposed with
+    /// the network. Zero-copy sends need that pool (its blocks outlive the pipe's hold while the kernel reads them); with
+    /// any other pool every send copies. A pool given here is not disposed by the network. Kestrel's transport passes
+    /// Kestrel's pool when the host provides one.
+    /// </remarks>
+    public System.Buffers.MemoryPool<byte>? MemoryPool { get; set; }
+
+    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with when the peer resets the connection.</summary>
+    /// <remarks>
+    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a <see cref="System.Net.Sockets.SocketException"/>
+    /// with <see cref="System.Net.Sockets.SocketError.ConnectionReset"/>. Kestrel's transport makes it a ConnectionResetException.
+    /// </remarks>
+    public Func<string, Exception>? CreateResetException { get; set; }
+
+    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with after <see cref="IoUringConnection.Abort()"/> without a reason.</summary>
+    /// <remarks>
+    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a <see cref="System.Net.Sockets.SocketException"/>
+    /// with <see cref="System.Net.Sockets.SocketError.OperationAborted"/>. Kestrel's transport makes it a ConnectionAbortedException.
+    /// </remarks>
+    public Func<string, Exception>? CreateAbortedException { get; set; }
+
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
     public void Validate()
     {

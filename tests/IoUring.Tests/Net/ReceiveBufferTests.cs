@@ -60,8 +60,7 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
         using var pool = new FailingPool();
         // One ring buffer: if the failing receive kept it, no connection of the loop could receive again.
         await using var network = new IoUringNetwork(
-            new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = 1, BufferSize = 1024, UnhandledException = reported.Enqueue } },
-            pool, settingsOverride: null);
+            new IoUringNetworkOptions { LoopCount = 1, MemoryPool = pool, Loop = { BufferCount = 1, BufferSize = 1024, UnhandledException = reported.Enqueue } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         var (failingClient, failing) = await ConnectAsync(listener);
         var (otherClient, other) = await ConnectAsync(listener);

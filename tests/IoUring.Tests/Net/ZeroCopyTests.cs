@@ -163,7 +163,7 @@ public sealed class ZeroCopyTests
         // keeps sending zero-copy (with the flag it would revert after the first notification).
         IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: true, reportUsage: false);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024 },
-            memoryPool: null, settingsOverride: s => s with { Capabilities = caps });
+            settingsOverride: s => s with { Capabilities = caps });
         int blocksBefore = network.RentedMemoryBlocks;
         var (server, received, payload) = await DownloadAsync(network, 4 * 1024 * 1024);
         EchoTests.AssertSameBytes(payload, received);
@@ -179,7 +179,7 @@ public sealed class ZeroCopyTests
         IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: false, reportUsage: false);
         var faults = new FaultInjector([IORING_OP_SENDMSG_ZC], [Errno.EINVAL], probability: 1, seed: 1);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024, Loop = { FaultsForTesting = faults } },
-            memoryPool: null, settingsOverride: s => s with { Capabilities = caps });
+            settingsOverride: s => s with { Capabilities = caps });
         var (server, received, payload) = await DownloadAsync(network, 1024 * 1024);
         EchoTests.AssertSameBytes(payload, received);
         Assert.Equal(0, faults.Injected);

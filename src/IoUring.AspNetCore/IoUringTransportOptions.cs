@@ -11,17 +11,20 @@ namespace IoUring.AspNetCore;
 /// </remarks>
 public sealed class IoUringTransportOptions
 {
+    // One home for each default: the plain API's options. This class only maps them onto Kestrel's names and types.
+    private static readonly IoUringNetworkOptions s_defaults = new();
+
     /// <summary>Number of event loops: threads, each with its own ring, accepting and serving its own connections.</summary>
     /// <remarks>Defaults to <see cref="Environment.ProcessorCount"/>.</remarks>
-    public int LoopCount { get; set; } = Environment.ProcessorCount;
+    public int LoopCount { get; set; } = s_defaults.LoopCount;
 
     /// <summary>The maximum length of the pending connection queue.</summary>
     /// <remarks>Defaults to 512 pending connections.</remarks>
-    public int Backlog { get; set; } = 512;
+    public int Backlog { get; set; } = s_defaults.Backlog;
 
     /// <summary>Set to false to enable Nagle's algorithm for all connections.</summary>
     /// <remarks>Defaults to true.</remarks>
-    public bool NoDelay { get; set; } = true;
+    public bool NoDelay { get; set; } = s_defaults.NoDelay;
 
     /// <summary>
     /// The maximum unconsumed incoming bytes the transport buffers per connection; past it the connection stops
@@ -30,7 +33,7 @@ public sealed class IoUringTransportOptions
     /// a security risk given untrusted clients.</para>
     /// </summary>
     /// <remarks>Defaults to 1 MiB.</remarks>
-    public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
+    public long? MaxReadBufferSize { get; set; } = s_defaults.MaxReadBufferSize;
 
     /// <summary>
     /// The maximum outgoing bytes the transport buffers per connection before the application's flushes wait.
@@ -38,7 +41,7 @@ public sealed class IoUringTransportOptions
     /// a security risk given untrusted clients.</para>
     /// </summary>
     /// <remarks>Defaults to 64 KiB.</remarks>
-    public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
+    public long? MaxWriteBufferSize { get; set; } = s_defaults.MaxWriteBufferSize;
 
     /// <summary>
     /// Run application continuations inline on the event loop thread instead of dispatching them to the thread pool.
@@ -58,11 +61,11 @@ public sealed class IoUringTransportOptions
     /// transport's own pinned pool; where Kestrel provides its memory pool (IMemoryPoolFactory), the pipes use
     /// Kestrel's and sends are plain.
     /// </remarks>
-    public long? ZeroCopySendThreshold { get; set; } = 64 * 1024;
+    public long? ZeroCopySendThreshold { get; set; } = s_defaults.ZeroCopySendThreshold;
 
     /// <summary>Submission queue entries of each loop's ring (a power of two, 2 to 32768).</summary>
     /// <remarks>Defaults to 512. A full queue is submitted early, so this bounds batching, not concurrency.</remarks>
-    public int SubmissionQueueSize { get; set; } = 512;
+    public int SubmissionQueueSize { get; set; } = s_defaults.Loop.SubmissionQueueSize;
 
     /// <summary>
     /// Completion queue entries of each loop's ring (a power of two, at least <see cref="SubmissionQueueSize"/>, at
@@ -76,11 +79,11 @@ public sealed class IoUringTransportOptions
     /// Defaults to 512. Every connection of a loop receives into these and gives them back at once, so this bounds
     /// the bytes one loop takes from the kernel per iteration, not per connection.
     /// </remarks>
-    public int BufferRingCount { get; set; } = 512;
+    public int BufferRingCount { get; set; } = s_defaults.Loop.BufferCount;
 
     /// <summary>Size in bytes of each buffer of the provided buffer ring (64 bytes to 16 MiB).</summary>
     /// <remarks>Defaults to 8192.</remarks>
-    public int BufferRingBufferSize { get; set; } = 8192;
+    public int BufferRingBufferSize { get; set; } = s_defaults.Loop.BufferSize;
 
     /// <summary>
     /// Throw when io_uring cannot be used here (old kernel, <c>kernel.io_uring_disabled</c>, a seccomp filter,

@@ -83,4 +83,12 @@ public sealed class EventLoopOptions
             throw new ArgumentException($"{nameof(ThreadName)} must not be empty.", nameof(ThreadName));
         }
     }
+
+    /// <summary>A copy with every setting (test seams included) and another thread name: one per loop of a network.</summary>
+    internal EventLoopOptions WithThreadName(string name)
+    {
+        var copy = (EventLoopOptions)MemberwiseClone();
+        copy.ThreadName = name;
+        return copy;
+    }
 }

@@ -58,7 +58,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             {
                 EventLoopOptions loopOptions = _options.Loop;
                 string baseName = loopOptions.ThreadName;
-                EventLoop loop = new(CopyWithName(loopOptions, $"{baseName} {i}"));
+                EventLoop loop = new(loopOptions.WithThreadName($"{baseName} {i}"));
                 _loops[i] = loop;
                 loop.Stopping += () => CloseConnectionsOf(loop);
             }
@@ -206,18 +206,4 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
 
-    private static EventLoopOptions CopyWithName(EventLoopOptions o, string name) => new()
-    {
-        SubmissionQueueSize = o.SubmissionQueueSize,
-        CompletionQueueSize = o.CompletionQueueSize,
-        BufferCount = o.BufferCount,
-        BufferSize = o.BufferSize,
-        RegisterRingFd = o.RegisterRingFd,
-        BatchScheduling = o.BatchScheduling,
-        UnhandledException = o.UnhandledException,
-        ThreadName = name,
-        RefusedSetupFlagsForTesting = o.RefusedSetupFlagsForTesting,
-        SetupErrnoForTesting = o.SetupErrnoForTesting,
-        FaultsForTesting = o.FaultsForTesting,
-    };
 }

@@ -16,6 +16,7 @@ using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using IoUring.Net;
 using PlaintextServer;
+using IoUring.Loops;
 
 string transport = "iouring";
 int port = 8080;
@@ -49,9 +50,9 @@ using PosixSignalRegistration sighup = PosixSignalRegistration.Create(PosixSigna
     if (s_network is { } network)
     {
         long enters = 0, wakeups = 0, sqes = 0, cqes = 0;
-        foreach (IoUring.EventLoop loop in network.Loops)
+        foreach (IoUring.Loops.EventLoop loop in network.Loops)
         {
-            IoUring.EventLoopCounters counters = loop.Counters;
+            IoUring.Loops.EventLoopCounters counters = loop.Counters;
             enters += counters.Syscalls;
             wakeups += counters.Wakeups;
             sqes += counters.Sqes;

@@ -6,6 +6,7 @@ using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
+using IoUring.Rings;
 
 namespace IoUring.AspNetCore;
 

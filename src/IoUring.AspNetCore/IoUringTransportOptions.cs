@@ -1,6 +1,7 @@
 using System.Numerics;
 using IoUring.Net;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
+using IoUring.Loops;
 
 namespace IoUring.AspNetCore;
 

@@ -1,4 +1,5 @@
 using System.Diagnostics.CodeAnalysis;
+using IoUring.Rings;
 
 namespace IoUring.Benchmarks.Support;
 

@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
 using IoUring.Net;
+using IoUring.Loops;
 
 namespace IoUring.AspNetCore.Internal;
 

@@ -4,6 +4,7 @@ using System.Net.Sockets;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
+using IoUring.Rings;
 
 namespace IoUring.AspNetCore.Internal;
 

@@ -1,8 +1,9 @@
 using System.Diagnostics;
 using IoUring.Interop;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 // Stopping: owners close first (Stopping), then everything in flight is cancelled and the loop waits for each final
 // CQE within a deadline; zero-copy notifications are not waited for (they hold memory, not an fd, and may come only

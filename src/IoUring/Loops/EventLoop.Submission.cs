@@ -1,9 +1,10 @@
 using System.Runtime.CompilerServices;
 using IoUring.Interop;
 using IoUring.Loops;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 // The SQE API owners submit through (loop thread only), and the io_uring_enter that hands the queued SQEs to the kernel.
 // Every request taken here is counted in flight until its final CQE: the loop's stop waits for that count.

@@ -1,7 +1,8 @@
 using IoUring.Interop;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 // Work from other threads: the queue of posted actions, and the eventfd that wakes a loop blocked in io_uring_enter.
 // A poster costs no system call while the loop is busy: it wakes the loop only when the loop announced it sleeps.

@@ -8,7 +8,7 @@ using IoUring.Loops;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 /// <summary>
 /// One io_uring and the dedicated thread that is its only submitter. Each iteration drains the completion

@@ -1,4 +1,4 @@
-namespace IoUring;
+namespace IoUring.Loops;
 
 /// <summary>What one <see cref="EventLoop"/> has done since it started.</summary>
 public struct EventLoopCounters

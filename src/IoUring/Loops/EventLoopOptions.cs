@@ -1,6 +1,6 @@
 using System.Numerics;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 /// <summary>Settings of one <see cref="EventLoop"/> and its ring.</summary>
 public sealed class EventLoopOptions

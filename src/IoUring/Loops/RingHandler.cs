@@ -1,7 +1,7 @@
 using IoUring.Interop;
 using IoUring.Loops;
 
-namespace IoUring;
+namespace IoUring.Loops;
 
 /// <summary>
 /// Submits your own io_uring requests (any opcode) on an <see cref="EventLoop"/>'s ring and receives their

@@ -2,6 +2,7 @@ using System.IO.Pipelines;
 using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Loops;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;

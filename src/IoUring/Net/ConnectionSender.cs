@@ -5,6 +5,7 @@ using System.Runtime.InteropServices;
 using System.Threading.Tasks.Sources;
 using IoUring.Interop;
 using IoUring.Loops;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;

@@ -1,6 +1,8 @@
 using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
+using IoUring.Loops;
+using IoUring.Rings;
 
 namespace IoUring.Net;
 

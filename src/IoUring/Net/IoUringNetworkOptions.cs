@@ -1,3 +1,4 @@
+using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>Settings of an <see cref="IoUringNetwork"/>: its loops and the connections it makes.</summary>

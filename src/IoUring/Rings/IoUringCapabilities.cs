@@ -2,7 +2,7 @@ using IoUring.Interop;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring;
+namespace IoUring.Rings;
 
 /// <summary>
 /// What this kernel's io_uring offers, probed once per process: the setup flags it accepted, its feature bits,

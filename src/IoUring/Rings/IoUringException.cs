@@ -1,6 +1,6 @@
 using IoUring.Interop;
 
-namespace IoUring;
+namespace IoUring.Rings;
 
 /// <summary>An io_uring system call failed. <see cref="Errno"/> holds the kernel's error number.</summary>
 public class IoUringException : Exception

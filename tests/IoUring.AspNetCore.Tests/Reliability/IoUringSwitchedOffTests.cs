@@ -53,7 +53,7 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
 
         Assert.NotEqual(0, exitCode);
         string error = Assert.Single(child.Lines, l => l.StartsWith("Unhandled exception.", StringComparison.Ordinal));
-        Assert.StartsWith("Unhandled exception. IoUring.IoUringUnavailableException: ", error);
+        Assert.StartsWith("Unhandled exception. IoUring.Rings.IoUringUnavailableException: ", error);
         Assert.Contains("EPERM", error);
         Assert.Contains("kernel.io_uring_disabled", error);
         Assert.Contains("seccomp", error);

@@ -7,6 +7,8 @@ using System.Text;
 using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using IoUring.Loops;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;

@@ -10,6 +10,7 @@ using IoUring.Net;
 using IoUring.Tests.Loops;
 using IoUring.Tests.Support;
 using Xunit.Abstractions;
+using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;

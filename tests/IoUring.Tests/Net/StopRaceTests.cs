@@ -1,6 +1,7 @@
 using System.Net.Sockets;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using IoUring.Loops;
 
 namespace IoUring.Tests.Net;
 

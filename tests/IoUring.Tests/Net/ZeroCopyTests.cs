@@ -5,6 +5,7 @@ using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;

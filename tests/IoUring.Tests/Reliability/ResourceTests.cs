@@ -7,6 +7,7 @@ using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Tests.Net;
 using IoUring.Tests.Support;
+using IoUring.Rings;
 
 namespace IoUring.Tests.Reliability;
 

@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using IoUring.Interop;
+using IoUring.Loops;
 
 namespace IoUring.Tests.Support;
 

@@ -27,7 +27,7 @@ public sealed class IoUringTransportTests
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
         {
-            o.IoUring = u => u.ConfigureNetworkForTesting = n => n.Loop.SetupErrnoForTesting = 1; // EPERM: what a seccomp filter or io_uring_disabled=2 gives
+            o.IoUring = u => u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; // EPERM: what a seccomp filter or io_uring_disabled=2 gives
             o.Kestrel = k => k.Listen(IPAddress.Loopback, 0); // a second endpoint: still one warning
         });
         using HttpClient client = server.CreateClient();
@@ -46,7 +46,7 @@ public sealed class IoUringTransportTests
     public async Task Unavailable_io_uring_fails_the_start_when_asked_to()
     {
         Exception error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
-            o.IoUring = u => { u.ConfigureNetworkForTesting = n => n.Loop.SetupErrnoForTesting = 1; u.ThrowIfUnavailable = true; }));
+            o.IoUring = u => { u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; u.ThrowIfUnavailable = true; }));
 
         IoUringUnavailableException unavailable = Assert.IsType<IoUringUnavailableException>(error);
         Assert.Equal(1, unavailable.Errno);

@@ -98,7 +98,7 @@ public sealed unsafe partial class EventLoop
     {
         __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
         // While stopping, bound each wait so the shutdown deadline is checked.
-        FaultInjector? faults = _options.FaultsForTesting;
+        FaultInjector? faults = _options.Hooks?.Faults;
         int result;
         if (faults is not null && faults.TakeEnterFailure() is int injected and not 0)
         {

@@ -57,8 +57,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             CqEntries = (uint)_options.CompletionQueueSize,
             StartDisabled = true,
             RegisterRingFd = false,
-            RefusedFlagsForTesting = _options.RefusedSetupFlagsForTesting,
-            SetupErrnoForTesting = _options.SetupErrnoForTesting,
+            Hooks = _options.Hooks,
         });
         _loopRingOwner = new LoopRingOwner(this);
         _thread = new Thread(Run) { IsBackground = true, Name = _options.ThreadName };

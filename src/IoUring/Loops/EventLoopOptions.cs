@@ -1,4 +1,5 @@
 using System.Numerics;
+using IoUring.Rings;
 
 namespace IoUring.Loops;
 
@@ -50,14 +51,8 @@ public sealed class EventLoopOptions
     /// <remarks>Defaults to "io_uring loop".</remarks>
     public string ThreadName { get; set; } = "io_uring loop";
 
-    /// <summary>Test seam: setup flags the ring setup treats as refused (EINVAL).</summary>
-    internal uint RefusedSetupFlagsForTesting { get; set; }
-
-    /// <summary>Test seam: ring setup fails with this errno.</summary>
-    internal int SetupErrnoForTesting { get; set; }
-
-    /// <summary>Test seam: fails chosen requests with injected errors, through the real kernel.</summary>
-    internal Loops.FaultInjector? FaultsForTesting { get; set; }
+    /// <summary>Test seams (see <see cref="TestHooks"/>); null in production.</summary>
+    internal TestHooks? Hooks { get; set; }
 
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
     public void Validate()

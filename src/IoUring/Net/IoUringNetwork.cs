@@ -37,13 +37,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <summary>Starts <see cref="IoUringNetworkOptions.LoopCount"/> loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
-    public IoUringNetwork(IoUringNetworkOptions? options = null) : this(options, settingsOverride: null)
-    {
-    }
-
-    /// <param name="options">As for the public constructor.</param>
-    /// <param name="settingsOverride">Tests: replaces settings no option reaches (the kernel's capabilities).</param>
-    internal IoUringNetwork(IoUringNetworkOptions? options, Func<ConnectionSettings, ConnectionSettings>? settingsOverride)
+    public IoUringNetwork(IoUringNetworkOptions? options = null)
     {
         _options = options ?? new IoUringNetworkOptions();
         _options.Validate();
@@ -51,7 +45,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
         MemoryPool<byte> memoryPool = _options.MemoryPool ?? (_ownedPool = new PinnedBlockMemoryPool());
         ConnectionSettings settings = ConnectionSettings.From(_options, memoryPool, _registry);
-        Settings = settingsOverride?.Invoke(settings) ?? settings;
+        Settings = _options.Loop.Hooks?.Capabilities is { } capabilities ? settings with { Capabilities = capabilities } : settings;
 
         _loops = new EventLoop[_options.LoopCount];
         try

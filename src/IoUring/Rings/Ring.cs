@@ -91,11 +91,11 @@ internal sealed unsafe class Ring : IDisposable
             p.cq_entries = cqEntries;
             int fd;
             int errno;
-            if (options.SetupErrnoForTesting != 0)
+            if (options.Hooks is { SetupErrno: not 0 } hooks)
             {
-                (fd, errno) = (-1, options.SetupErrnoForTesting);
+                (fd, errno) = (-1, hooks.SetupErrno);
             }
-            else if ((flags & options.RefusedFlagsForTesting) != 0)
+            else if ((flags & (options.Hooks?.RefusedSetupFlags ?? 0)) != 0)
             {
                 (fd, errno) = (-1, Errno.EINVAL);
             }

@@ -33,9 +33,6 @@ internal sealed class RingOptions
     /// <summary>Register the ring fd (IORING_REGISTER_RING_FDS) on the creating thread, if the kernel can.</summary>
     public bool RegisterRingFd { get; init; } = true;
 
-    /// <summary>Test seam: setup treats any attempt containing one of these flags as refused with EINVAL.</summary>
-    internal uint RefusedFlagsForTesting { get; init; }
-
-    /// <summary>Test seam: setup fails with this errno (EPERM, ENOSYS, ENOMEM) as if the kernel returned it.</summary>
-    internal int SetupErrnoForTesting { get; init; }
+    /// <summary>Test seams (setup errno, refused setup flags); null in production.</summary>
+    internal TestHooks? Hooks { get; init; }
 }

@@ -344,7 +344,7 @@ public sealed class EventLoopTests
     [Fact]
     public void A_loop_falls_back_when_the_kernel_refuses_a_setup_flag()
     {
-        using var loop = new EventLoop(new EventLoopOptions { RefusedSetupFlagsForTesting = IORING_SETUP_DEFER_TASKRUN });
+        using var loop = new EventLoop(new EventLoopOptions { Hooks = new() { RefusedSetupFlags = IORING_SETUP_DEFER_TASKRUN } });
         Assert.Equal(0u, loop.SetupFlags & IORING_SETUP_DEFER_TASKRUN);
         Assert.Equal(2, loop.RingSetupRefusals);
     }
@@ -355,7 +355,7 @@ public sealed class EventLoopTests
     public void A_loop_on_a_machine_without_io_uring_throws_naming_the_cause_and_leaks_nothing(int errno)
     {
         int before = FdCount.Current();
-        var ex = Assert.Throws<IoUringUnavailableException>(() => new EventLoop(new EventLoopOptions { SetupErrnoForTesting = errno }));
+        var ex = Assert.Throws<IoUringUnavailableException>(() => new EventLoop(new EventLoopOptions { Hooks = new() { SetupErrno = errno } }));
         Assert.Contains("kernel.io_uring_disabled", ex.Message, StringComparison.Ordinal);
         Assert.Equal(before, FdCount.Current());
     }

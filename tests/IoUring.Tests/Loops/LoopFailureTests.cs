@@ -163,8 +163,8 @@ public sealed class BrokenRingTests
     public async Task A_loop_leaving_on_a_failed_enter_still_closes_its_connections_and_stops()
     {
         var reported = new ConcurrentQueue<Exception>();
-        var faults = new IoUring.Loops.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
-        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { FaultsForTesting = faults, UnhandledException = reported.Enqueue } });
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = reported.Enqueue } });
         var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
         await client.ConnectAsync(listener.LocalEndPoint);

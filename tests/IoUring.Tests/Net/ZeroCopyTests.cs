@@ -146,7 +146,7 @@ public sealed class ZeroCopyTests
         {
             LoopCount = 1,
             ZeroCopySendThreshold = 16 * 1024,
-            Loop = { FaultsForTesting = faults },
+            Loop = { Hooks = new() { Faults = faults } },
         });
         int blocksBefore = network.RentedMemoryBlocks;
         var (server, received, payload) = await DownloadAsync(network, 1024 * 1024);
@@ -163,8 +163,7 @@ public sealed class ZeroCopyTests
         // As on 6.0/6.1: the flag is missing. The kernel then never says it copied, so on loopback the connection
         // keeps sending zero-copy (with the flag it would revert after the first notification).
         IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: true, reportUsage: false);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024 },
-            settingsOverride: s => s with { Capabilities = caps });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024, Loop = { Hooks = new() { Capabilities = caps } } });
         int blocksBefore = network.RentedMemoryBlocks;
         var (server, received, payload) = await DownloadAsync(network, 4 * 1024 * 1024);
         EchoTests.AssertSameBytes(payload, received);
@@ -179,8 +178,7 @@ public sealed class ZeroCopyTests
         // As on 6.0: SEND_ZC but no SENDMSG_ZC. A SENDMSG_ZC would meet the injected EINVAL and revert the connection.
         IoUringCapabilities caps = IoUringCapabilities.Current.WithZeroCopyForTesting(sendMsg: false, reportUsage: false);
         var faults = new FaultInjector([IORING_OP_SENDMSG_ZC], [Errno.EINVAL], probability: 1, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024, Loop = { FaultsForTesting = faults } },
-            settingsOverride: s => s with { Capabilities = caps });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, ZeroCopySendThreshold = 16 * 1024, Loop = { Hooks = new() { Faults = faults, Capabilities = caps } } });
         var (server, received, payload) = await DownloadAsync(network, 1024 * 1024);
         EchoTests.AssertSameBytes(payload, received);
         Assert.Equal(0, faults.Injected);

@@ -7,6 +7,7 @@ using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Net;
 using IoUring.Tests.Support;
+using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Reliability;
@@ -48,7 +49,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte()
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { FaultsForTesting = faults } });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         var (completed, failed) = await EchoUnderFaultsAsync(network, listener, seed: 100);
@@ -62,7 +63,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind()
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { FaultsForTesting = faults, BufferCount = 32, BufferSize = 2048 } });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults }, BufferCount = 32, BufferSize = 2048 } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         await EchoUnderFaultsAsync(network, listener, seed: 0); // warm up pools and runtime fds
@@ -93,7 +94,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task Accept_failing_for_lack_of_fds_backs_off_and_recovers()
     {
         var faults = new FaultInjector([IORING_OP_ACCEPT], [Errno.EMFILE], probability: 1.0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { FaultsForTesting = faults } });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         await Task.Delay(500);
         // Every accept fails: with a 50 ms backoff that is about 10 attempts in 500 ms, not a busy spin.

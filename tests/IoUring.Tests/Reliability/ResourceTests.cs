@@ -96,7 +96,7 @@ public sealed class ResourceTests(ITestOutputHelper output)
     public void With_io_uring_switched_off_the_plain_api_throws_naming_the_cause_and_leaks_nothing()
     {
         int fdsBefore = FdCount.Owned();
-        var ex = Assert.Throws<IoUringUnavailableException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { SetupErrnoForTesting = Errno.EPERM } }));
+        var ex = Assert.Throws<IoUringUnavailableException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { SetupErrno = Errno.EPERM } } }));
         Assert.Contains("kernel.io_uring_disabled", ex.Message, StringComparison.Ordinal);
         Assert.Equal(Errno.EPERM, ex.Errno);
         Assert.Equal(fdsBefore, FdCount.Owned());

@@ -28,7 +28,7 @@ public sealed class CapabilitiesTests
     [Fact]
     public void A_disabled_io_uring_is_reported_with_its_cause_instead_of_thrown()
     {
-        IoUringCapabilities caps = IoUringCapabilities.Probe(new RingOptions { SqEntries = 8, SetupErrnoForTesting = Interop.Errno.EPERM });
+        IoUringCapabilities caps = IoUringCapabilities.Probe(new RingOptions { SqEntries = 8, Hooks = new() { SetupErrno = Interop.Errno.EPERM } });
         Assert.False(caps.IsSupported);
         Assert.Contains("kernel.io_uring_disabled", caps.UnavailableReason, StringComparison.Ordinal);
         var ex = Assert.Throws<IoUringUnavailableException>(caps.EnsureSupported);

@@ -115,7 +115,7 @@ public sealed unsafe class RingTests
     [InlineData(IORING_SETUP_SUBMIT_ALL, 5)]
     public void Setup_falls_back_when_a_flag_is_refused_and_the_ring_still_works(uint refused, int expectedRefusals)
     {
-        using Ring ring = Ring.Create(new RingOptions { SqEntries = 16, RefusedFlagsForTesting = refused });
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 16, Hooks = new() { RefusedSetupFlags = refused } });
         Assert.Equal(0u, ring.SetupFlags & refused);
         Assert.Equal(expectedRefusals, ring.RefusedSetupAttempts);
         for (int i = 0; i < 40; i++)
@@ -132,7 +132,7 @@ public sealed unsafe class RingTests
     [InlineData(Errno.ENOMEM, "RLIMIT_MEMLOCK")]
     public void Setup_failures_name_the_cause(int errno, string expected)
     {
-        var ex = Assert.Throws<IoUringUnavailableException>(() => Ring.Create(new RingOptions { SetupErrnoForTesting = errno }));
+        var ex = Assert.Throws<IoUringUnavailableException>(() => Ring.Create(new RingOptions { Hooks = new() { SetupErrno = errno } }));
         Assert.Equal(errno, ex.Errno);
         Assert.Contains("io_uring unavailable", ex.Message, StringComparison.Ordinal);
         Assert.Contains(expected, ex.Message, StringComparison.Ordinal);

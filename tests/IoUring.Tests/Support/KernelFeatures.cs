@@ -20,7 +20,7 @@ internal static unsafe class KernelFeatures
 
     /// <summary>
     /// IORING_NOP_INJECT_RESULT (a NOP completing with sqe->len): the fault-injection seam
-    /// (EventLoopOptions.FaultsForTesting) is built on it. Kernels without it (6.1) complete such a NOP with -EINVAL,
+    /// (TestHooks.Faults) is built on it. Kernels without it (6.1) complete such a NOP with -EINVAL,
     /// so every injected fault would be EINVAL instead of the errno the test chose.
     /// </summary>
     public static bool NopInjectResult => s_nopInjectResult.Value;

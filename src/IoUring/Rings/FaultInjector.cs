@@ -1,10 +1,10 @@
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring.Loops;
+namespace IoUring.Rings;
 
 /// <summary>
-/// Test seam (internal, off unless set in <see cref="EventLoopOptions"/>): just before submission, turns chosen SQEs
+/// Test seam (internal, off unless set in <see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs
 /// into NOPs that make the real kernel complete them with an injected error (IORING_NOP_INJECT_RESULT), keeping their
 /// user_data. The owner then sees exactly what a failing request looks like: one final CQE with -errno and no buffer.
 /// Only data-path opcodes may be targeted, never CLOSE or cancels, so injection cannot leak an fd.

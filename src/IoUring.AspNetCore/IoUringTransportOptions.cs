@@ -1,4 +1,3 @@
-using System.Numerics;
 using IoUring.Net;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using IoUring.Loops;
@@ -14,6 +13,13 @@ public sealed class IoUringTransportOptions
 {
     // One home for each default: the plain API's options. This class only maps them onto Kestrel's names and types.
     private static readonly IoUringNetworkOptions s_defaults = new();
+
+    // The lower layer's option names that differ from this class's.
+    private static readonly Dictionary<string, string> s_namesOfLowerOptions = new()
+    {
+        [nameof(EventLoopOptions.BufferCount)] = nameof(BufferRingCount),
+        [nameof(EventLoopOptions.BufferSize)] = nameof(BufferRingBufferSize),
+    };
 
     /// <summary>Number of event loops: threads, each with its own ring, accepting and serving its own connections.</summary>
     /// <remarks>Defaults to <see cref="Environment.ProcessorCount"/>.</remarks>
@@ -115,15 +121,6 @@ public sealed class IoUringTransportOptions
 
     internal IoUringNetworkOptions ToNetworkOptions(Action<Exception>? unhandledException = null)
     {
-        // The names the lower layers report differ for the buffer ring: check those here so the message names ours.
-        if (BufferRingCount < 1 || BufferRingCount > 32768 || !BitOperations.IsPow2(BufferRingCount))
-        {
-            throw new ArgumentException($"{nameof(BufferRingCount)} must be a power of two between 1 and 32768 (was {BufferRingCount}).", nameof(BufferRingCount));
-        }
-        if (BufferRingBufferSize < 64 || BufferRingBufferSize > 1 << 24)
-        {
-            throw new ArgumentException($"{nameof(BufferRingBufferSize)} must be between 64 bytes and 16 MiB (was {BufferRingBufferSize}).", nameof(BufferRingBufferSize));
-        }
         var options = new IoUringNetworkOptions
         {
             LoopCount = LoopCount,
@@ -148,7 +145,15 @@ public sealed class IoUringTransportOptions
             },
         };
         ConfigureNetworkForTesting?.Invoke(options);
-        options.Validate();
+        try
+        {
+            options.Validate();
+        }
+        catch (ArgumentException e) when (e.ParamName is { } name && s_namesOfLowerOptions.TryGetValue(name, out string? ours))
+        {
+            // The checks live with the lower layer's options; the message names the option the user set here.
+            throw new ArgumentException(e.Message.Replace($" (Parameter '{name}')", "").Replace(name, ours), ours);
+        }
         return options;
     }
 

@@ -78,7 +78,9 @@ public sealed class IoUringTransportTests
             case nameof(IoUringTransportOptions.ZeroCopySendThreshold): options.ZeroCopySendThreshold = 0; break;
         }
 
-        Assert.Equal(option, Assert.Throws<ArgumentException>(options.Validate).ParamName);
+        ArgumentException error = Assert.Throws<ArgumentException>(options.Validate);
+        Assert.Equal(option, error.ParamName);
+        Assert.StartsWith($"{option} must be", error.Message); // the option set here, not the lower layer's name for it
         Assert.Equal(option, Assert.Throws<ArgumentException>(() => new IoUringTransportFactory(Options.Create(options), NullLoggerFactory.Instance)).ParamName);
     }
 

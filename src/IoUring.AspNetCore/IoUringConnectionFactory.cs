@@ -17,13 +17,7 @@ namespace IoUring.AspNetCore;
 /// <remarks>The loops start at the first connect and stop (aborting open connections) when the factory is disposed.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
-    private readonly IoUringTransportOptions _options;
-    private readonly ILoggerFactory _loggerFactory;
-    private readonly IMemoryPoolFactory<byte>? _memoryPoolFactory;
-    private readonly IoUringMetrics _metrics;
-    private readonly Lock _lock = new();
-    private IoUringTransport? _transport;
-    private bool _disposed;
+    private readonly LazyTransport _transport;
 
     /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
@@ -39,11 +33,8 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     {
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(loggerFactory);
-        _options = options.Value;
-        _options.Validate();
-        _loggerFactory = loggerFactory;
-        _memoryPoolFactory = memoryPoolFactory;
-        _metrics = IoUringMetrics.For(meterFactory);
+        options.Value.Validate();
+        _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory, IoUringMetrics.For(meterFactory));
     }
 
     /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
@@ -53,7 +44,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endpoint);
-        IoUringTransport transport = GetTransport();
+        IoUringTransport transport = _transport.GetOrStart(onUnavailable: null)!;
         if (endpoint is not DnsEndPoint dns)
         {
             return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
@@ -75,33 +66,8 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         throw last ?? new SocketException((int)SocketError.HostNotFound);
     }
 
-    private IoUringTransport GetTransport()
-    {
-        lock (_lock)
-        {
-            ObjectDisposedException.ThrowIf(_disposed, this);
-            return _transport ??= IoUringTransport.Create(_options, _loggerFactory, _memoryPoolFactory, _metrics);
-        }
-    }
-
     /// <summary>Stops the event loops, aborting every connection still open.</summary>
-    public async ValueTask DisposeAsync()
-    {
-        IoUringTransport? transport;
-        lock (_lock)
-        {
-            if (_disposed)
-            {
-                return;
-            }
-            _disposed = true;
-            transport = _transport;
-        }
-        if (transport is not null)
-        {
-            await transport.DisposeAsync().ConfigureAwait(false);
-        }
-    }
+    public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();

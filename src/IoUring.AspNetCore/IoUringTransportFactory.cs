@@ -25,13 +25,9 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
 {
     private readonly IoUringTransportOptions _options;
     private readonly ILoggerFactory _loggerFactory;
-    private readonly IMemoryPoolFactory<byte>? _memoryPoolFactory;
     private readonly IOptionsFactory<SocketTransportOptions>? _socketOptionsFactory;
-    private readonly IoUringMetrics _metrics;
-    private readonly Lock _lock = new();
-    private IoUringTransport? _transport;
+    private readonly LazyTransport _transport;
     private SocketTransportFactory? _fallback;
-    private bool _disposed;
 
     /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
     /// <param name="options">The transport options.</param>
@@ -52,16 +48,15 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
         _options = options.Value;
         _options.Validate();
         _loggerFactory = loggerFactory;
-        _memoryPoolFactory = memoryPoolFactory;
         _socketOptionsFactory = socketOptionsFactory;
-        _metrics = IoUringMetrics.For(meterFactory);
+        _transport = new LazyTransport(this, _options, loggerFactory, memoryPoolFactory, IoUringMetrics.For(meterFactory));
     }
 
     /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>
     public bool IsFallbackActive => Volatile.Read(ref _fallback) is not null;
 
     /// <summary>The loops serving the listeners, once the first bind started them (for tests).</summary>
-    internal IoUring.Net.IoUringNetwork? Network => _transport?.Network;
+    internal IoUring.Net.IoUringNetwork? Network => _transport.Current?.Network;
 
     /// <inheritdoc />
     /// <exception cref="AddressInUseException">The address is taken.</exception>
@@ -74,7 +69,7 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
             throw new NotSupportedException($"{endpoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a FileHandleEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
-        IoUringTransport? transport = GetTransport();
+        IoUringTransport? transport = _transport.GetOrStart(_options.ThrowIfUnavailable ? null : UseSockets);
         if (transport is null)
         {
             return _fallback!.BindAsync(endpoint, cancellationToken);
@@ -86,51 +81,19 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
     /// <summary>The io_uring transport, started on first use; null when the Sockets transport serves instead.</summary>
-    private IoUringTransport? GetTransport()
+    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (under the transport's lock).</summary>
+    private void UseSockets(IoUringException ex)
     {
-        lock (_lock)
-        {
-            ObjectDisposedException.ThrowIf(_disposed, this);
-            if (_transport is not null || _fallback is not null)
-            {
-                return _transport;
-            }
-            try
-            {
-                _transport = IoUringTransport.Create(_options, _loggerFactory, _memoryPoolFactory, _metrics);
-                return _transport;
-            }
-            catch (IoUringException ex) when (!_options.ThrowIfUnavailable)
-            {
-                // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to
-                // set the rings up leaves Kestrel better served by Sockets than not at all; the warning names the cause.
-                IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
-                SocketTransportOptions socketOptions = _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
-                _options.CopyTo(socketOptions);
-                Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
-                return null;
-            }
-        }
+        // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to set the
+        // rings up leaves Kestrel better served by Sockets than not at all; the warning names the cause.
+        IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
+        SocketTransportOptions socketOptions = _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
+        _options.CopyTo(socketOptions);
+        Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
     }
 
     /// <summary>Stops the event loops: every connection still open is aborted and every fd they opened is closed.</summary>
-    public async ValueTask DisposeAsync()
-    {
-        IoUringTransport? transport;
-        lock (_lock)
-        {
-            if (_disposed)
-            {
-                return;
-            }
-            _disposed = true;
-            transport = _transport;
-        }
-        if (transport is not null)
-        {
-            await transport.DisposeAsync().ConfigureAwait(false);
-        }
-    }
+    public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();

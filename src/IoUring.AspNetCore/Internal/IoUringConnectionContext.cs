@@ -118,7 +118,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         {
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
-        _transport.Metrics.ConnectionClosed(_connection);
+        _transport.Metrics.ConnectionClosed();
         // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();

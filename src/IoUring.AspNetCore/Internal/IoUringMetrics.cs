@@ -8,7 +8,7 @@ namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
 /// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
-/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport.
+/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport (bytes counted by the loops too).
 /// One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport, so each
 /// instrument exists once; every network registers its loops here.
 /// </summary>
@@ -21,13 +21,10 @@ internal sealed class IoUringMetrics
 
     private readonly Meter _meter;
     private readonly ConcurrentDictionary<IoUringNetwork, byte> _networks = new();
-    private readonly ConcurrentDictionary<IoUringConnection, byte> _connections = new();
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
     private readonly object _retiredLock = new();
     private EventLoopCounters _retired;     // counters of networks already disposed, so the totals never go back
-    private long _retiredBytesReceived;
-    private long _retiredBytesSent;
 
     private IoUringMetrics(IMeterFactory? meterFactory)
     {
@@ -37,8 +34,8 @@ internal sealed class IoUringMetrics
         _meter.CreateObservableCounter("iouring.loop.cqes", () => Sum(static c => c.Cqes), "{entry}", "Completion queue entries handled.");
         _meter.CreateObservableCounter("iouring.loop.cq_overflows", () => Sum(static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the completion queue was full.");
         _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", () => Sum(static c => c.BufferRingExhaustions), "{event}", "Receives that found the provided buffer ring empty (ENOBUFS).");
-        _meter.CreateObservableCounter("iouring.connection.bytes_received", () => SumBytes(received: true), "By", "Bytes received from peers.");
-        _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => SumBytes(received: false), "By", "Bytes sent to peers.");
+        _meter.CreateObservableCounter("iouring.connection.bytes_received", () => Sum(static c => c.BytesReceived), "By", "Bytes received from peers.");
+        _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => Sum(static c => c.BytesSent), "By", "Bytes sent to peers.");
         _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected.");
         _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open now.");
     }
@@ -65,22 +62,14 @@ internal sealed class IoUringMetrics
         }
     }
 
-    public void ConnectionOpened(IoUringConnection connection)
+    public void ConnectionOpened()
     {
-        _connections.TryAdd(connection, 0);
         _opened.Add(1);
         _active.Add(1);
     }
 
-    public void ConnectionClosed(IoUringConnection connection)
-    {
-        if (_connections.TryRemove(connection, out _))
-        {
-            Interlocked.Add(ref _retiredBytesReceived, connection.BytesReceived);
-            Interlocked.Add(ref _retiredBytesSent, connection.BytesSent);
-            _active.Add(-1);
-        }
-    }
+    /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters already.</summary>
+    public void ConnectionClosed() => _active.Add(-1);
 
     private long Sum(Func<EventLoopCounters, long> select)
     {
@@ -98,15 +87,4 @@ internal sealed class IoUringMetrics
         }
         return total;
     }
-
-    private long SumBytes(bool received)
-    {
-        long total = received ? Volatile.Read(ref _retiredBytesReceived) : Volatile.Read(ref _retiredBytesSent);
-        foreach (IoUringConnection connection in _connections.Keys)
-        {
-            total += received ? connection.BytesReceived : connection.BytesSent;
-        }
-        return total;
-    }
-
 }

@@ -109,7 +109,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     public IoUringConnectionContext CreateContext(IoUringConnection connection)
     {
-        Metrics.ConnectionOpened(connection);
+        Metrics.ConnectionOpened();
         return new IoUringConnectionContext(connection, this);
     }
 

@@ -117,6 +117,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void OnOwnerFreed() => Interlocked.Decrement(ref _liveOwners);
 
+    /// <summary>A connection on this loop received <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
+    internal void OnBytesReceived(int count) => _counters.BytesReceived += count;
+
+    /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
+    internal void OnBytesSent(int count) => _counters.BytesSent += count;
+
     internal void ReportUnhandled(Exception exception)
     {
         _counters.HandlerExceptions++;

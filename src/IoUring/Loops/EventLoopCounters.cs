@@ -24,6 +24,12 @@ public struct EventLoopCounters
     /// <summary>Exceptions thrown by completion handlers or posted work (the loop kept running).</summary>
     public long HandlerExceptions { readonly get; internal set; }
 
+    /// <summary>Bytes the connections on this loop received from their peers.</summary>
+    public long BytesReceived { readonly get; internal set; }
+
+    /// <summary>Bytes the connections on this loop sent to their peers.</summary>
+    public long BytesSent { readonly get; internal set; }
+
     /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live ones.</summary>
     public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
     {
@@ -34,5 +40,7 @@ public struct EventLoopCounters
         BufferRingExhaustions = left.BufferRingExhaustions + right.BufferRingExhaustions,
         Wakeups = left.Wakeups + right.Wakeups,
         HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
+        BytesReceived = left.BytesReceived + right.BytesReceived,
+        BytesSent = left.BytesSent + right.BytesSent,
     };
 }

@@ -107,6 +107,7 @@ internal sealed class ConnectionReceiver
             WriteToInput(data);
         }
         _bytesReceived += data.Length;
+        _owner.Loop.OnBytesReceived(data.Length);
         if (!_ended && !_paused)
         {
             Flush();

@@ -278,6 +278,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         if (result > 0)
         {
             _bytesSent += result;
+            _owner.Loop.OnBytesSent(result);
         }
         _source.SetResult(result); // continues RunAsync inline, which may queue the next send
     }

@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Loops;
 using IoUring.Net;
 
 namespace IoUring.Tests.Net;
@@ -141,7 +142,7 @@ public sealed class EchoTests
 
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
         EndPoint target = Connectable(family, server.LocalEndPoint!);
-        await Task.WhenAll(Enumerable.Range(0, 8).Select(async i =>
+        long[] lengths = await Task.WhenAll(Enumerable.Range(0, 8).Select(async i =>
         {
             await using IoUringConnection connection = await network.ConnectAsync(target);
             Assert.NotNull(connection.RemoteEndPoint);
@@ -149,7 +150,14 @@ public sealed class EchoTests
             byte[] payload = RandomNumberGenerator.GetBytes(new Random(i).Next(0, 2 * 1024 * 1024));
             byte[] echoed = await RoundTripAsync(stream, () => connection.Output.Complete(), payload, i);
             AssertSameBytes(payload, echoed);
+            Assert.Equal(payload.Length, connection.BytesSent);
+            Assert.Equal(payload.Length, connection.BytesReceived);
+            return (long)payload.Length;
         }));
+        // The loops count the bytes of every connection on them (what the Kestrel transport's meter reports).
+        EventLoopCounters total = network.Loops.Aggregate(default(EventLoopCounters), (sum, loop) => sum + loop.Counters);
+        Assert.Equal(lengths.Sum(), total.BytesSent);
+        Assert.Equal(lengths.Sum(), total.BytesReceived);
     }
 
     [Fact]

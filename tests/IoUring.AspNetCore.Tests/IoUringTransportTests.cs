@@ -13,7 +13,6 @@ using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 using Microsoft.Extensions.Options;
-using IoUring.Rings;
 
 namespace IoUring.AspNetCore.Tests;
 
@@ -21,36 +20,6 @@ namespace IoUring.AspNetCore.Tests;
 public sealed class IoUringTransportTests
 {
     private static readonly TimeSpan s_hangGuard = TimeSpan.FromSeconds(60);
-
-    [Fact]
-    public async Task Unavailable_io_uring_falls_back_to_sockets_with_one_warning()
-    {
-        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
-        {
-            o.IoUring = u => u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; // EPERM: what a seccomp filter or io_uring_disabled=2 gives
-            o.Kestrel = k => k.Listen(IPAddress.Loopback, 0); // a second endpoint: still one warning
-        });
-        using HttpClient client = server.CreateClient();
-
-        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
-
-        Assert.Equal("SocketConnection", server.Connections.All.Single().ContextType);
-        TestLogs.LogRecord warning = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
-        Assert.Equal(100, warning.EventId.Id);
-        Assert.Contains("EPERM", warning.Message);
-        var factory = (IoUringTransportFactory)server.App.Services.GetServices<IConnectionListenerFactory>().Last();
-        Assert.True(factory.IsFallbackActive);
-    }
-
-    [Fact]
-    public async Task Unavailable_io_uring_fails_the_start_when_asked_to()
-    {
-        Exception error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
-            o.IoUring = u => { u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; u.ThrowIfUnavailable = true; }));
-
-        IoUringUnavailableException unavailable = Assert.IsType<IoUringUnavailableException>(error);
-        Assert.Equal(1, unavailable.Errno);
-    }
 
     [Theory]
     [InlineData(nameof(IoUringTransportOptions.LoopCount))]

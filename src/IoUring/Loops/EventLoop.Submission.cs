@@ -126,7 +126,7 @@ public sealed unsafe partial class EventLoop
                 _counters.CqOverflows++;
                 return;
             case Errno.EBADR:
-                throw new IoUringException("io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them.", Errno.EBADR);
+                throw new IoUringException($"io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them ({_ring.DroppedCompletions} dropped).", Errno.EBADR);
             default:
                 throw IoUringException.FromErrno("io_uring_enter", -result);
         }

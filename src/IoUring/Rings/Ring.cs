@@ -276,8 +276,6 @@ internal sealed unsafe class Ring : IDisposable
     /// <summary>SQEs written but not yet submitted.</summary>
     public uint PendingSubmissions => _sqeTail - Volatile.Read(ref *_sqHead);
 
-    public uint SqSpace => SqEntries - PendingSubmissions;
-
     /// <summary>The next free SQE, zeroed, or null when the SQ is full (submit first).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_sqe* TryGetSqe()

@@ -1,12 +1,19 @@
 using System.Net;
+using IoUring.AspNetCore.Internal;
+using IoUring.AspNetCore.Tests.Support;
+using IoUring.Rings;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
 using Xunit.Abstractions;
 
 namespace IoUring.AspNetCore.Tests.Reliability;
 
 /// <summary>
-/// io_uring switched off for one real process (a seccomp filter, as container runtimes install, set up by
+/// io_uring switched off. For one real process (a seccomp filter, as container runtimes install, set up by
 /// launcher.c): the Kestrel sample falls back to Sockets with one warning, the plain API throws naming the cause.
-/// The global sysctl is never touched, so the tests running in parallel keep their io_uring.
+/// The global sysctl is never touched, so the tests running in parallel keep their io_uring. In process (the setup
+/// errno hook): the transport's fallback and ThrowIfUnavailable. The plain API's layers: IoUring.Tests' IoUringSwitchedOffTests.
 /// </summary>
 public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutputHelper output) : IClassFixture<LauncherFixture>
 {
@@ -59,5 +66,35 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
         Assert.Contains("seccomp", error);
         Assert.Contains(child.Lines, l => l.Contains("at IoUring.Net.IoUringNetwork..ctor", StringComparison.Ordinal));
         Assert.DoesNotContain(child.Lines, l => l.StartsWith("echo server on", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task Unavailable_io_uring_falls_back_to_sockets_with_one_warning()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+        {
+            o.IoUring = u => u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; // EPERM: what a seccomp filter or io_uring_disabled=2 gives
+            o.Kestrel = k => k.Listen(IPAddress.Loopback, 0); // a second endpoint: still one warning
+        });
+        using HttpClient client = server.CreateClient();
+
+        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+
+        Assert.Equal("SocketConnection", server.Connections.All.Single().ContextType);
+        TestLogs.LogRecord warning = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
+        Assert.Equal(100, warning.EventId.Id);
+        Assert.Contains("EPERM", warning.Message);
+        var factory = (IoUringTransportFactory)server.App.Services.GetServices<IConnectionListenerFactory>().Last();
+        Assert.True(factory.IsFallbackActive);
+    }
+
+    [Fact]
+    public async Task Unavailable_io_uring_fails_the_start_when_asked_to()
+    {
+        Exception error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+            o.IoUring = u => { u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new() { SetupErrno = 1 }; u.ThrowIfUnavailable = true; }));
+
+        IoUringUnavailableException unavailable = Assert.IsType<IoUringUnavailableException>(error);
+        Assert.Equal(1, unavailable.Errno);
     }
 }

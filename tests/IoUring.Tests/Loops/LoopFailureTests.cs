@@ -67,6 +67,20 @@ public sealed class LoopFailureTests
     }
 
     [Fact]
+    public async Task An_exception_in_a_completion_handler_does_not_stop_the_loop()
+    {
+        var reported = new List<Exception>();
+        using var loop = new EventLoop(new EventLoopOptions { UnhandledException = ex => { lock (reported) { reported.Add(ex); } } });
+        using var handler = new RecordingHandler(loop) { Throw = (value, _, _) => value == 1 };
+        await handler.OnLoopAsync(h => h.Submit(RecordingHandler.Nop(), 1));
+        await handler.WaitForAsync(1);
+        await handler.OnLoopAsync(h => h.Submit(RecordingHandler.Nop(), 2));
+        await handler.WaitForAsync(1);
+        Assert.Single(reported);
+        Assert.Equal(0, handler.InFlight);
+    }
+
+    [Fact]
     public async Task A_handler_whose_OnReleased_throws_does_not_stop_the_loop()
     {
         var (loop, reported) = NewLoop();

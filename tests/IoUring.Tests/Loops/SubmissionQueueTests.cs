@@ -14,11 +14,11 @@ public sealed class SubmissionQueueTests
     /// <summary>Submits NOPs (value 0) until exactly <paramref name="room"/> SQEs are left in the SQ.</summary>
     private static void FillSqUntil(RecordingHandler handler, uint room)
     {
-        while (handler.Loop.Ring.SqSpace > room)
+        while (handler.Loop.Ring.SqSpace() > room)
         {
             handler.Submit(RecordingHandler.Nop(), 0);
         }
-        Assert.Equal(room, handler.Loop.Ring.SqSpace);
+        Assert.Equal(room, handler.Loop.Ring.SqSpace());
     }
 
     [Fact]

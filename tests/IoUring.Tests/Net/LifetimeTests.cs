@@ -5,13 +5,12 @@ using System.Net.Sockets;
 using System.Text;
 using IoUring.Net;
 using IoUring.Tests.Support;
-using Xunit.Abstractions;
 
 namespace IoUring.Tests.Net;
 
-/// <summary>Half-close, reset, abort, backpressure, listener lifetime and fd hygiene over real loopback sockets.</summary>
+/// <summary>Half-close, reset, abort, listener lifetime and fd hygiene over real loopback sockets (backpressure: <see cref="BackpressureTests"/>).</summary>
 [Collection(FdCountingCollection.Name)]
-public sealed class LifetimeTests(ITestOutputHelper output) : IAsyncLifetime
+public sealed class LifetimeTests : IAsyncLifetime
 {
     private IoUringNetwork _network = null!;
     private IoUringListener _listener = null!;
@@ -206,68 +205,6 @@ public sealed class LifetimeTests(ITestOutputHelper output) : IAsyncLifetime
             });
             Assert.Equal(SocketError.ConnectionReset, ex.SocketErrorCode);
         }
-    }
-
-    [Theory]
-    [InlineData(16)]
-    [InlineData(512)]
-    public async Task A_fast_sender_to_a_reader_that_does_not_read_stays_under_the_memory_bound(int ringBuffers)
-    {
-        const int MaxRead = 64 * 1024, BufferSize = 8192;
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions
-        {
-            LoopCount = 1,
-            MaxReadBufferSize = MaxRead,
-            Loop = { BufferCount = ringBuffers, BufferSize = BufferSize },
-        });
-        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        await client.ConnectAsync(listener.LocalEndPoint!);
-        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
-        int blocksBefore = network.RentedMemoryBlocks;
-
-        client.Blocking = false;
-        byte[] chunk = new byte[64 * 1024];
-        long sent = 0;
-        var deadline = DateTime.UtcNow.AddSeconds(1);
-        // Send until the kernel pushes back: the server must have stopped receiving.
-        while (DateTime.UtcNow < deadline)
-        {
-            try
-            {
-                sent += client.Send(chunk);
-            }
-            catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
-            {
-                await Task.Delay(20);
-            }
-        }
-        long buffered = server.BytesReceived; // all of it sits in Input: the application consumed nothing
-        long memory = (long)(network.RentedMemoryBlocks - blocksBefore) * PinnedBlockMemoryPool.BlockSize;
-        output.WriteLine($"ring {ringBuffers} x {BufferSize}: buffered {buffered} B, pipe memory {memory} B, sent {sent} B");
-        // Receiving pauses at MaxReadBufferSize; what the multishot RECV had already taken from the socket still lands
-        // in Input: at most one batch of completions, each of which holds a ring buffer (docs/reliability.md).
-        long bound = MaxRead + (long)ringBuffers * BufferSize;
-        Assert.InRange(buffered, MaxRead, bound);
-        Assert.InRange(memory, buffered, buffered + 2 * PinnedBlockMemoryPool.BlockSize); // the pipe's blocks hold just that
-        Assert.True(sent > buffered, "the sender was not pushed back");
-
-        // The reader catches up: everything arrives, in order.
-        client.Blocking = true;
-        client.Shutdown(SocketShutdown.Send);
-        long total = 0;
-        while (true)
-        {
-            ReadResult result = await server.Input.ReadAsync();
-            total += result.Buffer.Length;
-            server.Input.AdvanceTo(result.Buffer.End);
-            if (result.IsCompleted)
-            {
-                break;
-            }
-        }
-        Assert.Equal(sent, total);
-        await server.DisposeAsync();
     }
 
     [Fact]

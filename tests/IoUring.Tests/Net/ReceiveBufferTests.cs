@@ -140,45 +140,6 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
     }
 }
 
-public sealed class StoppedLoopSchedulerTests
-{
-    [Fact]
-    public async Task Completing_a_paused_connections_pipes_after_the_network_is_disposed_does_not_throw()
-    {
-        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, MaxReadBufferSize = 64 * 1024 });
-        var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        await client.ConnectAsync(listener.LocalEndPoint);
-        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
-
-        // The peer sends more than MaxReadBufferSize and the application reads nothing: receiving pauses, with the
-        // loop's continuation waiting on Input's flush.
-        client.Blocking = false;
-        byte[] chunk = new byte[64 * 1024];
-        for (int i = 0; i < 16; i++)
-        {
-            try
-            {
-                client.Send(chunk);
-            }
-            catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
-            {
-                break;
-            }
-        }
-        await Eventually.WaitForAsync(() => server.BytesReceived >= 64 * 1024);
-        Assert.True(server.BytesReceived >= 64 * 1024, "receiving never reached the pause threshold");
-
-        await listener.DisposeAsync();
-        await network.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
-        Assert.True(network.Loops[0].Stopped.IsCompleted);
-
-        // The pipes schedule their loop-side continuations on the stopped loop: that must not throw at the application.
-        server.Input.Complete();
-        server.Output.Complete();
-        await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
-    }
-}
 
 internal static unsafe class SocketPairs
 {

@@ -92,16 +92,6 @@ public sealed class ResourceTests(ITestOutputHelper output)
         Assert.Equal(fdsBefore, FdCount.Owned());
     }
 
-    [Fact]
-    public void With_io_uring_switched_off_the_plain_api_throws_naming_the_cause_and_leaks_nothing()
-    {
-        int fdsBefore = FdCount.Owned();
-        var ex = Assert.Throws<IoUringUnavailableException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { SetupErrno = Errno.EPERM } } }));
-        Assert.Contains("kernel.io_uring_disabled", ex.Message, StringComparison.Ordinal);
-        Assert.Equal(Errno.EPERM, ex.Errno);
-        Assert.Equal(fdsBefore, FdCount.Owned());
-    }
-
     /// <summary>
     /// Mixed traffic at high concurrency for IOURING_SOAK_SECONDS (default 5; run it long locally): connections of
     /// every size and life span, resets among them. Afterwards fds, handles, blocks and memory are back to baseline.

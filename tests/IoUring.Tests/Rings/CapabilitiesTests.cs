@@ -26,16 +26,6 @@ public sealed class CapabilitiesTests
     }
 
     [Fact]
-    public void A_disabled_io_uring_is_reported_with_its_cause_instead_of_thrown()
-    {
-        IoUringCapabilities caps = IoUringCapabilities.Probe(new RingOptions { SqEntries = 8, Hooks = new() { SetupErrno = Interop.Errno.EPERM } });
-        Assert.False(caps.IsSupported);
-        Assert.Contains("kernel.io_uring_disabled", caps.UnavailableReason, StringComparison.Ordinal);
-        var ex = Assert.Throws<IoUringUnavailableException>(caps.EnsureSupported);
-        Assert.Equal(Interop.Errno.EPERM, ex.Errno);
-    }
-
-    [Fact]
     public void Zero_copy_features_are_probed_as_this_kernel_has_them()
     {
         // SENDMSG_ZC came in 6.1 and SEND_ZC_REPORT_USAGE (a flag, which the opcode probe cannot see) in 6.2; long-term

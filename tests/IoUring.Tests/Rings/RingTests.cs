@@ -1,5 +1,6 @@
 using IoUring.Interop;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Rings;
@@ -124,55 +125,6 @@ public sealed unsafe class RingTests
             ring.Enter(minComplete: 1);
             Assert.Equal((ulong)i, Assert.Single(Drain(ring)).user_data);
         }
-    }
-
-    [Theory]
-    [InlineData(Errno.EPERM, "disabled by sysctl")]
-    [InlineData(Errno.ENOSYS, "disabled by sysctl")]
-    [InlineData(Errno.ENOMEM, "RLIMIT_MEMLOCK")]
-    public void Setup_failures_name_the_cause(int errno, string expected)
-    {
-        var ex = Assert.Throws<IoUringUnavailableException>(() => Ring.Create(new RingOptions { Hooks = new() { SetupErrno = errno } }));
-        Assert.Equal(errno, ex.Errno);
-        Assert.Contains("io_uring unavailable", ex.Message, StringComparison.Ordinal);
-        Assert.Contains(expected, ex.Message, StringComparison.Ordinal);
-    }
-
-    [Fact]
-    public void Cq_overflow_with_a_tiny_cq_loses_no_completion()
-    {
-        // 8 SQ entries, 8 CQ entries: 1000 NOPs submitted without reaping overflow the CQ many times over.
-        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8, CqEntries = 8 });
-        Assert.Equal(8u, ring.CqEntries);
-        const int Total = 1000;
-        int next = 0;
-        bool sawOverflow = false;
-        var seen = new HashSet<ulong>();
-        while (next < Total)
-        {
-            while (next < Total && ring.SqSpace > 0)
-            {
-                QueueNop(ring, (ulong)next++);
-            }
-            int r = ring.Enter(minComplete: 0);
-            Assert.True(r >= 0 || r == -Errno.EBUSY, $"enter failed: {r}");
-            sawOverflow |= ring.HasCqOverflow;
-        }
-        Assert.True(sawOverflow, "the CQ never overflowed; the test proves nothing");
-        while (seen.Count < Total)
-        {
-            foreach (io_uring_cqe cqe in Drain(ring))
-            {
-                Assert.True(seen.Add(cqe.user_data));
-            }
-            if (seen.Count < Total)
-            {
-                int r = ring.Enter(minComplete: 0); // flushes the overflow list into the drained CQ
-                Assert.True(r >= 0, $"flush failed: {r}");
-            }
-        }
-        Assert.Equal(0u, ring.DroppedCompletions);
-        Assert.False(ring.HasCqOverflow);
     }
 
     [Fact]

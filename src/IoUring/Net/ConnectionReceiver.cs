@@ -11,6 +11,9 @@ namespace IoUring.Net;
 /// The receiving half of an <see cref="IoUringConnection"/>: one multishot RECV that selects buffers from the loop's
 /// <see cref="ReceiveBuffers"/>; the loop hands each completion's bytes here, they are copied into Input, and Input's
 /// flush is the backpressure: while it is pending, receiving is paused (the RECV cancelled) and resumes when it completes.
+/// Where the kernel can cap a multishot RECV's total (<see cref="IoUringCapabilities.HasReceiveLimit"/>), each RECV is
+/// armed for no more than Input can take before it pauses, so a paused connection holds at most its pause threshold
+/// plus one ring buffer (without the cap, whatever the RECV took before its cancellation took effect lands too).
 /// </summary>
 /// <remarks>
 /// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer; it tells the
@@ -35,7 +38,9 @@ internal sealed class ConnectionReceiver
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
+    private readonly Pipe _inputPipe;
     private readonly PipeWriter _input;
+    private readonly long _pauseThreshold; // Input's pause threshold when each RECV is capped by what Input can take; 0: not capped
     private readonly Action _onFlushCompleted;
     private ValueTask<FlushResult> _pendingFlush;
     private bool _armed;            // a RECV is in flight (until its final CQE)
@@ -48,12 +53,18 @@ internal sealed class ConnectionReceiver
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
-    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, PipeWriter input)
+    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into <paramref name="input"/>, with
+    /// <paramref name="owner"/>'s requests; each RECV is capped by what Input can take before <paramref name="pauseThreshold"/>
+    /// (null or 0: no threshold) where <paramref name="capabilities"/> and the pipe allow.</summary>
+    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, Pipe input, long? pauseThreshold, IoUringCapabilities capabilities)
     {
         _connection = connection;
         _owner = owner;
         _fd = fd;
-        _input = input;
+        _inputPipe = input;
+        _input = input.Writer;
+        bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= uint.MaxValue;
+        _pauseThreshold = canCap ? pauseThreshold!.Value : 0;
         _onFlushCompleted = OnFlushCompleted;
     }
 
@@ -196,9 +207,19 @@ internal sealed class ConnectionReceiver
             sqe->ioprio = IORING_RECV_MULTISHOT;
             sqe->flags = IOSQE_BUFFER_SELECT;
             sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
+            if (_pauseThreshold > 0)
+            {
+                sqe->optlen = ReceiveLimit();
+            }
             _armed = true;
         }
     }
+
+    /// <summary>
+    /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many bytes,
+    /// and is armed again with what is left then. At least 1: a receive fills at most one ring buffer past it.
+    /// </summary>
+    private uint ReceiveLimit() => (uint)Math.Clamp(_pauseThreshold - PipeBacklog.Of(_inputPipe), 1, _pauseThreshold);
 
     private unsafe void Cancel()
     {

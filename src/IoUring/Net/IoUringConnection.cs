@@ -79,7 +79,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
         _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false));
         _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false));
-        _receiver = new ConnectionReceiver(this, _owner, fd, _input.Writer);
+        _receiver = new ConnectionReceiver(this, _owner, fd, _input, settings.MaxReadBufferSize, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
     }
 

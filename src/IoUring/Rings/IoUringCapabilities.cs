@@ -59,6 +59,13 @@ public sealed class IoUringCapabilities
     /// </summary>
     public bool HasZeroCopyReportUsage { get; private set; }
 
+    /// <summary>
+    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c> with IORING_RECV_MULTISHOT; in the kernel
+    /// since mid-2025, 6.17): it ends by itself (a CQE without F_MORE) once that many bytes arrived, so a receiver arms
+    /// for no more than its input can still take. Not an opcode, so probed by submitting it (see <see cref="ProbeReceiveLimit"/>).
+    /// </summary>
+    public bool HasReceiveLimit { get; private set; }
+
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;
 
@@ -117,6 +124,7 @@ public sealed class IoUringCapabilities
             {
                 caps.HasZeroCopyReportUsage = ProbeZeroCopyFlag(ring, IORING_SEND_ZC_REPORT_USAGE);
             }
+            caps.HasReceiveLimit = ProbeReceiveLimit(ring);
 
             try
             {
@@ -139,17 +147,37 @@ public sealed class IoUringCapabilities
     }
 
     /// <summary>
-    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags when it prepares the
-    /// request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and 6.1 do for REPORT_USAGE)
-    /// and looks the fd up only when it issues it (io_assign_file in io_issue_sqe: EBADF). So EBADF means the flag is
-    /// known. Nothing is sent; the request may post a notification after its result (F_MORE), which is waited for too.
+    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags when
+    /// it prepares the request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and 6.1 do
+    /// for REPORT_USAGE). Nothing is sent; the request may post a notification after its result (F_MORE), which is waited for too.
     /// </summary>
-    internal static unsafe bool ProbeZeroCopyFlag(Ring ring, ushort flag)
+    internal static bool ProbeZeroCopyFlag(Ring ring, ushort flag)
+        => PreparesWithoutError(ring, new io_uring_sqe { opcode = IORING_OP_SEND_ZC, fd = -1, ioprio = flag });
+
+    /// <summary>
+    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1. Kernels without the cap refuse a non-zero
+    /// <c>optlen</c> (the same field as <c>file_index</c>) when they prepare a RECV (io_recvmsg_prep: EINVAL); kernels with
+    /// it prepare the request and then fail the fd lookup (EBADF). Nothing is received.
+    /// </summary>
+    internal static bool ProbeReceiveLimit(Ring ring)
+        => PreparesWithoutError(ring, new io_uring_sqe
+        {
+            opcode = IORING_OP_RECV,
+            fd = -1,
+            ioprio = IORING_RECV_MULTISHOT,
+            flags = IOSQE_BUFFER_SELECT,
+            optlen = 1,
+        });
+
+    /// <summary>
+    /// Submits <paramref name="probe"/> (on fd -1) and says whether the kernel got as far as looking up the fd (EBADF): the
+    /// kernel checks a request's fields when it prepares it and looks the fd up only when it issues it (io_assign_file
+    /// in io_issue_sqe), so EBADF means every field was accepted. Waits for the request's final CQE.
+    /// </summary>
+    private static unsafe bool PreparesWithoutError(Ring ring, io_uring_sqe probe)
     {
         io_uring_sqe* sqe = ring.TryGetSqe();
-        sqe->opcode = IORING_OP_SEND_ZC;
-        sqe->fd = -1;
-        sqe->ioprio = flag;
+        *sqe = probe;
         int result = 0;
         __kernel_timespec timeout = new() { tv_sec = 1 };
         while (true)
@@ -176,6 +204,14 @@ public sealed class IoUringCapabilities
                 return result == -Errno.EBADF;
             }
         }
+    }
+
+    /// <summary>Test seam: a copy that pretends the kernel lacks the multishot receive cap (as kernels before 6.17 do).</summary>
+    internal IoUringCapabilities WithoutReceiveLimitForTesting()
+    {
+        var copy = (IoUringCapabilities)MemberwiseClone();
+        copy.HasReceiveLimit = false;
+        return copy;
     }
 
     /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1 do).</summary>

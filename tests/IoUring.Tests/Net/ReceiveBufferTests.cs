@@ -139,16 +139,3 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
         }
     }
 }
-
-
-internal static unsafe class SocketPairs
-{
-    public static (int Reader, int Writer) Create()
-    {
-        int* fds = stackalloc int[2];
-        Assert.Equal(0, Libc.socketpair(Libc.AF_UNIX, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0, fds));
-        return (fds[0], fds[1]);
-    }
-
-    public static void Write(int fd, byte value) => Assert.Equal(1, (int)Libc.write(fd, &value, 1));
-}

@@ -2,6 +2,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Interop;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Rings;
@@ -92,5 +93,66 @@ public sealed class CapabilitiesTests
         }
         Assert.True(result is 1 or -Errno.EINVAL, $"SEND_ZC result {result}");
         return result == 1;
+    }
+
+    [Fact]
+    public unsafe void The_receive_limit_probe_agrees_with_a_real_capped_multishot_receive()
+    {
+        // 100 bytes wait in a socket; a multishot RECV capped at 40 bytes takes 16-byte buffers. With the cap it ends by
+        // itself (no F_MORE) after the buffer that reaches 40 (48 bytes) and leaves the rest in the socket; a kernel
+        // without it refuses the RECV (EINVAL).
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        using var buffers = new BufferRing(ring, groupId: 7, count: 16, bufferSize: 16);
+        (int reader, int writer) = SocketPairs.Create();
+        try
+        {
+            byte[] payload = new byte[100];
+            fixed (byte* p = payload)
+            {
+                Assert.Equal(100, (int)Libc.write(writer, p, 100));
+            }
+            io_uring_sqe* sqe = ring.TryGetSqe();
+            sqe->opcode = IORING_OP_RECV;
+            sqe->fd = reader;
+            sqe->ioprio = IORING_RECV_MULTISHOT;
+            sqe->flags = IOSQE_BUFFER_SELECT;
+            sqe->buf_group = 7;
+            sqe->optlen = 40;
+            int received = 0, error = 0;
+            bool final = false;
+            while (!final)
+            {
+                Assert.True(ring.Enter(1) >= 0);
+                uint ready = ring.ReadyCompletions(out uint head);
+                for (uint i = 0; i < ready; i++)
+                {
+                    io_uring_cqe* cqe = ring.CqeAt(head + i);
+                    if (cqe->res > 0)
+                    {
+                        received += cqe->res;
+                    }
+                    else
+                    {
+                        error = cqe->res;
+                    }
+                    final |= (cqe->flags & IORING_CQE_F_MORE) == 0;
+                }
+                ring.AdvanceCq(ready);
+            }
+            bool capped = error == 0;
+            Assert.True(capped || error == -Errno.EINVAL, $"RECV result {error}");
+            Assert.Equal(capped, IoUringCapabilities.ProbeReceiveLimit(ring));
+            Assert.Equal(capped, IoUringCapabilities.Current.HasReceiveLimit);
+            if (capped)
+            {
+                Assert.Equal(48, received);
+                Assert.Equal(52, SocketPairs.Queued(reader));
+            }
+        }
+        finally
+        {
+            Libc.close(reader);
+            Libc.close(writer);
+        }
     }
 }

@@ -29,6 +29,12 @@ public sealed class IoUringTransportOptions
     /// <remarks>Defaults to 512 pending connections.</remarks>
     public int Backlog { get; set; } = s_defaults.Backlog;
 
+    /// <summary>
+    /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection (false).
+    /// </summary>
+    /// <remarks>Defaults to true. Single-shot is there to compare the two; it costs one more request per connection.</remarks>
+    public bool MultishotAccept { get; set; } = s_defaults.MultishotAccept;
+
     /// <summary>Set to false to enable Nagle's algorithm for all connections.</summary>
     /// <remarks>Defaults to true.</remarks>
     public bool NoDelay { get; set; } = s_defaults.NoDelay;
@@ -126,6 +132,7 @@ public sealed class IoUringTransportOptions
             LoopCount = LoopCount,
             Backlog = Backlog,
             NoDelay = NoDelay,
+            MultishotAccept = MultishotAccept,
             // 0 means "no limit" to the Sockets transport; the lower layer spells that null.
             MaxReadBufferSize = MaxReadBufferSize == 0 ? null : MaxReadBufferSize,
             MaxWriteBufferSize = MaxWriteBufferSize == 0 ? null : MaxWriteBufferSize,

@@ -56,13 +56,14 @@ public sealed class IoUringTransportTests
     [Fact]
     public void Kestrel_options_reach_the_connections_with_kestrels_exception_types()
     {
-        var options = new IoUringTransportOptions { NoDelay = false, MaxReadBufferSize = 12345, MaxWriteBufferSize = 6789, UnsafePreferInlineScheduling = true, ZeroCopySendThreshold = 99999 };
+        var options = new IoUringTransportOptions { NoDelay = false, MaxReadBufferSize = 12345, MaxWriteBufferSize = 6789, UnsafePreferInlineScheduling = true, ZeroCopySendThreshold = 99999, MultishotAccept = false };
         IoUring.Net.IoUringNetworkOptions network = options.ToNetworkOptions();
         IoUringTransport.UseKestrelExceptions(network);
 
         IoUring.Net.ConnectionSettings settings = IoUring.Net.ConnectionSettings.From(network, System.Buffers.MemoryPool<byte>.Shared, new IoUring.Net.ConnectionRegistry());
 
         Assert.False(settings.NoDelay);
+        Assert.False(settings.MultishotAccept);
         Assert.Equal(12345, settings.MaxReadBufferSize);
         Assert.Equal(6789, settings.MaxWriteBufferSize);
         Assert.True(settings.UnsafePreferInlineScheduling);

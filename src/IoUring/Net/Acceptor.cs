@@ -6,7 +6,7 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listener's multishot ACCEPT on one loop. Accepted connections are dealt to the listener's loops in turn. The request is re-armed
+/// A listener's multishot ACCEPT on one loop (or single-shot ones, one per connection: <see cref="IoUringNetworkOptions.MultishotAccept"/>). Accepted connections are dealt to the listener's loops in turn. The request is re-armed
 /// whenever a CQE comes without F_MORE, except: while the listener's queue of connections nobody accepted yet is full
 /// (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an unknown error, after a pause;
 /// never after an error that says the listening socket itself is broken (the listener then fails its AcceptAsync).
@@ -46,6 +46,9 @@ internal sealed unsafe class Acceptor : RingOwner
     /// <summary>Accept calls that failed for lack of fds (for tests and counters).</summary>
     public int FdExhaustions { get; private set; }
 
+    /// <summary>ACCEPT requests submitted (for tests: one per loop with multishot, one per connection without).</summary>
+    public int AcceptRequests { get; private set; }
+
     public void Start()
     {
         _backoff = (__kernel_timespec*)NativeMemory.AllocZeroed((nuint)sizeof(__kernel_timespec));
@@ -62,8 +65,9 @@ internal sealed unsafe class Acceptor : RingOwner
         io_uring_sqe* sqe = Loop.NewSqe(this, KindAccept);
         sqe->opcode = IORING_OP_ACCEPT;
         sqe->fd = _listenFd;
-        sqe->ioprio = IORING_ACCEPT_MULTISHOT;
+        sqe->ioprio = _settings.MultishotAccept ? IORING_ACCEPT_MULTISHOT : (ushort)0;
         sqe->accept_flags = Libc.SOCK_CLOEXEC;
+        AcceptRequests++;
         _acceptArmed = true;
         _cancelSubmitted = false;
     }

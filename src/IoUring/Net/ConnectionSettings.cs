@@ -12,6 +12,7 @@ internal sealed record ConnectionSettings
     public long? MaxReadBufferSize { get; init; }
     public long? MaxWriteBufferSize { get; init; }
     public bool NoDelay { get; init; }
+    public bool MultishotAccept { get; init; } = true;
     public bool UnsafePreferInlineScheduling { get; init; }
     public bool AbortWithReset { get; init; }
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
@@ -36,6 +37,7 @@ internal sealed record ConnectionSettings
             MaxReadBufferSize = options.MaxReadBufferSize,
             MaxWriteBufferSize = options.MaxWriteBufferSize,
             NoDelay = options.NoDelay,
+            MultishotAccept = options.MultishotAccept,
             UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
             AbortWithReset = options.AbortWithReset,
             ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,

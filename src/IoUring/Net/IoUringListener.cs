@@ -58,6 +58,9 @@ public sealed class IoUringListener : IAsyncDisposable
     /// <summary>Fds that accept could not get (EMFILE/ENFILE), summed over the loops.</summary>
     public int FdExhaustions => _acceptors.Sum(a => a.FdExhaustions);
 
+    /// <summary>ACCEPT requests submitted, summed over the loops (tests).</summary>
+    internal int AcceptRequests => _acceptors.Sum(a => a.AcceptRequests);
+
     /// <summary>The next accepted connection, or null once the listener is unbound or disposed.</summary>
     /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>: it
     /// no longer listens); connections accepted before are still handed out first. Accepting has stopped.</exception>

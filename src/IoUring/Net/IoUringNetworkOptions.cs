@@ -16,6 +16,13 @@ public sealed class IoUringNetworkOptions
     /// <remarks>Defaults to 512.</remarks>
     public int Backlog { get; set; } = 512;
 
+    /// <summary>
+    /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection
+    /// (false), as servers did before Linux 5.19.
+    /// </summary>
+    /// <remarks>Defaults to true. Single-shot is there to compare the two (docs/benchmarks.md); it costs one more request per connection.</remarks>
+    public bool MultishotAccept { get; set; } = true;
+
     /// <summary>Set TCP_NODELAY on TCP connections.</summary>
     /// <remarks>Defaults to true.</remarks>
     public bool NoDelay { get; set; } = true;

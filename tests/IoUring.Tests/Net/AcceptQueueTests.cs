@@ -12,6 +12,39 @@ public sealed class AcceptQueueTests(ITestOutputHelper output)
 {
     private static readonly TimeSpan s_hangGuard = TimeSpan.FromSeconds(10);
 
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Multishot_and_single_shot_accept_serve_every_connection(bool multishot)
+    {
+        // 300 clients, 64 at a time, each echoed and closed: the same either way, but a single-shot acceptor submits
+        // one ACCEPT per connection and a multishot one only re-arms when the kernel ends its request.
+        const int Loops = 2, Clients = 300, Concurrency = 64;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = Loops, MultishotAccept = multishot });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        _ = EchoTests.EchoServerAsync(listener);
+        await Task.WhenAll(Enumerable.Range(0, Concurrency).Select(async worker =>
+        {
+            for (int i = worker; i < Clients; i += Concurrency)
+            {
+                using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                await client.ConnectAsync(listener.LocalEndPoint);
+                byte[] payload = Payload(i, 128);
+                byte[] echoed = await EchoTests.RoundTripAsync(new NetworkStream(client), () => client.Shutdown(SocketShutdown.Send), payload, i);
+                EchoTests.AssertSameBytes(payload, echoed);
+            }
+        })).WaitAsync(TimeSpan.FromSeconds(60));
+        output.WriteLine($"multishot {multishot}: {listener.AcceptRequests} ACCEPT requests for {Clients} connections on {Loops} loops");
+        if (multishot)
+        {
+            Assert.InRange(listener.AcceptRequests, Loops, Clients / 10);
+        }
+        else
+        {
+            Assert.InRange(listener.AcceptRequests, Clients + Loops - 1, Clients + Loops);
+        }
+    }
+
     [Fact]
     public async Task A_flood_against_an_application_that_does_not_accept_is_held_to_the_backlog()
     {

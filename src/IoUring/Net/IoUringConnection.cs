@@ -29,7 +29,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly Pipe _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
-    private readonly CancellationTokenSource _closedTokenSource = new();
+    private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
+    private int _closedSignalled;   // 1 once closed: a token source made from then on is cancelled at once
     private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private ConnectionState _state; // loop thread
     private EndPoint? _localEndPoint;
@@ -65,20 +66,19 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         Closed,
     }
 
-    internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
+    /// <summary>A connection on <paramref name="loop"/> over the connected socket <paramref name="fd"/> (TCP when
+    /// <paramref name="isTcp"/>), with <paramref name="settings"/>; <paramref name="pipeOptions"/> are the pipe options of
+    /// that loop's connections (a listener's share one), or null to make them.</summary>
+    internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings, ConnectionPipeOptions? pipeOptions = null)
     {
         _fd = fd;
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
-        long maxRead = settings.MaxReadBufferSize ?? 0;
-        long maxWrite = settings.MaxWriteBufferSize ?? 0;
-        // Segments as large as the pool's blocks (a pipe asking for more than a pool's block size gets unpooled arrays).
-        int segmentSize = Math.Min(PinnedBlockMemoryPool.BlockSize, settings.MemoryPool.MaxBufferSize);
-        // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
-        _input = new Pipe(new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false));
-        _output = new Pipe(new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false));
+        pipeOptions ??= new ConnectionPipeOptions(loop, settings);
+        Debug.Assert(pipeOptions.Loop == loop);
+        _input = new Pipe(pipeOptions.Input);
+        _output = new Pipe(pipeOptions.Output);
         _receiver = new ConnectionReceiver(this, _owner, fd, _input, settings.MaxReadBufferSize, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
     }
@@ -98,8 +98,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The peer's endpoint (read when the connection started).</summary>
     public EndPoint? RemoteEndPoint => _remoteEndPoint;
 
-    /// <summary>Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and <see cref="Socket"/>'s, if taken).</summary>
-    public CancellationToken ConnectionClosed => _closedTokenSource.Token;
+    /// <summary>
+    /// Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and <see cref="Socket"/>'s,
+    /// if taken). Asked for after that, an already cancelled token.
+    /// </summary>
+    public CancellationToken ConnectionClosed => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token ?? new CancellationToken(canceled: true);
 
     /// <summary>Completes when the connection has closed and its fd is released.</summary>
     public Task Closed => _closed.Task;
@@ -155,7 +158,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         _abortReason = reason ?? _settings.CreateAbortedException("The connection was aborted by the application.");
         _abortWithReset = reset;
-        ScheduleOnLoop(static c => c.BeginClose(c._abortReason, abortive: true));
+        ScheduleOnLoop(static c => ((IoUringConnection)c!).BeginAbortiveClose());
     }
 
     /// <summary>
@@ -179,19 +182,19 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or throw.</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
     public void OnBackpressure(Action<object?, bool> callback, object? state)
-        => ScheduleOnLoop(c => c._receiver.SetBackpressureCallback(callback, state));
+        => ScheduleOnLoop(_ => _receiver.SetBackpressureCallback(callback, state));
 
     /// <summary>
     /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
     /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
     /// A peer that never reads keeps it waiting: use <see cref="Abort(Exception?)"/> to cut it off.
     /// </summary>
-    public async ValueTask DisposeAsync()
+    public ValueTask DisposeAsync()
     {
-        await _input.Reader.CompleteAsync().ConfigureAwait(false);
-        await _output.Writer.CompleteAsync().ConfigureAwait(false);
-        ScheduleOnLoop(static c => c._receiver.OnReaderGone());
-        await _closed.Task.ConfigureAwait(false);
+        _input.Reader.Complete();
+        _output.Writer.Complete();
+        ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.OnReaderGone());
+        return new ValueTask(_closed.Task);
     }
 
     /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
@@ -219,9 +222,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// Starts receiving a connection the listener held back until the application accepted it, so that connections
     /// nobody has accepted yet cost no receive memory (their bytes wait in the kernel, as with an accept backlog).
     /// </summary>
-    internal void StartReceiving() => ScheduleOnLoop(static c => c._receiver.Start());
+    internal void StartReceiving() => ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.Start());
 
     // ---- lifecycle (loop thread) ----
+
+    private void BeginAbortiveClose() => BeginClose(_abortReason, abortive: true);
 
     /// <summary>The receiver or the sender reached its end: close gracefully once both have.</summary>
     internal void OnDirectionEnded()
@@ -322,8 +327,39 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _settings.Registry?.Remove(this);
         _input.Writer.Complete();
         _closed.TrySetResult();
-        ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), _closedTokenSource, preferLocal: false);
+        Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
+        if (Volatile.Read(ref _closedTokenSource) is { } source)
+        {
+            CancelOnThreadPool(source);
+        }
     }
+
+    /// <summary>
+    /// The first <see cref="ConnectionClosed"/> read: makes the token source, or returns null when the connection has
+    /// closed already (the caller then gets a cancelled token). The flag and the field are each written with a full
+    /// fence before the other is read, so a source published as the connection closes is cancelled by one side or both.
+    /// </summary>
+    private CancellationTokenSource? CreateClosedTokenSource()
+    {
+        if (Volatile.Read(ref _closedSignalled) != 0)
+        {
+            return null;
+        }
+        var source = new CancellationTokenSource();
+        if (Interlocked.CompareExchange(ref _closedTokenSource, source, null) is { } existing)
+        {
+            source.Dispose();
+            return existing;
+        }
+        if (Volatile.Read(ref _closedSignalled) != 0)
+        {
+            CancelOnThreadPool(source); // closed meanwhile, maybe without seeing the source
+        }
+        return source;
+    }
+
+    private static void CancelOnThreadPool(CancellationTokenSource source)
+        => ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), source, preferLocal: false);
 
     private void MoveTo(ConnectionState next)
     {
@@ -331,7 +367,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _state = next;
     }
 
-    private void ScheduleOnLoop(Action<IoUringConnection> action)
+    /// <summary>Runs <paramref name="action"/> (given this connection) on the loop thread: now if already there, else posted.</summary>
+    private void ScheduleOnLoop(Action<object?> action)
     {
         if (_owner.Loop.IsOnLoopThread)
         {
@@ -340,7 +377,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         try
         {
-            _owner.Loop.Post(static s => { var (c, a) = ((IoUringConnection, Action<IoUringConnection>))s!; a(c); }, (this, action));
+            _owner.Loop.Post(action, this);
         }
         catch (ObjectDisposedException)
         {

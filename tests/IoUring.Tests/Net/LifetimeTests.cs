@@ -232,6 +232,22 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task ConnectionClosed_fires_when_asked_for_before_the_close_and_is_cancelled_when_asked_for_after()
+    {
+        var (client1, early) = await ConnectPairAsync();
+        var (client2, late) = await ConnectPairAsync();
+        var fired = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        using CancellationTokenRegistration registration = early.ConnectionClosed.Register(() => fired.TrySetResult());
+        Assert.False(early.ConnectionClosed.IsCancellationRequested);
+        Reset(client1);
+        Reset(client2);
+        await early.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        await late.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        await fired.Task.WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.True(late.ConnectionClosed.IsCancellationRequested); // first asked for after the close
+    }
+
+    [Fact]
     public async Task Endpoints_read_after_the_connection_closed_are_its_own()
     {
         var (client, server) = await ConnectPairAsync();

@@ -41,7 +41,7 @@ internal sealed class ConnectionReceiver
     private readonly Pipe _inputPipe;
     private readonly PipeWriter _input;
     private readonly long _pauseThreshold; // Input's pause threshold when each RECV is capped by what Input can take; 0: not capped
-    private readonly Action _onFlushCompleted;
+    private Action? _onFlushCompleted; // made at the first pause: most connections never pause
     private ValueTask<FlushResult> _pendingFlush;
     private bool _armed;            // a RECV is in flight (until its final CQE)
     private bool _paused;           // Input's flush did not complete: backpressure
@@ -65,7 +65,6 @@ internal sealed class ConnectionReceiver
         _input = input.Writer;
         bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= uint.MaxValue;
         _pauseThreshold = canCap ? pauseThreshold!.Value : 0;
-        _onFlushCompleted = OnFlushCompleted;
     }
 
     /// <summary>FIN, error, the reader went away, or the connection is closing: no more bytes go into Input.</summary>
@@ -291,7 +290,7 @@ internal sealed class ConnectionReceiver
         _pendingFlush = flush;
         RaiseBackpressure(paused: true);
         Cancel();
-        flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted); // runs on the loop (Input's writer scheduler)
+        flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted ??= OnFlushCompleted); // runs on the loop (Input's writer scheduler)
     }
 
     private void OnFlushCompleted()

@@ -10,12 +10,18 @@ namespace IoUring.Benchmarks;
 /// Runs the suites chosen on the command line, e.g.
 /// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
 /// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom]</c> instead measures
-/// each suite's comparison (or only the one named) interleaved in one process. docs/benchmarks.md has the measured numbers.
+/// each suite's comparison (or only the one named) interleaved in one process; <c>-- --echo-counters ...</c> prints the
+/// loops' work per MiB of the echo (<see cref="Net.EchoCounters"/>). docs/benchmarks.md has the measured numbers.
 /// </summary>
 public static class Program
 {
     public static void Main(string[] args)
     {
+        if (args.Length > 0 && args[0] == "--echo-counters")
+        {
+            Net.EchoCounters.Run(args[1..]);
+            return;
+        }
         if (args.Length > 0 && args[0] == "--paired")
         {
             PairedSuites.Run(args.Length > 1 ? int.Parse(args[1], CultureInfo.InvariantCulture) : 31, args.Length > 2 ? args[2] : null);

@@ -7,6 +7,10 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;
 
+/// <summary>
+/// The event loop itself: its thread and scheduling policy, posted work and wake-ups, stopping with requests in flight,
+/// CQ overflow, ring setup and its fallbacks, fds. Custom operations: <see cref="RingHandlerTests"/>.
+/// </summary>
 [Collection(FdCountingCollection.Name)]
 public sealed class EventLoopTests
 {
@@ -270,7 +274,7 @@ public sealed class EventLoopTests
     }
 
     [Fact]
-    public void GCHandle_values_leave_the_kind_and_slot_bits_of_user_data_free()
+    public void GCHandle_values_leave_the_kind_and_tag_bits_of_user_data_free()
     {
         var handles = Enumerable.Range(0, 10_000).Select(_ => GCHandle.Alloc(new object())).ToList();
         try

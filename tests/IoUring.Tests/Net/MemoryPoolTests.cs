@@ -3,10 +3,11 @@ using IoUring.Net;
 
 namespace IoUring.Tests.Net;
 
-public class MemoryPoolTests
+/// <summary>The pinned block pool: blocks are kept and reused, and trimming drops only those that stayed free.</summary>
+public sealed class MemoryPoolTests
 {
     [Fact]
-    public void KeepsEveryReturnedBlock_SoAWorkingSetOfAnySizeIsReused()
+    public void Keeps_every_returned_block_so_a_working_set_of_any_size_is_reused()
     {
         using var pool = new PinnedBlockMemoryPool(trim: false);
         var first = Enumerable.Range(0, 3_000).Select(_ => pool.Rent()).ToList(); // 48 MiB, beyond the old fixed cap of 32 MiB
@@ -21,7 +22,7 @@ public class MemoryPoolTests
     }
 
     [Fact]
-    public void Trim_DropsOnlyTheBlocksThatStayedFreeThroughAWholeInterval()
+    public void Trim_drops_only_the_blocks_that_stayed_free_through_a_whole_interval()
     {
         using var pool = new PinnedBlockMemoryPool(trim: false);
         var burst = Enumerable.Range(0, 100).Select(_ => pool.Rent()).ToList();

@@ -63,7 +63,8 @@ internal sealed class ConnectionReceiver
         _fd = fd;
         _inputPipe = input;
         _input = input.Writer;
-        bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= uint.MaxValue;
+        // The kernel counts the cap down as an int (min_t(int, ...)): larger thresholds go uncapped.
+        bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= int.MaxValue;
         _pauseThreshold = canCap ? pauseThreshold!.Value : 0;
     }
 
@@ -208,7 +209,7 @@ internal sealed class ConnectionReceiver
             sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
             if (_pauseThreshold > 0)
             {
-                sqe->optlen = ReceiveLimit();
+                sqe->optlen = ReceiveLimit(); // 0 (no cap) when Input holds its threshold already
             }
             _armed = true;
         }
@@ -216,9 +217,15 @@ internal sealed class ConnectionReceiver
 
     /// <summary>
     /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many bytes,
-    /// and is armed again with what is left then. At least 1: a receive fills at most one ring buffer past it.
+    /// and is armed again with what is left then; a receive fills at most one ring buffer past it. 0 (no cap) when Input
+    /// already holds its threshold without pausing: its reader asked for more than that (ReadAtLeastAsync), and a cap
+    /// of one buffer would make every receive single-shot until it has it.
     /// </summary>
-    private uint ReceiveLimit() => (uint)Math.Clamp(_pauseThreshold - PipeBacklog.Of(_inputPipe), 1, _pauseThreshold);
+    private uint ReceiveLimit()
+    {
+        long room = _pauseThreshold - PipeBacklog.Of(_inputPipe);
+        return room > 0 ? (uint)room : 0;
+    }
 
     private unsafe void Cancel()
     {

@@ -191,9 +191,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// </summary>
     public ValueTask DisposeAsync()
     {
-        _input.Reader.Complete();
-        _output.Writer.Complete();
-        ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.OnReaderGone());
+        try
+        {
+            _input.Reader.Complete();
+            _output.Writer.Complete();
+            ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.OnReaderGone());
+        }
+        catch (Exception ex)
+        {
+            return ValueTask.FromException(ex); // as an async method would: the caller sees it when it awaits
+        }
         return new ValueTask(_closed.Task);
     }
 
@@ -326,8 +333,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     {
         _settings.Registry?.Remove(this);
         _input.Writer.Complete();
-        _closed.TrySetResult();
+        // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
+        _closed.TrySetResult();
         if (Volatile.Read(ref _closedTokenSource) is { } source)
         {
             CancelOnThreadPool(source);

@@ -23,7 +23,7 @@ internal static class PipeBacklog
     private static extern long GetLength(Pipe pipe);
 
     /// <summary>True when <see cref="Of"/> reads the pipe's own count (checked once per process).</summary>
-    public static bool IsAvailable { get; } = Check();
+    public static bool IsAvailable { get; } = Environment.Is64BitProcess && Check(); // a long read in one load
 
     /// <summary>Bytes flushed into <paramref name="pipe"/> and not yet examined by its reader. Only when <see cref="IsAvailable"/>.</summary>
     public static long Of(Pipe pipe) => GetLength(pipe);
@@ -52,9 +52,9 @@ internal static class PipeBacklog
             pipe.Reader.Complete();
             return partly && all;
         }
-        catch (MemberAccessException)
+        catch (Exception)
         {
-            return false; // MissingMethodException: this System.IO.Pipelines has no such member
+            return false; // MissingMethodException: this System.IO.Pipelines has no such member; anything else: do without
         }
     }
 }

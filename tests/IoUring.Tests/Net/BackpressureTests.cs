@@ -25,6 +25,8 @@ public sealed class BackpressureTests(ITestOutputHelper output)
     private static long HeldBound(IoUringCapabilities caps, int maxRead, int ringBuffers, int bufferSize)
         => caps.HasReceiveLimit && PipeBacklog.IsAvailable ? maxRead + bufferSize : maxRead + (long)ringBuffers * bufferSize;
 
+    /// <summary>This kernel, or this kernel acting as one without the receive cap. On a kernel that lacks it, the "with"
+    /// cases run the fallback too (and hold it to the fallback's bound); CapabilitiesTests checks the probe itself.</summary>
     private static IoUringCapabilities Kernel(bool receiveLimit)
         => receiveLimit ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveLimitForTesting();
 

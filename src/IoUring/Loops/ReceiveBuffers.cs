@@ -11,6 +11,16 @@ namespace IoUring.Loops;
 /// buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
 /// </summary>
 /// <remarks>
+/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it. They are
+/// found from the ring position each buffer was last handed over at. That needs the entries still unchanged when the
+/// completion is handled, which holds because the kernel posts a ring's completions in the order it took the buffers
+/// (each receive takes its buffers and posts its CQE in one step on the loop's task work), so every buffer handed back
+/// before a completion is handled was taken before it, and the slots it is written to are not that completion's. This
+/// is checked, not trusted: an entry written again is detected (<see cref="BufferRing.TryGetBidAt"/>) and fails that
+/// receive's owner instead of handing it another connection's bytes; the buffers that cannot be found are then lost
+/// to the ring (<see cref="LostBuffers"/>; never seen).
+/// </remarks>
+/// <remarks>
 /// Memory: owned by the <see cref="BufferRing"/>; the loop disposes this after its last completion (see
 /// <see cref="EventLoop"/>'s shutdown). Thread: the loop thread only.
 /// </remarks>
@@ -32,9 +42,13 @@ internal sealed class ReceiveBuffers : IDisposable
     /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through <see cref="OnExhausted"/>.</summary>
     public long Exhaustions { get; private set; }
 
+    /// <summary>Buffers of receive bundles that could not be found to give back (see the remarks; expected 0).</summary>
+    public int LostBuffers { get; private set; }
+
     /// <summary>
-    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER): hands its bytes to <paramref name="owner"/>, then
-    /// gives the buffer back, also when the owner throws (a lost buffer would be lost to every receive of the loop).
+    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER; with a bundle, the first of several): hands its bytes
+    /// to <paramref name="owner"/>, then gives the buffers back, also when the owner throws (a lost buffer would be lost
+    /// to every receive of the loop).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Deliver(RingOwner owner, uint kind, int result, uint flags, ulong userData)
@@ -47,12 +61,33 @@ internal sealed class ReceiveBuffers : IDisposable
             owner.HandleCompletion(kind, result, flags, userData);
             return;
         }
+        uint position = _ring.PositionOf(bid);
         try
         {
-            owner.HandleReceive(kind, _ring.GetBuffer(bid, result), flags);
+            owner.HandleReceive(kind, new ReceivedBytes(_ring, bid, position, result), flags);
         }
         finally
         {
+            _ring.Recycle(bid);
+            if (result > _ring.BufferSize)
+            {
+                RecycleRestOfBundle(position, ReceivedBytes.BufferCountOf(result, _ring.BufferSize));
+            }
+        }
+    }
+
+    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of entries
+    // taken before this completion's (see the remarks).
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void RecycleRestOfBundle(uint firstPosition, int buffers)
+    {
+        for (int i = 1; i < buffers; i++)
+        {
+            if (!_ring.TryGetBidAt(firstPosition + (uint)i, out ushort bid))
+            {
+                LostBuffers += buffers - i;
+                return;
+            }
             _ring.Recycle(bid);
         }
     }

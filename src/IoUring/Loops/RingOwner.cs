@@ -52,10 +52,10 @@ public abstract class RingOwner
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
 
     /// <summary>
-    /// Handles one CQE of a receive that selected a buffer from the loop's <see cref="ReceiveBuffers"/>:
-    /// <paramref name="data"/> is valid only during the call (the buffer goes back to the kernel right after).
+    /// Handles one CQE of a receive that selected buffers from the loop's <see cref="ReceiveBuffers"/>:
+    /// <paramref name="data"/> is valid only during the call (the buffers go back to the kernel right after).
     /// </summary>
-    internal virtual void HandleReceive(uint kind, ReadOnlySpan<byte> data, uint flags)
+    internal virtual void HandleReceive(uint kind, ReceivedBytes data, uint flags)
         => throw new InvalidOperationException($"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
 
     /// <summary>Called when a completion handler threw; the loop keeps running.</summary>

@@ -41,6 +41,7 @@ internal sealed class ConnectionReceiver
     private readonly Pipe _inputPipe;
     private readonly PipeWriter _input;
     private readonly long _pauseThreshold; // Input's pause threshold when each RECV is capped by what Input can take; 0: not capped
+    private readonly bool _bundles;         // each receive may fill several ring buffers (IORING_RECVSEND_BUNDLE)
     private Action? _onFlushCompleted; // made at the first pause: most connections never pause
     private ValueTask<FlushResult> _pendingFlush;
     private bool _armed;            // a RECV is in flight (until its final CQE)
@@ -66,6 +67,7 @@ internal sealed class ConnectionReceiver
         // The kernel counts the cap down as an int (min_t(int, ...)): larger thresholds go uncapped.
         bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= int.MaxValue;
         _pauseThreshold = canCap ? pauseThreshold!.Value : 0;
+        _bundles = capabilities.HasReceiveBundles;
     }
 
     /// <summary>FIN, error, the reader went away, or the connection is closing: no more bytes go into Input.</summary>
@@ -107,7 +109,7 @@ internal sealed class ConnectionReceiver
         _connection.OnDirectionEnded();
     }
 
-    public void OnReceive(ReadOnlySpan<byte> data, uint flags)
+    public void OnReceive(ReceivedBytes data, uint flags)
     {
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
@@ -115,7 +117,10 @@ internal sealed class ConnectionReceiver
         }
         if (!_ended)
         {
-            WriteToInput(data);
+            for (int i = 0, buffers = data.BufferCount; i < buffers; i++)
+            {
+                WriteToInput(data.Buffer(i));
+            }
         }
         _bytesReceived += data.Length;
         _owner.Loop.OnBytesReceived(data.Length);
@@ -204,7 +209,7 @@ internal sealed class ConnectionReceiver
             io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Receive);
             sqe->opcode = IORING_OP_RECV;
             sqe->fd = _fd;
-            sqe->ioprio = IORING_RECV_MULTISHOT;
+            sqe->ioprio = _bundles ? (ushort)(IORING_RECV_MULTISHOT | IORING_RECVSEND_BUNDLE) : IORING_RECV_MULTISHOT;
             sqe->flags = IOSQE_BUFFER_SELECT;
             sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
             if (_pauseThreshold > 0)

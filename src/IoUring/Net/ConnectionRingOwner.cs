@@ -20,7 +20,7 @@ internal static class ConnectionRequestKind
 /// </summary>
 internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop)
 {
-    internal override void HandleReceive(uint kind, ReadOnlySpan<byte> data, uint flags)
+    internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags)
         => connection.Receiver.OnReceive(data, flags);
 
     internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)

@@ -29,6 +29,8 @@ internal sealed unsafe class BufferRing : IDisposable
     private byte* _buffers;
     private ushort _tail;           // local tail: entries written, not necessarily published
     private ushort _publishedTail;
+    private uint _position;         // the local tail, not wrapped at 65,536: the ring position of the next entry written
+    private readonly uint[] _positionOf; // per buffer id: the ring position of the entry that last handed it to the kernel
 
     public BufferRing(Ring ring, ushort groupId, int count, int bufferSize)
     {
@@ -42,6 +44,7 @@ internal sealed unsafe class BufferRing : IDisposable
         Count = count;
         BufferSize = bufferSize;
         _mask = (uint)count - 1;
+        _positionOf = new uint[count];
 
         nuint entriesSize = (nuint)(count * sizeof(io_uring_buf));
         _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), s_pageSize);
@@ -103,7 +106,21 @@ internal sealed unsafe class BufferRing : IDisposable
         entry->addr = (ulong)(_buffers + (nint)bid * BufferSize);
         entry->len = (uint)BufferSize;
         entry->bid = bid;
+        _positionOf[bid] = _position++;
         _tail++;
+    }
+
+    /// <summary>The ring position of the entry that last handed buffer <paramref name="bid"/> to the kernel.</summary>
+    public uint PositionOf(ushort bid) => _positionOf[bid];
+
+    /// <summary>
+    /// The buffer the kernel took from ring position <paramref name="position"/> (a receive bundle takes consecutive
+    /// entries), if that entry has not been written again since: false when a buffer given back since reused its slot.
+    /// </summary>
+    public bool TryGetBidAt(uint position, out ushort bid)
+    {
+        bid = _entries[position & _mask].bid;
+        return bid < Count && _positionOf[bid] == position;
     }
 
     /// <summary>Makes every recycled buffer visible to the kernel with one store-release of the tail.</summary>

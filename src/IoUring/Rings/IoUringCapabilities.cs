@@ -14,6 +14,7 @@ public sealed class IoUringCapabilities
     private static readonly Lazy<IoUringCapabilities> s_current = new(() => Probe(new RingOptions { SqEntries = 8 }));
 
     private ulong[] _opcodes = new ulong[4]; // 256 bits (replaced only in a test copy)
+    private bool _bundlesOffForTesting;
 
     private IoUringCapabilities() { }
 
@@ -65,6 +66,12 @@ public sealed class IoUringCapabilities
     /// for no more than its input can still take. Not an opcode, so probed by submitting it (see <see cref="ProbeReceiveLimit"/>).
     /// </summary>
     public bool HasReceiveLimit { get; private set; }
+
+    /// <summary>
+    /// A receive can fill several provided buffers in one completion (IORING_RECVSEND_BUNDLE, 6.10+): fewer completions
+    /// for bulk receives. A feature bit the kernel reports at setup (IORING_FEAT_RECVSEND_BUNDLE), not an opcode.
+    /// </summary>
+    public bool HasReceiveBundles => (Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && !_bundlesOffForTesting;
 
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;
@@ -211,6 +218,14 @@ public sealed class IoUringCapabilities
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
         copy.HasReceiveLimit = false;
+        return copy;
+    }
+
+    /// <summary>Test seam: a copy that pretends the kernel lacks receive bundles (as kernels before 6.10 do).</summary>
+    internal IoUringCapabilities WithoutReceiveBundlesForTesting()
+    {
+        var copy = (IoUringCapabilities)MemberwiseClone();
+        copy._bundlesOffForTesting = true;
         return copy;
     }
 

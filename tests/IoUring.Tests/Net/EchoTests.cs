@@ -3,6 +3,7 @@ using System.Net.Sockets;
 using System.Security.Cryptography;
 using IoUring.Loops;
 using IoUring.Net;
+using IoUring.Rings;
 
 namespace IoUring.Tests.Net;
 
@@ -182,10 +183,13 @@ public sealed class EchoTests
         }));
     }
 
-    [Fact]
-    public async Task A_tiny_buffer_ring_forces_ENOBUFS_and_loses_no_byte()
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)] // as on kernels before 6.10
+    public async Task A_tiny_buffer_ring_forces_ENOBUFS_and_loses_no_byte(bool bundles)
     {
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = 16, BufferSize = 1024 } });
+        IoUringCapabilities caps = bundles ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveBundlesForTesting();
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = 16, BufferSize = 1024, Hooks = new() { Capabilities = caps } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoServerAsync(listener);
         await Task.WhenAll(Enumerable.Range(0, 32).Select(async i =>
@@ -197,5 +201,35 @@ public sealed class EchoTests
             AssertSameBytes(payload, echoed);
         }));
         Assert.True(network.Loops[0].Counters.BufferRingExhaustions > 0, "the buffer ring never ran dry; the test proves nothing");
+        Assert.Equal(0, network.Loops[0].ReceiveBuffers.LostBuffers);
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)] // as on kernels before 6.10
+    public async Task Bulk_receives_fill_several_buffers_per_completion_where_the_kernel_has_bundles(bool bundles)
+    {
+        // 8 MiB each way through 1 KiB buffers: 8,192 buffers per direction. With bundles a completion takes many.
+        IoUringCapabilities caps = bundles ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveBundlesForTesting();
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = 256, BufferSize = 1024, Hooks = new() { Capabilities = caps } } });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        _ = EchoServerAsync(listener);
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(listener.LocalEndPoint);
+        byte[] payload = RandomNumberGenerator.GetBytes(8 << 20);
+        long cqesBefore = network.Loops[0].Counters.Cqes;
+        byte[] echoed = await RoundTripAsync(new NetworkStream(client), () => client.Shutdown(SocketShutdown.Send), payload, 1);
+        AssertSameBytes(payload, echoed);
+        long cqes = network.Loops[0].Counters.Cqes - cqesBefore; // receives, sends and the rest
+        long buffersFilled = payload.Length / 1024;
+        Assert.Equal(0, network.Loops[0].ReceiveBuffers.LostBuffers);
+        if (caps.HasReceiveBundles)
+        {
+            Assert.True(cqes < buffersFilled / 2, $"{cqes} completions for {buffersFilled} buffers filled: receives did not bundle");
+        }
+        else
+        {
+            Assert.True(cqes >= buffersFilled, $"{cqes} completions for {buffersFilled} buffers filled without bundles");
+        }
     }
 }

@@ -155,4 +155,59 @@ public sealed class CapabilitiesTests
             Libc.close(writer);
         }
     }
+
+    [Fact]
+    public unsafe void The_bundle_feature_bit_agrees_with_a_real_bundle_receive_and_its_buffers_are_found_in_ring_order()
+    {
+        // 100 bytes wait; a RECV with IORING_RECVSEND_BUNDLE over 16-byte buffers takes several consecutive ring entries in
+        // one completion (the first buffer named in the CQE, the rest found by ring position); without bundles, one buffer.
+        using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
+        using var buffers = new BufferRing(ring, groupId: 9, count: 16, bufferSize: 16);
+        (int reader, int writer) = SocketPairs.Create();
+        try
+        {
+            byte[] payload = Enumerable.Range(0, 100).Select(i => (byte)i).ToArray();
+            fixed (byte* p = payload)
+            {
+                Assert.Equal(100, (int)Libc.write(writer, p, 100));
+            }
+            io_uring_sqe* sqe = ring.TryGetSqe();
+            sqe->opcode = IORING_OP_RECV;
+            sqe->fd = reader;
+            sqe->ioprio = IORING_RECVSEND_BUNDLE;
+            sqe->flags = IOSQE_BUFFER_SELECT;
+            sqe->buf_group = 9;
+            Assert.True(ring.Enter(1) >= 0);
+            Assert.Equal(1u, ring.ReadyCompletions(out uint head));
+            io_uring_cqe cqe = *ring.CqeAt(head);
+            ring.AdvanceCq(1);
+            bool bundled = cqe.res > 16;
+            Assert.True(bundled || cqe.res is 16 or -Errno.EINVAL, $"RECV result {cqe.res}");
+            Assert.Equal(bundled, IoUringCapabilities.Current.HasReceiveBundles);
+            if (bundled)
+            {
+                ushort first = (ushort)(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+                uint position = buffers.PositionOf(first);
+                var received = new List<byte>();
+                for (int i = 0; i * 16 < cqe.res; i++)
+                {
+                    ushort bid = first;
+                    Assert.True(i == 0 || buffers.TryGetBidAt(position + (uint)i, out bid));
+                    received.AddRange(buffers.GetBuffer(bid, Math.Min(16, cqe.res - i * 16)).ToArray());
+                }
+                Assert.Equal(payload.Take(cqe.res), received);
+                // Once an entry's slot is written again, its old buffer is no longer claimed there.
+                for (int i = 0; i < 16; i++)
+                {
+                    buffers.Recycle(first);
+                }
+                Assert.False(buffers.TryGetBidAt(position + 1, out _));
+            }
+        }
+        finally
+        {
+            Libc.close(reader);
+            Libc.close(writer);
+        }
+    }
 }

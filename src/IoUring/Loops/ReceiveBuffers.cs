@@ -11,14 +11,16 @@ namespace IoUring.Loops;
 /// buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
 /// </summary>
 /// <remarks>
-/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it. They are
-/// found from the ring position each buffer was last handed over at. That needs the entries still unchanged when the
-/// completion is handled, which holds because the kernel posts a ring's completions in the order it took the buffers
-/// (each receive takes its buffers and posts its CQE in one step on the loop's task work), so every buffer handed back
-/// before a completion is handled was taken before it, and the slots it is written to are not that completion's. This
-/// is checked, not trusted: an entry written again is detected (<see cref="BufferRing.TryGetBidAt"/>) and fails that
-/// receive's owner instead of handing it another connection's bytes; the buffers that cannot be found are then lost
-/// to the ring (<see cref="LostBuffers"/>; never seen).
+/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, each
+/// filled up to its entry's length (which the kernel may have shortened). They are found from the ring position each
+/// buffer was last handed over at. That needs the entries still unchanged when the completion is handled, which holds
+/// when the kernel posts a ring's completions in the order it took the buffers: every buffer handed back before a
+/// completion is handled was then taken before it, and the slots it is written to are not that completion's. Kernels
+/// guarantee that order from 6.15 (queued completions are posted before any multishot one, commit 687b2bae0eff), so
+/// bundles are used only there (<see cref="IoUringCapabilities.HasReceiveBundles"/>). It is checked, not trusted: an
+/// entry written again is detected (<see cref="BufferRing.TryGetEntryAt"/>) and fails that receive's owner instead of
+/// handing it another connection's bytes; a buffer that cannot be found is then lost to the ring
+/// (<see cref="LostBuffers"/>; never seen).
 /// </remarks>
 /// <remarks>
 /// Memory: owned by the <see cref="BufferRing"/>; the loop disposes this after its last completion (see
@@ -64,31 +66,42 @@ internal sealed class ReceiveBuffers : IDisposable
         uint position = _ring.PositionOf(bid);
         try
         {
-            owner.HandleReceive(kind, new ReceivedBytes(_ring, bid, position, result), flags);
+            owner.HandleReceive(kind, new ReceivedBytes(_ring, position, result), flags);
         }
         finally
         {
-            _ring.Recycle(bid);
-            if (result > _ring.BufferSize)
-            {
-                RecycleRestOfBundle(position, ReceivedBytes.BufferCountOf(result, _ring.BufferSize));
-            }
+            GiveBack(bid, position, result);
         }
     }
 
-    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of entries
-    // taken before this completion's (see the remarks).
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private void RecycleRestOfBundle(uint firstPosition, int buffers)
+    // Walks the completion's entries as ReceivedBytes does, each read right before its buffer is given back: giving back
+    // the earlier ones only writes slots of entries taken before this completion's (see the remarks).
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void GiveBack(ushort firstBid, uint position, int bytes)
     {
-        for (int i = 1; i < buffers; i++)
+        int remaining = bytes;
+        while (true)
         {
-            if (!_ring.TryGetBidAt(firstPosition + (uint)i, out ushort bid))
+            if (!_ring.TryGetEntryAt(position, out ushort bid, out int length) || length <= 0)
             {
-                LostBuffers += buffers - i;
+                if (remaining == bytes)
+                {
+                    _ring.Recycle(firstBid); // the CQE named it: it goes back whatever its entry says now
+                    remaining -= Math.Min(_ring.BufferSize, remaining);
+                }
+                if (remaining > 0)
+                {
+                    LostBuffers++; // at least one more buffer held these bytes; which, is no longer known
+                }
                 return;
             }
             _ring.Recycle(bid);
+            remaining -= length;
+            if (remaining <= 0)
+            {
+                return;
+            }
+            position++;
         }
     }
 

@@ -4,19 +4,17 @@ namespace IoUring.Loops;
 
 /// <summary>
 /// The bytes of one receive completion, valid only during <see cref="RingOwner.HandleReceive"/>: one buffer of the
-/// loop's <see cref="ReceiveBuffers"/>, or with a receive bundle (IORING_RECVSEND_BUNDLE) several, which the kernel
-/// took from consecutive ring entries and filled in order (each full but the last).
+/// loop's <see cref="ReceiveBuffers"/>, or with a receive bundle (IORING_RECVSEND_BUNDLE) several, which the kernel took
+/// from consecutive ring entries and filled in order, each up to its entry's length. Enumerate it for the buffers' bytes.
 /// </summary>
 internal readonly ref struct ReceivedBytes
 {
     private readonly BufferRing _ring;
-    private readonly ushort _firstBid;
     private readonly uint _firstPosition;
 
-    internal ReceivedBytes(BufferRing ring, ushort firstBid, uint firstPosition, int length)
+    internal ReceivedBytes(BufferRing ring, uint firstPosition, int length)
     {
         _ring = ring;
-        _firstBid = firstBid;
         _firstPosition = firstPosition;
         Length = length;
     }
@@ -24,26 +22,41 @@ internal readonly ref struct ReceivedBytes
     /// <summary>All the bytes received.</summary>
     public int Length { get; }
 
-    /// <summary>How many buffers hold them.</summary>
-    public int BufferCount => BufferCountOf(Length, _ring.BufferSize);
+    public Enumerator GetEnumerator() => new(_ring, _firstPosition, Length);
 
-    internal static int BufferCountOf(int length, int bufferSize) => (int)(((long)length + bufferSize - 1) / bufferSize);
-
-    /// <summary>The bytes of buffer <paramref name="index"/> (0 to <see cref="BufferCount"/> - 1), in order.</summary>
-    /// <exception cref="InvalidOperationException">The ring entry that buffer came from was written again before its
-    /// completion was handled: which buffer holds these bytes is no longer known (see <see cref="ReceiveBuffers"/>).</exception>
-    public ReadOnlySpan<byte> Buffer(int index)
+    /// <summary>The buffers' bytes, in order.</summary>
+    /// <exception cref="InvalidOperationException">(From <see cref="MoveNext"/>) a ring entry of this completion was
+    /// written again before the completion was handled: which buffer holds these bytes is no longer known.</exception>
+    public ref struct Enumerator
     {
-        int size = _ring.BufferSize;
-        int length = Math.Min(size, Length - index * size);
-        if (index == 0)
+        private readonly BufferRing _ring;
+        private uint _position;
+        private int _remaining;
+
+        internal Enumerator(BufferRing ring, uint position, int length)
         {
-            return _ring.GetBuffer(_firstBid, length);
+            _ring = ring;
+            _position = position;
+            _remaining = length;
         }
-        if (!_ring.TryGetBidAt(_firstPosition + (uint)index, out ushort bid))
+
+        public ReadOnlySpan<byte> Current { get; private set; }
+
+        public bool MoveNext()
         {
-            throw new InvalidOperationException("A receive bundle's ring entry was reused before its completion was handled; its bytes cannot be found.");
+            if (_remaining <= 0)
+            {
+                return false;
+            }
+            if (!_ring.TryGetEntryAt(_position, out ushort bid, out int length) || length <= 0)
+            {
+                throw new InvalidOperationException("A receive's ring entry was reused before its completion was handled; its bytes cannot be found.");
+            }
+            int take = Math.Min(length, _remaining);
+            Current = _ring.GetBuffer(bid, take);
+            _remaining -= take;
+            _position++;
+            return true;
         }
-        return _ring.GetBuffer(bid, length);
     }
 }

@@ -117,9 +117,9 @@ internal sealed class ConnectionReceiver
         }
         if (!_ended)
         {
-            for (int i = 0, buffers = data.BufferCount; i < buffers; i++)
+            foreach (ReadOnlySpan<byte> bytes in data)
             {
-                WriteToInput(data.Buffer(i));
+                WriteToInput(bytes);
             }
         }
         _bytesReceived += data.Length;

@@ -115,11 +115,16 @@ internal sealed unsafe class BufferRing : IDisposable
 
     /// <summary>
     /// The buffer the kernel took from ring position <paramref name="position"/> (a receive bundle takes consecutive
-    /// entries), if that entry has not been written again since: false when a buffer given back since reused its slot.
+    /// entries) and the length that entry had then, if the entry has not been written again since: false when a buffer
+    /// given back since reused its slot. The length is the entry's, not <see cref="BufferSize"/>: when a bundle's
+    /// byte limit is below a buffer's size the kernel shortens that entry in place (io_ring_buffers_peek), and if the
+    /// receive then takes nothing the shortened entry stays in the ring for a later receive.
     /// </summary>
-    public bool TryGetBidAt(uint position, out ushort bid)
+    public bool TryGetEntryAt(uint position, out ushort bid, out int length)
     {
-        bid = _entries[position & _mask].bid;
+        io_uring_buf* entry = &_entries[position & _mask];
+        bid = entry->bid;
+        length = (int)Math.Min(entry->len, (uint)BufferSize);
         return bid < Count && _positionOf[bid] == position;
     }
 

@@ -68,10 +68,14 @@ public sealed class IoUringCapabilities
     public bool HasReceiveLimit { get; private set; }
 
     /// <summary>
-    /// A receive can fill several provided buffers in one completion (IORING_RECVSEND_BUNDLE, 6.10+): fewer completions
-    /// for bulk receives. A feature bit the kernel reports at setup (IORING_FEAT_RECVSEND_BUNDLE), not an opcode.
+    /// A receive can fill several provided buffers in one completion (IORING_RECVSEND_BUNDLE): fewer completions for
+    /// bulk receives. The feature bit the kernel reports at setup (IORING_FEAT_RECVSEND_BUNDLE, 6.10+), on a kernel of
+    /// 6.15 or later: finding a bundle's buffers relies on completions posted in the order the buffers were taken,
+    /// which 6.15 guarantees (see ReceiveBuffers).
     /// </summary>
-    public bool HasReceiveBundles => (Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && !_bundlesOffForTesting;
+    public bool HasReceiveBundles => (Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && s_kernelOrdersCompletions && !_bundlesOffForTesting;
+
+    private static readonly bool s_kernelOrdersCompletions = Environment.OSVersion.Version >= new Version(6, 15);
 
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;

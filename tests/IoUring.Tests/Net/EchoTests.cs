@@ -4,11 +4,12 @@ using System.Security.Cryptography;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
+using Xunit.Abstractions;
 
 namespace IoUring.Tests.Net;
 
 /// <summary>Byte integrity through real loopback sockets, hashed both ways, with System.Net.Sockets peers on either side.</summary>
-public sealed class EchoTests
+public sealed class EchoTests(ITestOutputHelper output)
 {
     internal static async Task EchoServerAsync(IoUringListener listener)
     {
@@ -222,6 +223,7 @@ public sealed class EchoTests
         AssertSameBytes(payload, echoed);
         long cqes = network.Loops[0].Counters.Cqes - cqesBefore; // receives, sends and the rest
         long buffersFilled = payload.Length / 1024;
+        output.WriteLine($"bundles {caps.HasReceiveBundles}: {cqes} completions for {buffersFilled} buffers filled");
         Assert.Equal(0, network.Loops[0].ReceiveBuffers.LostBuffers);
         if (caps.HasReceiveBundles)
         {

@@ -158,7 +158,7 @@ public sealed class CapabilitiesTests
     }
 
     [Fact]
-    public unsafe void The_bundle_feature_bit_agrees_with_a_real_bundle_receive_and_its_buffers_are_found_in_ring_order()
+    public unsafe void Where_bundles_are_used_a_real_bundle_receive_fills_several_buffers_found_in_ring_order()
     {
         // 100 bytes wait; a RECV with IORING_RECVSEND_BUNDLE over 16-byte buffers takes several consecutive ring entries in
         // one completion (the first buffer named in the CQE, the rest found by ring position); without bundles, one buffer.
@@ -184,7 +184,9 @@ public sealed class CapabilitiesTests
             ring.AdvanceCq(1);
             bool bundled = cqe.res > 16;
             Assert.True(bundled || cqe.res is 16 or -Errno.EINVAL, $"RECV result {cqe.res}");
-            Assert.Equal(bundled, IoUringCapabilities.Current.HasReceiveBundles);
+            // Where bundles are used the kernel bundles; a kernel may also bundle where they are not used (6.10-6.14,
+            // see HasReceiveBundles), and a first receive may take one buffer only (6.12 did here).
+            Assert.True(bundled || !IoUringCapabilities.Current.HasReceiveBundles, "HasReceiveBundles, but the kernel filled one buffer");
             if (bundled)
             {
                 ushort first = (ushort)(cqe.flags >> IORING_CQE_BUFFER_SHIFT);

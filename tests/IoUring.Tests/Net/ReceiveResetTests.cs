@@ -78,10 +78,12 @@ public sealed partial class ReceiveResetTests
             // A receive buffer large enough that a good part of the upload waits in the socket during the pause.
             Assert.Equal(0, setsockopt(server.FileDescriptor, 1 /* SOL_SOCKET */, 8 /* SO_RCVBUF */, 256 * 1024, sizeof(int)));
 
-            // Send until the kernel pushes back for a while: the server has paused and its socket is full.
+            // Send until the server has paused and the kernel then pushes back for a while: its socket is full too. (Not
+            // the pushing back alone: under emulation a slow server can leave the client stalled before Input is full.)
             client.Blocking = false;
             byte[] chunk = new byte[64 * 1024];
-            for (int stalls = 0; stalls < 20;)
+            var deadline = DateTime.UtcNow.AddSeconds(30);
+            for (int stalls = 0; (stalls < 20 || !paused.Task.IsCompleted) && DateTime.UtcNow < deadline;)
             {
                 try
                 {

@@ -200,6 +200,7 @@ public sealed class IoUringTransportTests
             Assert.True(values["iouring.loop.cqes"] > 0);
             Assert.True(values.ContainsKey("iouring.loop.cq_overflows"));
             Assert.True(values.ContainsKey("iouring.loop.buffer_ring_exhaustions"));
+            Assert.Equal(0, values["iouring.loop.receive_buffers_lost"]);
             Assert.True(values["iouring.connection.bytes_received"] > 5 * "GET /plaintext HTTP/1.1\r\n".Length);
             Assert.True(values["iouring.connection.bytes_sent"] > 5 * "Hello, World!".Length);
             Assert.Equal(1, values["iouring.connection.opened"]);

@@ -34,6 +34,7 @@ internal sealed class IoUringMetrics
         _meter.CreateObservableCounter("iouring.loop.cqes", () => Sum(static c => c.Cqes), "{entry}", "Completion queue entries handled.");
         _meter.CreateObservableCounter("iouring.loop.cq_overflows", () => Sum(static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the completion queue was full.");
         _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", () => Sum(static c => c.BufferRingExhaustions), "{event}", "Receives that found the provided buffer ring empty (ENOBUFS).");
+        _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", () => Sum(static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers that could not be given back to the ring (expected 0).");
         _meter.CreateObservableCounter("iouring.connection.bytes_received", () => Sum(static c => c.BytesReceived), "By", "Bytes received from peers.");
         _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => Sum(static c => c.BytesSent), "By", "Bytes sent to peers.");
         _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected.");

@@ -99,7 +99,11 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     }
 
     /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while running).</summary>
-    public EventLoopCounters Counters => _counters with { BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0 };
+    public EventLoopCounters Counters => _counters with
+    {
+        BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
+        ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
+    };
 
     /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>
     public int InFlight => Volatile.Read(ref _inFlight);

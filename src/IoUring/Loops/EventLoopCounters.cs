@@ -18,6 +18,12 @@ public struct EventLoopCounters
     /// <summary>Times a receive found the provided buffer ring empty (ENOBUFS).</summary>
     public long BufferRingExhaustions { readonly get; internal set; }
 
+    /// <summary>
+    /// Receive buffers the loop could not give back: a receive bundle's ring entry was reused before its completion was
+    /// handled (which fails that connection). Expected to stay 0; see ReceiveBuffers.
+    /// </summary>
+    public long ReceiveBuffersLost { readonly get; internal set; }
+
     /// <summary>eventfd writes made by other threads to wake a sleeping loop.</summary>
     public long Wakeups { readonly get; internal set; }
 
@@ -38,6 +44,7 @@ public struct EventLoopCounters
         Cqes = left.Cqes + right.Cqes,
         CqOverflows = left.CqOverflows + right.CqOverflows,
         BufferRingExhaustions = left.BufferRingExhaustions + right.BufferRingExhaustions,
+        ReceiveBuffersLost = left.ReceiveBuffersLost + right.ReceiveBuffersLost,
         Wakeups = left.Wakeups + right.Wakeups,
         HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
         BytesReceived = left.BytesReceived + right.BytesReceived,

@@ -15,7 +15,8 @@ namespace IoUring.AspNetCore.Tests.Conformance;
 
 /// <summary>
 /// The IConnectionListenerFactory contract Kestrel relies on, driven directly (no Kestrel): listener lifetime, the
-/// features of a ConnectionContext, half-close, reset, abort. Written once, run on Sockets and io_uring.
+/// features of a ConnectionContext, half-close, reset, abort (also while paused by backpressure; backpressure under
+/// Kestrel: <see cref="KestrelConformanceTests"/>' KestrelBackpressureConformanceTests.cs). Written once, run on Sockets and io_uring.
 /// </summary>
 public abstract class ListenerConformanceTests : IAsyncLifetime
 {

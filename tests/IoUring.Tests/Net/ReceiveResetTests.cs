@@ -6,7 +6,7 @@ using IoUring.Net;
 
 namespace IoUring.Tests.Net;
 
-/// <summary>A peer reset that arrives behind bytes still queued in the socket must still end the application's read.</summary>
+/// <summary>A peer reset that arrives behind bytes still queued in the socket must still end the application's read (also while paused by backpressure: the rest of backpressure is in <see cref="BackpressureTests"/>).</summary>
 public sealed partial class ReceiveResetTests
 {
     private const int TcpClose = 7; // tcp_info.tcpi_state once the reset has arrived

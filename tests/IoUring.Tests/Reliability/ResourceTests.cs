@@ -120,6 +120,7 @@ public sealed class ResourceTests(ITestOutputHelper output)
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
         Assert.Equal(blocks, network.RentedMemoryBlocks);
+        Assert.Equal(0, network.Loops.Sum(l => l.Counters.ReceiveBuffersLost)); // every bundle's buffers were found and given back
         // Free pool blocks are kept for reuse (and trimmed when idle: PinnedBlockMemoryPool.Trim), not leaked.
         long poolGrowth = (long)(network.RetainedMemoryBlocks - retained) * PinnedBlockMemoryPool.BlockSize;
         long heapGrowth = GC.GetTotalMemory(forceFullCollection: true) - heap - poolGrowth;

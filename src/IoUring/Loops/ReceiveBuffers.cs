@@ -74,34 +74,30 @@ internal sealed class ReceiveBuffers : IDisposable
         }
     }
 
-    // Walks the completion's entries as ReceivedBytes does, each read right before its buffer is given back: giving back
-    // the earlier ones only writes slots of entries taken before this completion's (see the remarks).
+    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of entries
+    // taken before this completion's (see the remarks).
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void GiveBack(ushort firstBid, uint position, int bytes)
     {
-        int remaining = bytes;
-        while (true)
+        var entries = new ReceivedEntries(_ring, position, bytes);
+        bool first = true;
+        while (entries.TryNext(out ushort bid, out _))
         {
-            if (!_ring.TryGetEntryAt(position, out ushort bid, out int length) || length <= 0)
-            {
-                if (remaining == bytes)
-                {
-                    _ring.Recycle(firstBid); // the CQE named it: it goes back whatever its entry says now
-                    remaining -= Math.Min(_ring.BufferSize, remaining);
-                }
-                if (remaining > 0)
-                {
-                    LostBuffers++; // at least one more buffer held these bytes; which, is no longer known
-                }
-                return;
-            }
             _ring.Recycle(bid);
-            remaining -= length;
-            if (remaining <= 0)
+            first = false;
+        }
+        if (entries.Broken)
+        {
+            int unaccounted = entries.Remaining;
+            if (first)
             {
-                return;
+                _ring.Recycle(firstBid); // the CQE named it: it goes back whatever its entry says now
+                unaccounted -= Math.Min(_ring.BufferSize, unaccounted);
             }
-            position++;
+            if (unaccounted > 0)
+            {
+                LostBuffers++; // at least one more buffer held these bytes; which, is no longer known
+            }
         }
     }
 

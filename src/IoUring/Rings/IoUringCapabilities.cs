@@ -14,7 +14,6 @@ public sealed class IoUringCapabilities
     private static readonly Lazy<IoUringCapabilities> s_current = new(() => Probe(new RingOptions { SqEntries = 8 }));
 
     private ulong[] _opcodes = new ulong[4]; // 256 bits (replaced only in a test copy)
-    private bool _bundlesOffForTesting;
 
     private IoUringCapabilities() { }
 
@@ -73,9 +72,7 @@ public sealed class IoUringCapabilities
     /// 6.15 or later: finding a bundle's buffers relies on completions posted in the order the buffers were taken,
     /// which 6.15 guarantees (see ReceiveBuffers).
     /// </summary>
-    public bool HasReceiveBundles => (Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && s_kernelOrdersCompletions && !_bundlesOffForTesting;
-
-    private static readonly bool s_kernelOrdersCompletions = Environment.OSVersion.Version >= new Version(6, 15);
+    public bool HasReceiveBundles { get; private set; }
 
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;
@@ -136,6 +133,7 @@ public sealed class IoUringCapabilities
                 caps.HasZeroCopyReportUsage = ProbeZeroCopyFlag(ring, IORING_SEND_ZC_REPORT_USAGE);
             }
             caps.HasReceiveLimit = ProbeReceiveLimit(ring);
+            caps.HasReceiveBundles = (ring.Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && Environment.OSVersion.Version >= new Version(6, 15);
 
             try
             {
@@ -229,7 +227,7 @@ public sealed class IoUringCapabilities
     internal IoUringCapabilities WithoutReceiveBundlesForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
-        copy._bundlesOffForTesting = true;
+        copy.HasReceiveBundles = false;
         return copy;
     }
 

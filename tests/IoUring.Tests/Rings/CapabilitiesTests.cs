@@ -107,39 +107,10 @@ public sealed class CapabilitiesTests
         (int reader, int writer) = SocketPairs.Create();
         try
         {
-            byte[] payload = new byte[100];
-            fixed (byte* p = payload)
-            {
-                Assert.Equal(100, (int)Libc.write(writer, p, 100));
-            }
-            io_uring_sqe* sqe = ring.TryGetSqe();
-            sqe->opcode = IORING_OP_RECV;
-            sqe->fd = reader;
-            sqe->ioprio = IORING_RECV_MULTISHOT;
-            sqe->flags = IOSQE_BUFFER_SELECT;
-            sqe->buf_group = 7;
-            sqe->optlen = 40;
-            int received = 0, error = 0;
-            bool final = false;
-            while (!final)
-            {
-                Assert.True(ring.Enter(1) >= 0);
-                uint ready = ring.ReadyCompletions(out uint head);
-                for (uint i = 0; i < ready; i++)
-                {
-                    io_uring_cqe* cqe = ring.CqeAt(head + i);
-                    if (cqe->res > 0)
-                    {
-                        received += cqe->res;
-                    }
-                    else
-                    {
-                        error = cqe->res;
-                    }
-                    final |= (cqe->flags & IORING_CQE_F_MORE) == 0;
-                }
-                ring.AdvanceCq(ready);
-            }
+            Write(writer, new byte[100]);
+            List<io_uring_cqe> cqes = Receive(ring, reader, group: 7, IORING_RECV_MULTISHOT, optlen: 40);
+            int received = cqes.Where(c => c.res > 0).Sum(c => c.res);
+            int error = cqes.Where(c => c.res <= 0).Select(c => c.res).LastOrDefault();
             bool capped = error == 0;
             Assert.True(capped || error == -Errno.EINVAL, $"RECV result {error}");
             Assert.Equal(capped, IoUringCapabilities.ProbeReceiveLimit(ring));
@@ -168,20 +139,8 @@ public sealed class CapabilitiesTests
         try
         {
             byte[] payload = Enumerable.Range(0, 100).Select(i => (byte)i).ToArray();
-            fixed (byte* p = payload)
-            {
-                Assert.Equal(100, (int)Libc.write(writer, p, 100));
-            }
-            io_uring_sqe* sqe = ring.TryGetSqe();
-            sqe->opcode = IORING_OP_RECV;
-            sqe->fd = reader;
-            sqe->ioprio = IORING_RECVSEND_BUNDLE;
-            sqe->flags = IOSQE_BUFFER_SELECT;
-            sqe->buf_group = 9;
-            Assert.True(ring.Enter(1) >= 0);
-            Assert.Equal(1u, ring.ReadyCompletions(out uint head));
-            io_uring_cqe cqe = *ring.CqeAt(head);
-            ring.AdvanceCq(1);
+            Write(writer, payload);
+            io_uring_cqe cqe = Assert.Single(Receive(ring, reader, group: 9, IORING_RECVSEND_BUNDLE, optlen: 0));
             bool bundled = cqe.res > 16;
             Assert.True(bundled || cqe.res is 16 or -Errno.EINVAL, $"RECV result {cqe.res}");
             // Where bundles are used the kernel bundles; a kernel may also bundle where they are not used (6.10-6.14,
@@ -232,11 +191,8 @@ public sealed class CapabilitiesTests
         try
         {
             byte[] payload = Enumerable.Range(0, 100).Select(i => (byte)i).ToArray();
-            fixed (byte* p = payload)
-            {
-                Assert.Equal(100, (int)Libc.write(writer, p, 100));
-            }
-            io_uring_cqe cqe = ReceiveOnce(ring, reader, optlen: 5);
+            Write(writer, payload);
+            io_uring_cqe cqe = Receive(ring, reader, group: 10, (ushort)(IORING_RECVSEND_BUNDLE | IORING_RECV_MULTISHOT), optlen: 5)[^1];
             Assert.Equal(5, cqe.res);
             ushort bid = (ushort)(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
             uint position = buffers.PositionOf(bid);
@@ -258,31 +214,40 @@ public sealed class CapabilitiesTests
             Libc.close(reader);
             Libc.close(writer);
         }
+    }
 
-        static io_uring_cqe ReceiveOnce(Ring ring, int fd, uint optlen)
+    private static unsafe void Write(int fd, byte[] payload)
+    {
+        fixed (byte* p = payload)
         {
-            io_uring_sqe* sqe = ring.TryGetSqe();
-            sqe->opcode = IORING_OP_RECV;
-            sqe->fd = fd;
-            sqe->ioprio = (ushort)(IORING_RECVSEND_BUNDLE | (optlen > 0 ? IORING_RECV_MULTISHOT : 0));
-            sqe->flags = IOSQE_BUFFER_SELECT;
-            sqe->buf_group = 10;
-            sqe->optlen = optlen;
-            io_uring_cqe result = default;
-            bool final = false;
-            while (!final)
-            {
-                Assert.True(ring.Enter(1) >= 0);
-                uint ready = ring.ReadyCompletions(out uint head);
-                for (uint i = 0; i < ready; i++)
-                {
-                    io_uring_cqe* cqe = ring.CqeAt(head + i);
-                    result = *cqe;
-                    final |= (cqe->flags & IORING_CQE_F_MORE) == 0;
-                }
-                ring.AdvanceCq(ready);
-            }
-            return result;
+            Assert.Equal(payload.Length, (int)Libc.write(fd, p, (nuint)payload.Length));
         }
+    }
+
+    /// <summary>Submits a RECV selecting from buffer group <paramref name="group"/> and returns its CQEs up to the final one.</summary>
+    private static unsafe List<io_uring_cqe> Receive(Ring ring, int fd, ushort group, ushort ioprio, uint optlen)
+    {
+        io_uring_sqe* sqe = ring.TryGetSqe();
+        sqe->opcode = IORING_OP_RECV;
+        sqe->fd = fd;
+        sqe->ioprio = ioprio;
+        sqe->flags = IOSQE_BUFFER_SELECT;
+        sqe->buf_group = group;
+        sqe->optlen = optlen;
+        var cqes = new List<io_uring_cqe>();
+        bool final = false;
+        while (!final)
+        {
+            Assert.True(ring.Enter(1) >= 0);
+            uint ready = ring.ReadyCompletions(out uint head);
+            for (uint i = 0; i < ready; i++)
+            {
+                io_uring_cqe* cqe = ring.CqeAt(head + i);
+                cqes.Add(*cqe);
+                final |= (cqe->flags & IORING_CQE_F_MORE) == 0;
+            }
+            ring.AdvanceCq(ready);
+        }
+        return cqes;
     }
 }

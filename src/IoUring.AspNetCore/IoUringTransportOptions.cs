@@ -70,11 +70,24 @@ public sealed class IoUringTransportOptions
     /// zero-copy send the kernel reports as copied anyway (always so on loopback) goes back to plain sends.
     /// </summary>
     /// <remarks>
-    /// Defaults to 64 KiB: below roughly 16 KiB zero-copy costs more than the copy it saves. Zero-copy needs the
-    /// transport's own pinned pool; where Kestrel provides its memory pool (IMemoryPoolFactory), the pipes use
-    /// Kestrel's and sends are plain.
+    /// Defaults to the plain API's default (<see cref="IoUringNetworkOptions.ZeroCopySendThreshold"/>). Zero-copy needs
+    /// memory that outlives the pipe until the kernel's notification: the loops' own pools (see
+    /// <see cref="UseLoopMemoryPools"/>); with Kestrel's pool, sends are plain.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = s_defaults.ZeroCopySendThreshold;
+
+    /// <summary>
+    /// Give each connection its loop's memory pool (<see cref="EventLoop.MemoryPool"/>: pinned regions registered with the
+    /// loop's ring as fixed buffers) instead of Kestrel's (IMemoryPoolFactory), so that Kestrel writes responses straight
+    /// into memory the kernel can send without pinning or copying it.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to true. The loops' pools are used when this is true, <see cref="ZeroCopySendThreshold"/> is not null and
+    /// the kernel has zero-copy send; otherwise the pipes use Kestrel's pool and every send copies. On loopback the
+    /// kernel always copies: a connection's first large send tells it so and it goes back to plain sends (its memory
+    /// stays the loop's pool, which costs nothing extra).
+    /// </remarks>
+    public bool UseLoopMemoryPools { get; set; } = true;
 
     /// <summary>Submission queue entries of each loop's ring (a power of two, 2 to 32768).</summary>
     /// <remarks>Defaults to 512. A full queue is submitted early, so this bounds batching, not concurrency.</remarks>
@@ -147,6 +160,9 @@ public sealed class IoUringTransportOptions
                 BufferCount = BufferRingCount,
                 BufferSize = BufferRingBufferSize,
                 ThreadName = "io_uring kestrel",
+                // Kestrel's own pool's block size: a connection holding a partial request (Kestrel keeps two blocks
+                // then) costs what it costs on the Sockets transport, not four times that.
+                MemoryBlockSize = 4096,
                 BatchScheduling = BatchScheduling,
                 UnhandledException = unhandledException,
             },

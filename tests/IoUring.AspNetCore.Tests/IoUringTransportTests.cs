@@ -97,16 +97,25 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
-    public async Task Connections_use_kestrels_memory_pool()
+    public async Task Connections_use_their_loops_registered_pool_where_zero_copy_can_use_it_and_kestrels_otherwise()
     {
-        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
-        using HttpClient client = server.CreateClient();
+        Assert.True(IoUring.Rings.IoUringCapabilities.Current.HasZeroCopySend); // every kernel the transport runs on (6.0+)
+        foreach ((Action<IoUringTransportOptions>? configure, string expected) in new (Action<IoUringTransportOptions>?, string)[]
+        {
+            (null, "IoUring.Net.PinnedBlockMemoryPool"),                                       // the default
+            (o => o.UseLoopMemoryPools = false, "Microsoft.AspNetCore."),                      // turned off
+            (o => o.ZeroCopySendThreshold = null, "Microsoft.AspNetCore."),                    // no zero-copy: nothing to gain
+        })
+        {
+            await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o => o.IoUring = configure);
+            using HttpClient client = server.CreateClient();
 
-        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+            Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
 
-        ConnectionTracker.Tracked connection = server.Connections.All.Single();
-        Assert.Equal("IoUringConnectionContext", connection.ContextType);
-        Assert.StartsWith("Microsoft.AspNetCore.", connection.MemoryPoolType); // Kestrel's, through IMemoryPoolFactory<byte>
+            ConnectionTracker.Tracked connection = server.Connections.All.Single();
+            Assert.Equal("IoUringConnectionContext", connection.ContextType);
+            Assert.StartsWith(expected, connection.MemoryPoolType); // IMemoryPoolFeature: the pool the pipes use
+        }
     }
 
     [Fact]

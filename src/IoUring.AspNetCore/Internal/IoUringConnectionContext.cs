@@ -80,7 +80,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         set => _connectionClosed = value;
     }
 
-    public MemoryPool<byte> MemoryPool => _transport.MemoryPool;
+    public MemoryPool<byte> MemoryPool => _connection.MemoryPool;
 
     public override void Abort(ConnectionAbortedException abortReason)
     {

@@ -38,8 +38,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     public IoUringNetwork Network => _network;
 
-    public MemoryPool<byte> MemoryPool => _network.MemoryPool;
-
     /// <summary>Starts the loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
@@ -47,7 +45,10 @@ internal sealed class IoUringTransport : IAsyncDisposable
     {
         ILogger logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
         IoUringNetworkOptions networkOptions = options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
-        MemoryPool<byte>? pool = memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
+        // The loops' own pools (registered with their rings) where zero-copy sends can use them; Kestrel's otherwise.
+        bool loopPools = options.UseLoopMemoryPools && networkOptions.ZeroCopySendThreshold is not null
+            && IoUringCapabilities.Current.HasZeroCopySend;
+        MemoryPool<byte>? pool = loopPools ? null : memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
         try
         {
             networkOptions.MemoryPool = pool;

@@ -227,6 +227,14 @@ public static class IoUringConstants
     public const uint IORING_REGISTER_PROBE = 8;
     /// <summary>IORING_REGISTER_ENABLE_RINGS</summary>
     public const uint IORING_REGISTER_ENABLE_RINGS = 12;
+    /// <summary>IORING_REGISTER_BUFFERS2</summary>
+    public const uint IORING_REGISTER_BUFFERS2 = 15;
+    /// <summary>IORING_REGISTER_BUFFERS_UPDATE</summary>
+    public const uint IORING_REGISTER_BUFFERS_UPDATE = 16;
+    /// <summary>IORING_UNREGISTER_BUFFERS</summary>
+    public const uint IORING_UNREGISTER_BUFFERS = 1;
+    /// <summary>IORING_RSRC_REGISTER_SPARSE: io_uring_rsrc_register.flags, a table of empty entries.</summary>
+    public const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0;
     /// <summary>IORING_REGISTER_RING_FDS</summary>
     public const uint IORING_REGISTER_RING_FDS = 20;
     /// <summary>IORING_UNREGISTER_RING_FDS</summary>

@@ -194,6 +194,40 @@ internal struct io_uring_rsrc_update
     public ulong data;
 }
 
+/// <summary>Argument of IORING_REGISTER_BUFFERS2 (a resource table, sparse or filled).</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct io_uring_rsrc_register
+{
+    /// <summary>nr: table entries</summary>
+    public uint nr;
+    /// <summary>flags (IORING_RSRC_REGISTER_SPARSE)</summary>
+    public uint flags;
+    /// <summary>resv2</summary>
+    public ulong resv2;
+    /// <summary>data (an iovec array, or 0 for a sparse table)</summary>
+    public ulong data;
+    /// <summary>tags (a u64 array, or 0)</summary>
+    public ulong tags;
+}
+
+/// <summary>Argument of IORING_REGISTER_BUFFERS_UPDATE: replaces <see cref="nr"/> table entries from <see cref="offset"/>.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct io_uring_rsrc_update2
+{
+    /// <summary>offset: the first table entry</summary>
+    public uint offset;
+    /// <summary>resv</summary>
+    public uint resv;
+    /// <summary>data (an iovec array; an iovec of 0/0 empties the entry)</summary>
+    public ulong data;
+    /// <summary>tags (a u64 array, or 0)</summary>
+    public ulong tags;
+    /// <summary>nr</summary>
+    public uint nr;
+    /// <summary>resv2</summary>
+    public uint resv2;
+}
+
 /// <summary>Argument of io_uring_enter with IORING_ENTER_EXT_ARG.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_getevents_arg

@@ -147,6 +147,9 @@ public sealed unsafe partial class EventLoop
         }
         CloseWakeup(drained);
         _loopRingOwner.Release();
+        // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
+        // pool's blocks stay valid GC memory for whoever still holds one.
+        _memoryPool?.Dispose();
         _ring.Dispose();
     }
 }

@@ -127,6 +127,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
     internal void OnBytesSent(int count) => _counters.BytesSent += count;
 
+    /// <summary>A connection on this loop made a zero-copy send (from a registered buffer: <paramref name="fixedBuffer"/>). Loop thread.</summary>
+    internal void OnZeroCopySend(bool fixedBuffer)
+    {
+        _counters.ZeroCopySends++;
+        _counters.ZeroCopySendsFixed += fixedBuffer ? 1 : 0;
+    }
+
+    /// <summary>A zero-copy notification said the kernel copied. Loop thread.</summary>
+    internal void OnZeroCopySendCopied() => _counters.ZeroCopySendsCopied++;
+
     internal void ReportUnhandled(Exception exception)
     {
         _counters.HandlerExceptions++;
@@ -229,6 +239,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             }
         }
         _ring.Enable(_options.RegisterRingFd);
+        _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0);
         _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize);
         OpenWakeup();
     }

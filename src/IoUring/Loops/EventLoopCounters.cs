@@ -36,6 +36,15 @@ public struct EventLoopCounters
     /// <summary>Bytes the connections on this loop sent to their peers.</summary>
     public long BytesSent { readonly get; internal set; }
 
+    /// <summary>Zero-copy sends (SEND_ZC/SENDMSG_ZC) the connections on this loop made.</summary>
+    public long ZeroCopySends { readonly get; internal set; }
+
+    /// <summary>Of <see cref="ZeroCopySends"/>, those from registered (fixed) buffers: the kernel pinned no pages for them.</summary>
+    public long ZeroCopySendsFixed { readonly get; internal set; }
+
+    /// <summary>Zero-copy notifications that said the kernel copied the data after all (loopback, or a device that cannot send from user pages).</summary>
+    public long ZeroCopySendsCopied { readonly get; internal set; }
+
     /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live ones.</summary>
     public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
     {
@@ -49,5 +58,8 @@ public struct EventLoopCounters
         HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
         BytesReceived = left.BytesReceived + right.BytesReceived,
         BytesSent = left.BytesSent + right.BytesSent,
+        ZeroCopySends = left.ZeroCopySends + right.ZeroCopySends,
+        ZeroCopySendsFixed = left.ZeroCopySendsFixed + right.ZeroCopySendsFixed,
+        ZeroCopySendsCopied = left.ZeroCopySendsCopied + right.ZeroCopySendsCopied,
     };
 }

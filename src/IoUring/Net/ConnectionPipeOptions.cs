@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.IO.Pipelines;
 using IoUring.Loops;
 
@@ -15,15 +16,21 @@ internal sealed class ConnectionPipeOptions
         PipeScheduler appScheduler = settings.UnsafePreferInlineScheduling ? PipeScheduler.Inline : PipeScheduler.ThreadPool;
         long maxRead = settings.MaxReadBufferSize ?? 0;
         long maxWrite = settings.MaxWriteBufferSize ?? 0;
+        // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
+        // sends from them go zero-copy from fixed buffers.
+        Pool = settings.MemoryPool ?? loop.MemoryPool;
         // Segments as large as the pool's blocks (a pipe asking for more than a pool's block size gets unpooled arrays).
-        int segmentSize = Math.Min(PinnedBlockMemoryPool.BlockSize, settings.MemoryPool.MaxBufferSize);
+        int segmentSize = Math.Min(PinnedBlockMemoryPool.BlockSize, Pool.MaxBufferSize); // the loop's pool: its block size
         // The loop writes Input and reads Output; the application's continuations run on its own scheduler.
-        Input = new PipeOptions(settings.MemoryPool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false);
-        Output = new PipeOptions(settings.MemoryPool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false);
+        Input = new PipeOptions(Pool, appScheduler, loop, maxRead, maxRead / 2, segmentSize, useSynchronizationContext: false);
+        Output = new PipeOptions(Pool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false);
     }
 
     /// <summary>The loop whose thread writes Input and reads Output.</summary>
     public EventLoop Loop { get; }
+
+    /// <summary>The pool both pipes rent from (what IMemoryPoolFeature reports).</summary>
+    public MemoryPool<byte> Pool { get; }
 
     public PipeOptions Input { get; }
 

@@ -41,6 +41,8 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
     private readonly bool _zeroCopyGather;      // SENDMSG_ZC is available (6.1+)
+    private readonly bool _fixedGather;         // SENDMSG_ZC takes registered buffers (6.15+)
+    private readonly bool _ignoreCopied;        // test seam: stay zero-copy even where the kernel copies (loopback)
     private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
     private bool _lastSendZeroCopy;
     private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
@@ -57,12 +59,15 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         _settings = settings;
         // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
         IoUringCapabilities caps = settings.Capabilities;
+        // Only our pool's blocks outlive the pipe's AdvanceTo while pinned (null: the loop's own pool).
         _zeroCopy = isTcp && settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
-            && settings.MemoryPool is PinnedBlockMemoryPool
+            && settings.MemoryPool is null or PinnedBlockMemoryPool
             && caps.HasZeroCopySend;
         // Without SENDMSG_ZC (6.0) only single-segment sends go zero-copy. Without REPORT_USAGE (before 6.2) the kernel
         // cannot say it copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
         _zeroCopyGather = caps.HasZeroCopySendMsg;
+        _fixedGather = caps.HasZeroCopySendMsgFixed;
+        _ignoreCopied = settings.IgnoreZeroCopyCopied;
         _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
     }
 
@@ -166,13 +171,14 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         // Zero-copy pays off only for large sends, and only when the memory can be held past AdvanceTo
         // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
         int pinSet = -1;
+        int fixedBuffer = -1;
         if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
         {
             _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
         }
         MemoryHandle[] pins = _pins;
         if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
-            && (pinSet = RentPinSet(buffer)) >= 0)
+            && (pinSet = RentPinSet(buffer, out fixedBuffer)) >= 0)
         {
             pins = _pinSets[pinSet];
         }
@@ -201,7 +207,18 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             _pinSetCounts[pinSet] = count;
             sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
             sqe->ioprio = _zeroCopyFlags;
+            if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
+            {
+                // Every segment lies in the one registered buffer: the kernel takes its pages from the table, unpinned per send.
+                sqe->ioprio |= IORING_RECVSEND_FIXED_BUF;
+                sqe->buf_index = (ushort)fixedBuffer;
+            }
+            else
+            {
+                fixedBuffer = -1;
+            }
             ZeroCopySends++;
+            _owner.Loop.OnZeroCopySend(fixedBuffer >= 0);
         }
         else
         {
@@ -238,10 +255,14 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         if ((flags & IORING_CQE_F_NOTIF) != 0)
         {
             // The kernel is done with the memory.
-            if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0 && _zeroCopy)
+            if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0)
             {
-                _zeroCopy = false;
-                ZeroCopyReverted = true;
+                _owner.Loop.OnZeroCopySendCopied();
+                if (_zeroCopy && !_ignoreCopied)
+                {
+                    _zeroCopy = false;
+                    ZeroCopyReverted = true;
+                }
             }
             _notificationsPending--;
             _owner.Loop.OnNotificationArrived();
@@ -318,19 +339,25 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         ZeroCopyReverted = true;
     }
 
-    /// <summary>A free pin set, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.</summary>
-    private int RentPinSet(in ReadOnlySequence<byte> buffer)
+    /// <summary>
+    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.
+    /// <paramref name="fixedBuffer"/>: the registered buffer all the segments lie in, or -1 (unregistered, or several).
+    /// </summary>
+    private int RentPinSet(in ReadOnlySequence<byte> buffer, out int fixedBuffer)
     {
+        fixedBuffer = -1;
         int segments = 0;
         foreach (ReadOnlyMemory<byte> segment in buffer)
         {
-            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? _) || ++segments == MaxIovecs)
+            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? block))
             {
-                if (segments != MaxIovecs)
-                {
-                    return -1;
-                }
-                break;
+                return -1;
+            }
+            int index = _owner.Loop.RegisteredBufferIndex(block);
+            fixedBuffer = segments == 0 || index == fixedBuffer ? index : -1;
+            if (++segments == MaxIovecs)
+            {
+                break; // the rest goes in the next send
             }
         }
         if (_pinSets.Length == 0)

@@ -8,7 +8,8 @@ namespace IoUring.Net;
 /// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so a layer above overrides with <c>with</c> and keeps every other setting.</summary>
 internal sealed record ConnectionSettings
 {
-    public required MemoryPool<byte> MemoryPool { get; init; }
+    /// <summary>The pipes' pool, or null: each loop's own (<see cref="Loops.EventLoop.MemoryPool"/>, registered with its ring).</summary>
+    public required MemoryPool<byte>? MemoryPool { get; init; }
     public long? MaxReadBufferSize { get; init; }
     public long? MaxWriteBufferSize { get; init; }
     public bool NoDelay { get; init; }
@@ -16,6 +17,8 @@ internal sealed record ConnectionSettings
     public bool UnsafePreferInlineScheduling { get; init; }
     public bool AbortWithReset { get; init; }
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
+    /// <summary>Test seam (<see cref="TestHooks.IgnoreZeroCopyCopied"/>).</summary>
+    public bool IgnoreZeroCopyCopied { get; init; }
     public ConnectionRegistry? Registry { get; init; }
 
     /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
@@ -29,7 +32,7 @@ internal sealed record ConnectionSettings
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
 
-    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte> pool, ConnectionRegistry registry)
+    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte>? pool, ConnectionRegistry registry)
     {
         var settings = new ConnectionSettings
         {
@@ -41,6 +44,7 @@ internal sealed record ConnectionSettings
             UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
             AbortWithReset = options.AbortWithReset,
             ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
+            IgnoreZeroCopyCopied = options.Loop.Hooks?.IgnoreZeroCopyCopied ?? false,
             Registry = registry,
         };
         return settings with

@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
@@ -77,6 +78,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _owner = new ConnectionRingOwner(loop, this);
         pipeOptions ??= new ConnectionPipeOptions(loop, settings);
         Debug.Assert(pipeOptions.Loop == loop);
+        MemoryPool = pipeOptions.Pool;
         _input = new Pipe(pipeOptions.Input);
         _output = new Pipe(pipeOptions.Output);
         _receiver = new ConnectionReceiver(this, _owner, fd, _input, settings.MaxReadBufferSize, settings.Capabilities);
@@ -131,6 +133,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     internal ConnectionReceiver Receiver => _receiver;
 
     internal ConnectionSender Sender => _sender;
+
+    /// <summary>The pool the connection's pipes rent from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the network was given one.</summary>
+    public MemoryPool<byte> MemoryPool { get; }
 
     internal ConnectionSettings Settings => _settings;
 

@@ -30,7 +30,6 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     private readonly EventLoop[] _loops;
     private readonly IoUringNetworkOptions _options;
     private readonly ConnectionRegistry _registry = new();
-    private readonly PinnedBlockMemoryPool? _ownedPool;
     private int _nextConnectLoop;
     private int _disposed;
 
@@ -43,8 +42,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         _options.Validate();
         IoUringCapabilities.Current.EnsureSupported();
 
-        MemoryPool<byte> memoryPool = _options.MemoryPool ?? (_ownedPool = new PinnedBlockMemoryPool());
-        ConnectionSettings settings = ConnectionSettings.From(_options, memoryPool, _registry);
+        // No pool given: each loop's own, registered with its ring (ConnectionPipeOptions).
+        ConnectionSettings settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry);
         Settings = _options.Loop.Hooks?.Capabilities is { } capabilities ? settings with { Capabilities = capabilities } : settings;
 
         _loops = new EventLoop[_options.LoopCount];
@@ -65,7 +64,6 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             {
                 loop?.Dispose();
             }
-            _ownedPool?.Dispose();
             throw;
         }
     }
@@ -78,12 +76,17 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     internal ConnectionSettings Settings { get; }
 
-    /// <summary>The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or the network's own.</summary>
-    public MemoryPool<byte> MemoryPool => Settings.MemoryPool;
+    /// <summary>
+    /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
+    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its ring).
+    /// </summary>
+    public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 
-    internal int RentedMemoryBlocks => _ownedPool?.RentedBlocks ?? -1;
+    /// <summary>Blocks rented from the loops' own pools and not returned (including those pinned by zero-copy sends), or -1 with a pool of the user's.</summary>
+    internal int RentedMemoryBlocks => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
 
-    internal int RetainedMemoryBlocks => _ownedPool?.RetainedBlocks ?? -1;
+    /// <summary>Free blocks the loops' own pools keep for reuse.</summary>
+    internal int RetainedMemoryBlocks => _loops.Sum(l => l.MemoryPoolIfCreated?.RetainedBlocks ?? 0);
 
     /// <summary>
     /// Binds and listens on <paramref name="endPoint"/> (IPv4, IPv6 — dual mode for <see cref="IPAddress.IPv6Any"/> —
@@ -177,7 +180,6 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             loop.Dispose();
         }
-        _ownedPool?.Dispose();
     }
 
     /// <summary>A stopping loop closes its connections, so that no fd outlives it. Runs on that loop.</summary>

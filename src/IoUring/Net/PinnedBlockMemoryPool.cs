@@ -1,39 +1,62 @@
 using System.Buffers;
-using System.Collections.Concurrent;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 
 namespace IoUring.Net;
 
 /// <summary>
-/// A pool of fixed-size blocks on the pinned object heap. Pipes of io_uring connections use it so that memory
-/// handed to the kernel for a send never moves and pinning it costs nothing (no GCHandle per send).
+/// A pool of fixed-size blocks carved from large regions on the pinned object heap. Pipes of io_uring connections use
+/// it so that memory handed to the kernel for a send never moves and pinning it costs nothing (no GCHandle per send).
+/// A loop's own pool also registers each region with the loop's ring (<see cref="IRegionRegistrar"/>), so a send from a
+/// block can name it as a fixed buffer and the kernel skips pinning its pages per request.
 /// </summary>
 /// <remarks>
-/// Every returned block is kept, so a working set of any size is served without allocating once warm (a fixed cap
+/// <para>Every returned block is kept, so a working set of any size is served without allocating once warm (a fixed cap
 /// made 64 connections echoing 1 MiB allocate megabytes per round). What sat unused is trimmed instead: every
-/// <see cref="TrimInterval"/>, the blocks that stayed free through the whole interval (the interval's lowest free
-/// count) are left to the GC, so a burst's memory goes back within two intervals of the burst's end.
+/// <see cref="TrimInterval"/>, the regions none of whose blocks was rented during the whole interval are unregistered
+/// and left to the GC, so a burst's memory goes back within two intervals of the burst's end.</para>
+/// <para>A block is reference counted (the renter, and each pin: a zero-copy send pins until its notification), and
+/// comes back to the free list only when both the renter and every pin let go: a block is never reused while the
+/// kernel may still read it. Regions are GC memory: a block someone still holds after the pool is disposed stays valid.</para>
 /// </remarks>
 internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 {
-    /// <summary>16 KiB: a quarter of the segments (pool traffic, iovecs, CQE-to-pipe copies) of 4 KiB blocks for bulk
-    /// transfers, while a connection holds blocks only while it has bytes buffered.</summary>
+    /// <summary>The default block size, 16 KiB: a quarter of the segments (pool traffic, iovecs, CQE-to-pipe copies) of
+    /// 4 KiB blocks for bulk transfers, while a connection holds blocks only while it has bytes buffered.</summary>
     public const int BlockSize = 16 * 1024;
 
-    /// <summary>How often free blocks that nobody needed are trimmed.</summary>
+    /// <summary>256 KiB: one registered buffer each (the unit of growth, registration and trimming).</summary>
+    public const int RegionSize = 256 * 1024;
+
+    private const int PageSize = 4096;
+
+    /// <summary>How often regions that nobody needed are trimmed.</summary>
     public static readonly TimeSpan TrimInterval = TimeSpan.FromSeconds(10);
 
-    private readonly ConcurrentQueue<Block> _blocks = new();
+    private readonly IRegionRegistrar? _registrar;
+    private readonly Lock _lock = new();
+    private readonly List<Region> _regions = [];
+    private Block[] _free = []; // a stack: the most recently returned block is reused first
+    private int _freeCount;
     private readonly ITimer? _trimTimer;
     private int _rented;
-    private int _retained;
-    private int _lowestRetained; // since the last trim; updated racily, a heuristic needs no more
+    private int _peakRented;
     private bool _disposed;
 
-    /// <param name="trim">Whether a timer trims unused free blocks (tests turn it off to count blocks exactly).</param>
-    public PinnedBlockMemoryPool(bool trim = true)
+    /// <param name="trim">Whether a timer trims unused regions (tests turn it off to count blocks exactly).</param>
+    /// <param name="registrar">Registers each new region with a ring (a loop's own pool), or null.</param>
+    /// <param name="poisonReturnedBlocks">Fill every returned block with <see cref="PoisonByte"/> (tests).</param>
+    /// <param name="blockSize">Bytes per block: a power of two from 4 KiB (a page) to <see cref="RegionSize"/>.</param>
+    public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null, bool poisonReturnedBlocks = false, int blockSize = BlockSize)
     {
+        if (blockSize < PageSize || blockSize > RegionSize || !int.IsPow2(blockSize))
+        {
+            throw new ArgumentOutOfRangeException(nameof(blockSize), blockSize, $"A power of two from {PageSize} to {RegionSize}.");
+        }
+        BlockBytes = blockSize;
+        BlocksPerRegion = RegionSize / blockSize;
+        _registrar = registrar;
+        PoisonReturnedBlocks = poisonReturnedBlocks;
         if (trim)
         {
             // Weakly referenced: an abandoned pool is collected and its timer with it.
@@ -48,84 +71,256 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    public override int MaxBufferSize => BlockSize;
+    public override int MaxBufferSize => BlockBytes;
 
-    /// <summary>Blocks rented and not yet returned (the tests' leak check).</summary>
+    /// <summary>Bytes per block.</summary>
+    public int BlockBytes { get; }
+
+    /// <summary>Blocks per region.</summary>
+    public int BlocksPerRegion { get; }
+
+    /// <summary>Blocks rented and not yet returned, including those a zero-copy send still pins (the tests' leak check).</summary>
     public int RentedBlocks => Volatile.Read(ref _rented);
 
+    /// <summary>The most blocks rented at once since the last <see cref="ResetPeak"/> (tests' memory bounds).</summary>
+    public int PeakRentedBlocks => Volatile.Read(ref _peakRented);
+
+    public void ResetPeak() => Volatile.Write(ref _peakRented, RentedBlocks);
+
     /// <summary>Free blocks held for reuse.</summary>
-    public int RetainedBlocks => Volatile.Read(ref _retained);
+    public int RetainedBlocks
+    {
+        get
+        {
+            lock (_lock)
+            {
+                return _freeCount;
+            }
+        }
+    }
+
+    /// <summary>Regions held (each <see cref="BlocksPerRegion"/> blocks).</summary>
+    public int Regions
+    {
+        get
+        {
+            lock (_lock)
+            {
+                return _regions.Count;
+            }
+        }
+    }
+
+    /// <summary>Whether returned blocks are filled with <see cref="PoisonByte"/> (a test mode: bytes sent from a block after its return show up).</summary>
+    internal bool PoisonReturnedBlocks { get; }
+
+    internal const byte PoisonByte = 0xDB;
 
     public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
     {
-        if (minBufferSize > BlockSize)
+        if (minBufferSize > BlockBytes)
         {
-            throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize, $"Blocks are {BlockSize} bytes.");
+            throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize, $"Blocks are {BlockBytes} bytes.");
         }
-        if (_blocks.TryDequeue(out Block? block))
+        Block block;
+        Region? added = null;
+        lock (_lock)
         {
-            int retained = Interlocked.Decrement(ref _retained);
-            if (retained < _lowestRetained)
+            if (_freeCount == 0)
             {
-                _lowestRetained = retained;
+                added = AddRegion();
+            }
+            block = _free[--_freeCount];
+            _free[_freeCount] = null!;
+            block.Region.RentedSinceTrim = true;
+        }
+        if (added is not null)
+        {
+            _registrar?.Register(added);
+        }
+        int rented = Interlocked.Increment(ref _rented);
+        for (int peak = Volatile.Read(ref _peakRented); rented > peak; peak = Volatile.Read(ref _peakRented))
+        {
+            if (Interlocked.CompareExchange(ref _peakRented, rented, peak) == peak)
+            {
+                break;
             }
         }
-        else
-        {
-            block = new Block(this);
-            _lowestRetained = 0;
-        }
-        Interlocked.Increment(ref _rented);
         block.OnRented();
         return block;
     }
 
-    /// <summary>Drops the free blocks that were not needed since the last trim.</summary>
+    /// <summary>Drops the regions none of whose blocks was rented since the last trim; returns how many blocks went.</summary>
     internal int Trim()
     {
-        int unused = Math.Min(_lowestRetained, RetainedBlocks);
-        int dropped = 0;
-        while (dropped < unused && _blocks.TryDequeue(out _))
+        List<Region>? dropped = null;
+        lock (_lock)
         {
-            Interlocked.Decrement(ref _retained);
-            dropped++;
+            for (int i = _regions.Count - 1; i >= 0; i--)
+            {
+                Region region = _regions[i];
+                if (region.RentedSinceTrim)
+                {
+                    region.RentedSinceTrim = false;
+                    continue;
+                }
+                if (region.FreeBlocks == BlocksPerRegion)
+                {
+                    region.MarkDropped();
+                    (dropped ??= []).Add(region);
+                    _regions.RemoveAt(i);
+                }
+            }
+            if (dropped is not null)
+            {
+                // Take the dropped regions' blocks off the free list (all of them are on it: none is rented or pinned).
+                int kept = 0;
+                for (int i = 0; i < _freeCount; i++)
+                {
+                    if (!_free[i].Region.IsDropped)
+                    {
+                        _free[kept++] = _free[i];
+                    }
+                }
+                Array.Clear(_free, kept, _freeCount - kept);
+                _freeCount = kept;
+            }
         }
-        _lowestRetained = RetainedBlocks;
-        return dropped;
+        if (dropped is null)
+        {
+            return 0;
+        }
+        foreach (Region region in dropped)
+        {
+            _registrar?.Unregister(region); // the registrar forgets its entry before anything could reuse it
+        }
+        return dropped.Count * BlocksPerRegion;
+    }
+
+    /// <summary>Under the lock: a new region, its blocks on the free list.</summary>
+    private Region AddRegion()
+    {
+        var region = new Region(this);
+        _regions.Add(region);
+        // The free list can hold every block of every region, so a return never needs to grow it.
+        if (_free.Length < _regions.Count * BlocksPerRegion)
+        {
+            Array.Resize(ref _free, Math.Max(_free.Length * 2, _regions.Count * BlocksPerRegion));
+        }
+        for (int i = BlocksPerRegion - 1; i >= 0; i--)
+        {
+            _free[_freeCount++] = region.Blocks[i];
+        }
+        return region;
     }
 
     private void Return(Block block)
     {
-        Interlocked.Decrement(ref _rented);
-        if (!_disposed)
+        if (PoisonReturnedBlocks)
         {
-            Interlocked.Increment(ref _retained);
-            _blocks.Enqueue(block);
+            block.GetSpan().Fill(PoisonByte);
+        }
+        lock (_lock)
+        {
+            Interlocked.Decrement(ref _rented);
+            if (_disposed || block.Region.IsDropped)
+            {
+                return;
+            }
+            _free[_freeCount++] = block; // room: the array holds every block of every region
         }
     }
 
     protected override void Dispose(bool disposing)
     {
-        _disposed = true;
         _trimTimer?.Dispose();
-        _blocks.Clear();
-        Volatile.Write(ref _retained, 0);
+        lock (_lock)
+        {
+            _disposed = true;
+            Array.Clear(_free, 0, _freeCount);
+            _freeCount = 0;
+            _regions.Clear();
+        }
     }
 
     /// <summary>
-    /// One pinned block; it is its own owner and memory manager, so renting allocates nothing once warm.
+    /// One region: <see cref="RegionSize"/> bytes of blocks in a single pinned array, page aligned (so a registration pins
+    /// whole pages of ours only). <see cref="BufferIndex"/> is its entry in the registrar's ring's buffer table.
+    /// </summary>
+    internal sealed unsafe class Region
+    {
+        private readonly byte[] _array; // reachable from every block (through Region): their pointers are into it
+
+        public Region(PinnedBlockMemoryPool pool)
+        {
+            Pool = pool;
+            _array = GC.AllocateUninitializedArray<byte>(RegionSize + PageSize, pinned: true);
+            // The array lives on the pinned object heap: its address is stable for its whole life.
+            nuint address = (nuint)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array));
+            Start = (byte*)((address + PageSize - 1) & ~(nuint)(PageSize - 1));
+            Blocks = new Block[pool.BlocksPerRegion];
+            for (int i = 0; i < Blocks.Length; i++)
+            {
+                Blocks[i] = new Block(this, Start + i * pool.BlockBytes);
+            }
+        }
+
+        public PinnedBlockMemoryPool Pool { get; }
+
+        /// <summary>The first block's address (page aligned); the region spans <see cref="Length"/> bytes from it.</summary>
+        public byte* Start { get; }
+
+        public static int Length => RegionSize;
+
+        public Block[] Blocks { get; }
+
+        /// <summary>The registered-buffer entry, or -1. Written and read on the registrar's ring thread only.</summary>
+        public int BufferIndex { get; set; } = -1;
+
+        /// <summary>Trimmed: its blocks are off the free list for good. Set under the pool's lock.</summary>
+        public bool IsDropped { get; private set; }
+
+        /// <summary>Under the pool's lock.</summary>
+        internal bool RentedSinceTrim { get; set; }
+
+        /// <summary>Under the pool's lock: blocks of this region on the free list.</summary>
+        internal int FreeBlocks
+        {
+            get
+            {
+                int free = 0;
+                foreach (Block block in Blocks)
+                {
+                    free += block.IsFree ? 1 : 0;
+                }
+                return free;
+            }
+        }
+
+        internal void MarkDropped() => IsDropped = true;
+    }
+
+    /// <summary>
+    /// One block of a region; it is its own owner and memory manager, so renting allocates nothing once warm.
     /// Reference counted: the renter holds one reference and every <see cref="Pin"/> another, so a block that the
     /// pipe gave back while a zero-copy send still pins it returns to the pool only when the kernel is done with it.
     /// </summary>
-    internal sealed unsafe class Block(PinnedBlockMemoryPool pool) : MemoryManager<byte>, IMemoryOwner<byte>
+    internal sealed unsafe class Block(Region region, byte* pointer) : MemoryManager<byte>, IMemoryOwner<byte>
     {
-        private readonly byte[] _array = GC.AllocateUninitializedArray<byte>(BlockSize, pinned: true);
         private int _references;
-        private int _ownerReleased;
+        private int _ownerReleased = 1;
 
-        public override Span<byte> GetSpan() => _array;
+        public Region Region { get; } = region;
 
-        public override Memory<byte> Memory => CreateMemory(BlockSize);
+        /// <summary>The block's first byte (inside <see cref="Region"/>'s pinned array).</summary>
+        public byte* Pointer { get; } = pointer;
+
+        /// <summary>On the free list (neither rented nor pinned).</summary>
+        internal bool IsFree => Volatile.Read(ref _references) == 0;
+
+        public override Span<byte> GetSpan() => new(Pointer, Region.Pool.BlockBytes);
+
+        public override Memory<byte> Memory => CreateMemory(Region.Pool.BlockBytes);
 
         internal void OnRented()
         {
@@ -133,20 +328,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             _ownerReleased = 0;
         }
 
-        // The array lives on the pinned object heap: its address is stable, so no GCHandle is needed.
+        // Region memory is on the pinned object heap: its address is stable, so no GCHandle is needed.
         public override MemoryHandle Pin(int elementIndex = 0)
         {
             Interlocked.Increment(ref _references);
-            return new MemoryHandle((byte*)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array)) + elementIndex, pinnable: this);
+            return new MemoryHandle(Pointer + elementIndex, pinnable: this);
         }
 
         public override void Unpin() => ReleaseReference();
-
-        protected override bool TryGetArray(out ArraySegment<byte> segment)
-        {
-            segment = new ArraySegment<byte>(_array);
-            return true;
-        }
 
         void IDisposable.Dispose()
         {
@@ -160,10 +349,20 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         {
             if (Interlocked.Decrement(ref _references) == 0)
             {
-                pool.Return(this);
+                Region.Pool.Return(this);
             }
         }
 
         protected override void Dispose(bool disposing) { }
     }
+}
+
+/// <summary>Registers a pool's regions with a ring and forgets them again (a loop, for its own pool).</summary>
+internal interface IRegionRegistrar
+{
+    /// <summary>A new region (any thread): register it when possible; until then its blocks are used unregistered.</summary>
+    void Register(PinnedBlockMemoryPool.Region region);
+
+    /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry.</summary>
+    void Unregister(PinnedBlockMemoryPool.Region region);
 }

@@ -1,3 +1,4 @@
+using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
@@ -58,6 +59,12 @@ public sealed class IoUringCapabilities
     /// all. A flag, which the opcode probe cannot see: probed by submitting it (see <see cref="ProbeZeroCopyFlag"/>).
     /// </summary>
     public bool HasZeroCopyReportUsage { get; private set; }
+
+    /// <summary>
+    /// A gather zero-copy send (SENDMSG_ZC) can take its iovecs from a registered buffer (IORING_RECVSEND_FIXED_BUF,
+    /// 6.15+; single-segment SEND_ZC has taken one since 6.0). A flag: probed by submitting it (see <see cref="ProbeFixedSendMsg"/>).
+    /// </summary>
+    public bool HasZeroCopySendMsgFixed { get; private set; }
 
     /// <summary>
     /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c> with IORING_RECV_MULTISHOT; in the kernel
@@ -132,6 +139,10 @@ public sealed class IoUringCapabilities
             {
                 caps.HasZeroCopyReportUsage = ProbeZeroCopyFlag(ring, IORING_SEND_ZC_REPORT_USAGE);
             }
+            if (caps.HasZeroCopySendMsg)
+            {
+                caps.HasZeroCopySendMsgFixed = ProbeFixedSendMsg(ring);
+            }
             caps.HasReceiveLimit = ProbeReceiveLimit(ring);
             caps.HasReceiveBundles = (ring.Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && Environment.OSVersion.Version >= new Version(6, 15);
 
@@ -162,6 +173,42 @@ public sealed class IoUringCapabilities
     /// </summary>
     internal static bool ProbeZeroCopyFlag(Ring ring, ushort flag)
         => PreparesWithoutError(ring, new io_uring_sqe { opcode = IORING_OP_SEND_ZC, fd = -1, ioprio = flag });
+
+    /// <summary>
+    /// Registers one page as buffer 0 and submits a SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over it on fd -1. Kernels
+    /// before 6.15 refuse the flag for SENDMSG_ZC when they prepare it (EINVAL); later ones prepare it and fail the fd
+    /// lookup (EBADF). Nothing is sent. False too if the page cannot be registered (then no send uses fixed buffers anyway).
+    /// </summary>
+    internal static unsafe bool ProbeFixedSendMsg(Ring ring)
+    {
+        const int PageSize = 4096;
+        byte* page = (byte*)NativeMemory.AlignedAlloc(PageSize, PageSize);
+        try
+        {
+            var vector = new iovec { iov_base = (nuint)page, iov_len = PageSize };
+            var register = new io_uring_rsrc_register { nr = 1, data = (ulong)&vector };
+            if (ring.TryRegister(IORING_REGISTER_BUFFERS2, &register, (uint)sizeof(io_uring_rsrc_register)) < 0)
+            {
+                return false;
+            }
+            var message = new Libc.msghdr { msg_iov = &vector, msg_iovlen = 1 };
+            bool accepted = PreparesWithoutError(ring, new io_uring_sqe
+            {
+                opcode = IORING_OP_SENDMSG_ZC,
+                fd = -1,
+                ioprio = IORING_RECVSEND_FIXED_BUF,
+                addr = (ulong)&message,
+                buf_index = 0,
+            });
+            // The probe request has completed (PreparesWithoutError waits for its final CQE): nothing uses the page now.
+            _ = ring.TryRegister(IORING_UNREGISTER_BUFFERS, null, 0);
+            return accepted;
+        }
+        finally
+        {
+            NativeMemory.AlignedFree(page);
+        }
+    }
 
     /// <summary>
     /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1. Kernels without the cap refuse a non-zero
@@ -231,6 +278,14 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
+    /// <summary>Test seam: a copy that pretends the kernel lacks fixed-buffer SENDMSG_ZC (as kernels before 6.15 do).</summary>
+    internal IoUringCapabilities WithoutFixedSendMsgForTesting()
+    {
+        var copy = (IoUringCapabilities)MemberwiseClone();
+        copy.HasZeroCopySendMsgFixed = false;
+        return copy;
+    }
+
     /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1 do).</summary>
     internal IoUringCapabilities WithZeroCopyForTesting(bool sendMsg, bool reportUsage)
     {
@@ -241,6 +296,7 @@ public sealed class IoUringCapabilities
             copy._opcodes[IORING_OP_SENDMSG_ZC >> 6] &= ~(1UL << (IORING_OP_SENDMSG_ZC & 63));
         }
         copy.HasZeroCopyReportUsage &= reportUsage;
+        copy.HasZeroCopySendMsgFixed &= sendMsg;
         return copy;
     }
 }

@@ -16,6 +16,15 @@ internal sealed class TestHooks
     /// <summary>Fails chosen requests with injected errors, through the real kernel (see <see cref="FaultInjector"/>).</summary>
     public FaultInjector? Faults { get; init; }
 
+    /// <summary>Registering memory with the ring (fixed buffers) fails with this errno (ENOMEM: RLIMIT_MEMLOCK) as if the kernel refused.</summary>
+    public int BufferRegistrationErrno { get; init; }
+
+    /// <summary>The loop's memory pool fills every returned block with a poison byte, so bytes sent after a block's return show up.</summary>
+    public bool PoisonReturnedMemory { get; init; }
+
+    /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always copies), to test zero-copy lifetimes here.</summary>
+    public bool IgnoreZeroCopyCopied { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }
 }

@@ -1,4 +1,5 @@
 using System.Diagnostics.Metrics;
+using IoUring.AspNetCore.Tests.Support;
 using Microsoft.Extensions.DependencyInjection;
 
 namespace IoUring.AspNetCore.Tests.Reliability;
@@ -6,7 +7,8 @@ namespace IoUring.AspNetCore.Tests.Reliability;
 /// <summary>
 /// The memory held by one host's Kestrel memory pools (the transports' and Kestrel's own buffers), from the pool
 /// metrics of .NET 10 ("Microsoft.AspNetCore.MemoryPool"). Only this host's meters are listened to (their scope is
-/// the host's IMeterFactory), so servers of tests running in parallel do not count.
+/// the host's IMeterFactory), so servers of tests running in parallel do not count. Where the io_uring transport gives
+/// its connections the loops' own pools instead of Kestrel's, their blocks are added (read from the pools' counts).
 /// </summary>
 internal sealed class PoolMeter : IDisposable
 {
@@ -19,8 +21,21 @@ internal sealed class PoolMeter : IDisposable
     private long _pooled;
     private long _peakRented;
 
+    private readonly IoUring.Net.PinnedBlockMemoryPool[] _loopPools;
+
+    public PoolMeter(TestServer server)
+        : this(server.App.Services)
+    {
+        _loopPools = server.Transport == TransportKind.IoUring
+            && server.App.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().OfType<IoUringTransportFactory>().LastOrDefault()?.Network is { } network
+            && network.MemoryPool is IoUring.Net.PinnedBlockMemoryPool // the loops' own pools, not Kestrel's
+            ? network.Loops.Select(l => (IoUring.Net.PinnedBlockMemoryPool)l.MemoryPool).ToArray()
+            : [];
+    }
+
     public PoolMeter(IServiceProvider services)
     {
+        _loopPools = [];
         IMeterFactory factory = services.GetRequiredService<IMeterFactory>();
         _listener.InstrumentPublished = (instrument, listener) =>
         {
@@ -40,7 +55,7 @@ internal sealed class PoolMeter : IDisposable
         {
             lock (_lock)
             {
-                return _allocated - _evicted;
+                return _allocated - _evicted + _loopPools.Sum(p => (long)(p.RentedBlocks + p.RetainedBlocks) * p.BlockBytes);
             }
         }
     }
@@ -52,7 +67,7 @@ internal sealed class PoolMeter : IDisposable
         {
             lock (_lock)
             {
-                return _allocated - _evicted - _pooled;
+                return _allocated - _evicted - _pooled + _loopPools.Sum(p => (long)p.RentedBlocks * p.BlockBytes);
             }
         }
     }
@@ -64,7 +79,8 @@ internal sealed class PoolMeter : IDisposable
         {
             lock (_lock)
             {
-                return _peakRented;
+                // The loop pools' peaks add up to at least the combined peak: a bound on it, never below it.
+                return _peakRented + _loopPools.Sum(p => (long)p.PeakRentedBlocks * p.BlockBytes);
             }
         }
     }
@@ -74,6 +90,10 @@ internal sealed class PoolMeter : IDisposable
         lock (_lock)
         {
             _peakRented = _allocated - _evicted - _pooled;
+        }
+        foreach (IoUring.Net.PinnedBlockMemoryPool pool in _loopPools)
+        {
+            pool.ResetPeak();
         }
     }
 

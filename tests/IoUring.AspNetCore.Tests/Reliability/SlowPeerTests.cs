@@ -66,7 +66,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
         const int Lorises = 200;
         await using TestServer server = await TestServer.StartAsync(Transport, App(new Gate()),
             o => o.Kestrel = k => k.Limits.RequestHeadersTimeout = TimeSpan.FromSeconds(2));
-        using var pool = new PoolMeter(server.App.Services);
+        using var pool = new PoolMeter(server);
         await ServePlaintextAsync(server, close: true); // warm up
         long rentedBefore = pool.Rented;
         pool.ResetPeak();
@@ -107,7 +107,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
         const int Tricklers = 50;
         await using TestServer server = await TestServer.StartAsync(Transport, App(new Gate()),
             o => o.Kestrel = k => k.Limits.MinRequestBodyDataRate = new MinDataRate(bytesPerSecond: 240, gracePeriod: TimeSpan.FromSeconds(2)));
-        using var pool = new PoolMeter(server.App.Services);
+        using var pool = new PoolMeter(server);
         await ServePlaintextAsync(server, close: true);
         long rentedBefore = pool.Rented;
         pool.ResetPeak();
@@ -158,7 +158,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
         var gate = new Gate();
         await using TestServer server = await TestServer.StartAsync(Transport, App(gate),
             o => { o.MaxReadBufferSize = MaxReadBufferSize; o.ShutdownTimeout = TimeSpan.FromSeconds(2); });
-        using var pool = new PoolMeter(server.App.Services);
+        using var pool = new PoolMeter(server);
         await ServePlaintextAsync(server, close: true);
         long rentedBefore = pool.Rented;
         pool.ResetPeak();

@@ -34,6 +34,8 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         Expect<io_uring_buf>(16);
         Expect<io_uring_buf_reg>(40);
         Expect<io_uring_rsrc_update>(16);
+        Expect<io_uring_rsrc_register>(32);
+        Expect<io_uring_rsrc_update2>(32);
         Expect<io_uring_getevents_arg>(24);
         Expect<__kernel_timespec>(16);
         Expect<io_uring_probe>(16);
@@ -179,6 +181,7 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
     [
         typeof(io_uring_sqe), typeof(io_uring_cqe), typeof(io_sqring_offsets), typeof(io_cqring_offsets),
         typeof(io_uring_params), typeof(io_uring_buf), typeof(io_uring_buf_reg), typeof(io_uring_rsrc_update),
+        typeof(io_uring_rsrc_register), typeof(io_uring_rsrc_update2),
         typeof(io_uring_getevents_arg), typeof(__kernel_timespec), typeof(io_uring_probe), typeof(io_uring_probe_op),
         typeof(iovec), typeof(Libc.msghdr), typeof(Libc.linger),
     ];

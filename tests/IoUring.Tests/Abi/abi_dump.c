@@ -177,6 +177,19 @@ static void structs(void)
 	FIELD(io_uring_rsrc_update, offset);
 	FIELD(io_uring_rsrc_update, resv);
 	FIELD(io_uring_rsrc_update, data);
+	SIZE(io_uring_rsrc_register);
+	FIELD(io_uring_rsrc_register, nr);
+	FIELD(io_uring_rsrc_register, flags);
+	FIELD(io_uring_rsrc_register, resv2);
+	FIELD(io_uring_rsrc_register, data);
+	FIELD(io_uring_rsrc_register, tags);
+	SIZE(io_uring_rsrc_update2);
+	FIELD(io_uring_rsrc_update2, offset);
+	FIELD(io_uring_rsrc_update2, resv);
+	FIELD(io_uring_rsrc_update2, data);
+	FIELD(io_uring_rsrc_update2, tags);
+	FIELD(io_uring_rsrc_update2, nr);
+	FIELD(io_uring_rsrc_update2, resv2);
 
 	SIZE(io_uring_getevents_arg);
 	FIELD(io_uring_getevents_arg, sigmask);
@@ -405,6 +418,10 @@ static void constants(void)
 	CONST(IORING_REGISTER_EVENTFD);
 	CONST(IORING_REGISTER_PROBE);
 	CONST(IORING_REGISTER_ENABLE_RINGS);
+	CONST(IORING_REGISTER_BUFFERS2);
+	CONST(IORING_REGISTER_BUFFERS_UPDATE);
+	CONST(IORING_UNREGISTER_BUFFERS);
+	CONST(IORING_RSRC_REGISTER_SPARSE);
 	CONST(IORING_REGISTER_RING_FDS);
 	CONST(IORING_UNREGISTER_RING_FDS);
 	CONST(IORING_REGISTER_PBUF_RING);

@@ -19,18 +19,24 @@ public sealed class ZeroCopyTests
         await client.ConnectAsync(listener.LocalEndPoint);
         IoUringConnection server = (await listener.AcceptAsync())!;
         byte[] payload = RandomNumberGenerator.GetBytes(size);
+        return (server, await TransferAsync(server, client, payload, chunk: 200_000), payload);
+    }
+
+    /// <summary>Writes <paramref name="payload"/> to <paramref name="server"/> in chunks, then closes it; returns what <paramref name="client"/> read until the FIN.</summary>
+    internal static async Task<byte[]> TransferAsync(IoUringConnection server, Socket client, byte[] payload, int chunk)
+    {
         Task send = Task.Run(async () =>
         {
-            for (int offset = 0; offset < payload.Length; offset += 200_000)
+            for (int offset = 0; offset < payload.Length; offset += chunk)
             {
-                await server.Output.WriteAsync(payload.AsMemory(offset, Math.Min(200_000, payload.Length - offset)));
+                await server.Output.WriteAsync(payload.AsMemory(offset, Math.Min(chunk, payload.Length - offset)));
             }
             await server.DisposeAsync();
         });
         using var received = new MemoryStream();
         await new NetworkStream(client).CopyToAsync(received);
         await send;
-        return (server, received.ToArray(), payload);
+        return received.ToArray();
     }
 
     [Fact]

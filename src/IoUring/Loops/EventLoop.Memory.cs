@@ -1,0 +1,112 @@
+using System.Buffers;
+using System.Runtime.InteropServices;
+using IoUring.Net;
+using IoUring.Rings;
+
+namespace IoUring.Loops;
+
+// The loop's memory pool, whose regions are registered with the ring as fixed buffers.
+public sealed unsafe partial class EventLoop
+{
+    private RegisteredBufferTable? _bufferTable; // made at start, on the loop thread
+    private PinnedBlockMemoryPool? _memoryPool;
+
+    /// <summary>
+    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with the loop's ring as fixed buffers where the
+    /// kernel allows it. Connections on this loop use it for their pipes unless given a pool of their own; custom
+    /// requests can name its blocks as fixed buffers (see <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
+    /// </summary>
+    public MemoryPool<byte> MemoryPool => _memoryPool ?? CreateMemoryPool();
+
+    /// <summary>The pool, if anything used it yet (null otherwise): tests and metrics read its counts.</summary>
+    internal PinnedBlockMemoryPool? MemoryPoolIfCreated => Volatile.Read(ref _memoryPool);
+
+    /// <summary>The ring's registered-buffer table (null before start).</summary>
+    internal RegisteredBufferTable? BufferTable => _bufferTable;
+
+    /// <summary>
+    /// Whether <paramref name="memory"/> lies in a block of this loop's <see cref="MemoryPool"/> that is registered
+    /// with this loop's ring, and if so the buffer's index: a request sets it in <c>sqe-&gt;buf_index</c> with
+    /// IORING_RECVSEND_FIXED_BUF (sends) or uses a READ_FIXED/WRITE_FIXED opcode, and keeps the memory's own address in
+    /// <c>sqe-&gt;addr</c>. Registration happens on the loop thread shortly after a region is first used, and is
+    /// refused where the kernel says no (RLIMIT_MEMLOCK): the memory is then still usable, only not fixed.
+    /// Loop thread only.
+    /// </summary>
+    public bool TryGetRegisteredBuffer(ReadOnlyMemory<byte> memory, out ushort bufferIndex)
+    {
+        ThrowIfNotOnLoopThread();
+        if (MemoryMarshal.TryGetMemoryManager(memory, out PinnedBlockMemoryPool.Block? block)
+            && block.Region.Pool == _memoryPool && block.Region.BufferIndex >= 0)
+        {
+            bufferIndex = (ushort)block.Region.BufferIndex;
+            return true;
+        }
+        bufferIndex = 0;
+        return false;
+    }
+
+    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop thread (the sender's hot path).</summary>
+    internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block)
+        => block.Region.Pool == _memoryPool ? block.Region.BufferIndex : -1;
+
+    private PinnedBlockMemoryPool CreateMemoryPool()
+    {
+        var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this), poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize);
+        if (Interlocked.CompareExchange(ref _memoryPool, pool, null) is { } existing)
+        {
+            pool.Dispose();
+            return existing;
+        }
+        return pool;
+    }
+
+    /// <summary>Registers regions on the loop thread (the ring's single issuer) as the pool adds them, and empties their entries when it trims them.</summary>
+    private sealed class RegionRegistrar(EventLoop loop) : IRegionRegistrar
+    {
+        public void Register(PinnedBlockMemoryPool.Region region)
+        {
+            if (loop.IsOnLoopThread)
+            {
+                RegisterNow(region);
+            }
+            else
+            {
+                loop.Schedule(static r => ((RegionRegistrar)((object[])r!)[0]).RegisterNow((PinnedBlockMemoryPool.Region)((object[])r!)[1]), new object[] { this, region });
+            }
+        }
+
+        public void Unregister(PinnedBlockMemoryPool.Region region)
+        {
+            if (loop.IsOnLoopThread)
+            {
+                UnregisterNow(region);
+            }
+            else
+            {
+                loop.Schedule(static r => ((RegionRegistrar)((object[])r!)[0]).UnregisterNow((PinnedBlockMemoryPool.Region)((object[])r!)[1]), new object[] { this, region });
+            }
+        }
+
+        private void RegisterNow(PinnedBlockMemoryPool.Region region)
+        {
+            // After the stop the work runs elsewhere (the ring is gone): the region stays unregistered.
+            if (!loop.IsOnLoopThread || loop.IsStopping || region.IsDropped || loop._bufferTable is not { } table)
+            {
+                return;
+            }
+            if (table.TryRegister(region.Start, PinnedBlockMemoryPool.Region.Length, out ushort index))
+            {
+                region.BufferIndex = index;
+            }
+        }
+
+        private void UnregisterNow(PinnedBlockMemoryPool.Region region)
+        {
+            if (region.BufferIndex >= 0 && loop.IsOnLoopThread && !loop.IsStopping && loop._bufferTable is { } table)
+            {
+                table.Unregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
+            }
+            region.BufferIndex = -1;
+        }
+    }
+}

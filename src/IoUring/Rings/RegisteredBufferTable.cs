@@ -1,0 +1,108 @@
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Rings;
+
+/// <summary>
+/// A ring's table of registered ("fixed") buffers: memory the kernel pinned once, so a request naming its index
+/// (IORING_RECVSEND_FIXED_BUF with sqe->buf_index) skips pinning the pages on every send. The table is registered
+/// sparse (IORING_REGISTER_BUFFERS2, 5.19) on first use; entries are filled and emptied one at a time
+/// (IORING_REGISTER_BUFFERS_UPDATE).
+/// </summary>
+/// <remarks>
+/// Ring thread only (the loop's ring is SINGLE_ISSUER, and registration belongs to its submitter). The kernel keeps
+/// an emptied entry's pages pinned until no request that used it is in flight, but our callers only empty entries
+/// whose memory nothing references any more. When the kernel refuses (RLIMIT_MEMLOCK: ENOMEM; a seccomp filter:
+/// EPERM), the memory simply stays unregistered and sends fall back to pinning per request.
+/// </remarks>
+internal sealed unsafe class RegisteredBufferTable
+{
+    /// <summary>Table entries: with the memory pool's 256 KiB regions, 1 GiB of registered memory per ring.</summary>
+    public const int Capacity = 4096;
+
+    private readonly Ring _ring;
+    private readonly int _injectedErrno;
+    private ushort[]? _free;    // free entries, a stack; null until the sparse table is registered
+    private int _freeCount;
+
+    public RegisteredBufferTable(Ring ring, int injectedErrno = 0)
+    {
+        _ring = ring;
+        _injectedErrno = injectedErrno;
+    }
+
+    /// <summary>The errno of the last refused registration (0: none was refused).</summary>
+    public int RefusedErrno { get; private set; }
+
+    /// <summary>Entries holding memory now.</summary>
+    public int Registered => _free is null ? 0 : Capacity - _freeCount;
+
+    /// <summary>Bytes registered now.</summary>
+    public long RegisteredBytes { get; private set; }
+
+    /// <summary>Registers [<paramref name="address"/>, +<paramref name="length"/>) as one entry; false (and <see cref="RefusedErrno"/>) if the kernel refuses or the table is full.</summary>
+    public bool TryRegister(byte* address, int length, out ushort index)
+    {
+        index = 0;
+        if (_injectedErrno != 0)
+        {
+            RefusedErrno = _injectedErrno;
+            return false;
+        }
+        if (_free is null && !TryRegisterTable())
+        {
+            return false;
+        }
+        if (_freeCount == 0)
+        {
+            return false; // full: the memory stays usable, unregistered
+        }
+        ushort entry = _free![_freeCount - 1];
+        if (Update(entry, address, length) is int errno and < 0)
+        {
+            RefusedErrno = -errno;
+            return false;
+        }
+        _freeCount--;
+        RegisteredBytes += length;
+        index = entry;
+        return true;
+    }
+
+    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any more).</summary>
+    public void Unregister(ushort index, int length)
+    {
+        // Emptying an entry cannot fail for a valid index on a live ring; if it did the entry stays taken (a leak of
+        // one table slot, never a reuse of memory the kernel still maps there).
+        if (Update(index, null, 0) >= 0)
+        {
+            _free![_freeCount++] = index;
+            RegisteredBytes -= length;
+        }
+    }
+
+    private bool TryRegisterTable()
+    {
+        var register = new io_uring_rsrc_register { nr = Capacity, flags = IORING_RSRC_REGISTER_SPARSE };
+        int result = _ring.TryRegister(IORING_REGISTER_BUFFERS2, &register, (uint)sizeof(io_uring_rsrc_register));
+        if (result < 0)
+        {
+            RefusedErrno = -result;
+            return false;
+        }
+        _free = new ushort[Capacity];
+        for (int i = 0; i < Capacity; i++)
+        {
+            _free[i] = (ushort)(Capacity - 1 - i); // entry 0 on top
+        }
+        _freeCount = Capacity;
+        return true;
+    }
+
+    private int Update(ushort entry, byte* address, int length)
+    {
+        var vector = new iovec { iov_base = (nuint)address, iov_len = (nuint)length };
+        var update = new io_uring_rsrc_update2 { offset = entry, data = (ulong)&vector, nr = 1 };
+        return _ring.TryRegister(IORING_REGISTER_BUFFERS_UPDATE, &update, (uint)sizeof(io_uring_rsrc_update2));
+    }
+}

@@ -172,13 +172,14 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
         int pinSet = -1;
         int fixedBuffer = -1;
+        int segmentLimit = MaxIovecs;
         if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
         {
             _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
         }
         MemoryHandle[] pins = _pins;
         if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
-            && (pinSet = RentPinSet(buffer, out fixedBuffer)) >= 0)
+            && (pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit)) >= 0)
         {
             pins = _pinSets[pinSet];
         }
@@ -195,7 +196,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             }
             pins[count] = segment.Pin();
             iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
-            if (++count == MaxIovecs)
+            if (++count == segmentLimit)
             {
                 break; // the rest goes in the next send
             }
@@ -341,23 +342,53 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
 
     /// <summary>
     /// A free pin set, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.
-    /// <paramref name="fixedBuffer"/>: the registered buffer all the segments lie in, or -1 (unregistered, or several).
+    /// <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span several
+    /// regions but the leading ones in one registered region make at least the threshold (and gathers may be fixed),
+    /// only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next send.
     /// </summary>
-    private int RentPinSet(in ReadOnlySequence<byte> buffer, out int fixedBuffer)
+    private int RentPinSet(in ReadOnlySequence<byte> buffer, out int fixedBuffer, out int segmentLimit)
     {
         fixedBuffer = -1;
+        segmentLimit = MaxIovecs;
         int segments = 0;
+        int leading = 0;        // segments at the start that lie in the first segment's registered region
+        long leadingBytes = 0;
         foreach (ReadOnlyMemory<byte> segment in buffer)
         {
+            if (segment.IsEmpty)
+            {
+                continue; // as in SendAsync: counted alike, so segmentLimit means the same there
+            }
             if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? block))
             {
                 return -1;
             }
             int index = _owner.Loop.RegisteredBufferIndex(block);
-            fixedBuffer = segments == 0 || index == fixedBuffer ? index : -1;
+            if (segments == 0)
+            {
+                fixedBuffer = index;
+            }
+            if (leading == segments && index >= 0 && index == fixedBuffer)
+            {
+                leading++;
+                leadingBytes += segment.Length;
+            }
             if (++segments == MaxIovecs)
             {
                 break; // the rest goes in the next send
+            }
+        }
+        if (leading < segments)
+        {
+            // Without fixed gathers (before 6.15) one unfixed gather beats a single fixed segment per send.
+            bool prefixWorthIt = _fixedGather && leading > 0 && leadingBytes >= _settings.ZeroCopySendThreshold;
+            if (prefixWorthIt)
+            {
+                segmentLimit = leading;
+            }
+            else
+            {
+                fixedBuffer = -1;
             }
         }
         if (_pinSets.Length == 0)

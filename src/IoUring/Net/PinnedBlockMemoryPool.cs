@@ -15,6 +15,9 @@ namespace IoUring.Net;
 /// made 64 connections echoing 1 MiB allocate megabytes per round). What sat unused is trimmed instead: every
 /// <see cref="TrimInterval"/>, the regions none of whose blocks was rented during the whole interval are unregistered
 /// and left to the GC, so a burst's memory goes back within two intervals of the burst's end.</para>
+/// <para>Blocks are rented from one region until it has none free, then from the partly used region with the most
+/// free blocks (a fully free one only when no partly used one has any): a connection's consecutive blocks then mostly
+/// share a region, so a gather send from them names one fixed buffer, and idle regions stay idle until trimmed.</para>
 /// <para>A block is reference counted (the renter, and each pin: a zero-copy send pins until its notification), and
 /// comes back to the free list only when both the renter and every pin let go: a block is never reused while the
 /// kernel may still read it. Regions are GC memory: a block someone still holds after the pool is disposed stays valid.</para>
@@ -36,8 +39,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     private readonly IRegionRegistrar? _registrar;
     private readonly Lock _lock = new();
     private readonly List<Region> _regions = [];
-    private Block[] _free = []; // a stack: the most recently returned block is reused first
-    private int _freeCount;
+    private Region? _current;   // rented from until empty: consecutive rents share a region (one fixed buffer)
+    private int _freeCount;     // free blocks of all regions
     private readonly ITimer? _trimTimer;
     private int _rented;
     private int _peakRented;
@@ -126,13 +129,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         Region? added = null;
         lock (_lock)
         {
-            if (_freeCount == 0)
+            Region? region = _current;
+            if (region is null || region.FreeCount == 0)
             {
-                added = AddRegion();
+                region = _current = NextRegion() ?? (added = AddRegion());
             }
-            block = _free[--_freeCount];
-            _free[_freeCount] = null!;
-            block.Region.RentedSinceTrim = true;
+            block = region.Pop();
+            _freeCount--;
+            region.RentedSinceTrim = true;
         }
         if (added is not null)
         {
@@ -164,26 +168,17 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
                     region.RentedSinceTrim = false;
                     continue;
                 }
-                if (region.FreeBlocks == BlocksPerRegion)
+                if (region.FreeCount == BlocksPerRegion) // none rented or pinned
                 {
                     region.MarkDropped();
                     (dropped ??= []).Add(region);
                     _regions.RemoveAt(i);
-                }
-            }
-            if (dropped is not null)
-            {
-                // Take the dropped regions' blocks off the free list (all of them are on it: none is rented or pinned).
-                int kept = 0;
-                for (int i = 0; i < _freeCount; i++)
-                {
-                    if (!_free[i].Region.IsDropped)
+                    _freeCount -= BlocksPerRegion;
+                    if (_current == region)
                     {
-                        _free[kept++] = _free[i];
+                        _current = null;
                     }
                 }
-                Array.Clear(_free, kept, _freeCount - kept);
-                _freeCount = kept;
             }
         }
         if (dropped is null)
@@ -197,20 +192,35 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return dropped.Count * BlocksPerRegion;
     }
 
-    /// <summary>Under the lock: a new region, its blocks on the free list.</summary>
+    /// <summary>Under the lock: the partly used region with the most free blocks, else a fully free one, else null.</summary>
+    private Region? NextRegion()
+    {
+        if (_freeCount == 0)
+        {
+            return null;
+        }
+        Region? best = null, idle = null;
+        foreach (Region region in _regions)
+        {
+            int free = region.FreeCount;
+            if (free == BlocksPerRegion)
+            {
+                idle ??= region;
+            }
+            else if (free > 0 && (best is null || free > best.FreeCount))
+            {
+                best = region;
+            }
+        }
+        return best ?? idle;
+    }
+
+    /// <summary>Under the lock: a new region, all its blocks free.</summary>
     private Region AddRegion()
     {
         var region = new Region(this);
         _regions.Add(region);
-        // The free list can hold every block of every region, so a return never needs to grow it.
-        if (_free.Length < _regions.Count * BlocksPerRegion)
-        {
-            Array.Resize(ref _free, Math.Max(_free.Length * 2, _regions.Count * BlocksPerRegion));
-        }
-        for (int i = BlocksPerRegion - 1; i >= 0; i--)
-        {
-            _free[_freeCount++] = region.Blocks[i];
-        }
+        _freeCount += BlocksPerRegion;
         return region;
     }
 
@@ -227,7 +237,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             {
                 return;
             }
-            _free[_freeCount++] = block; // room: the array holds every block of every region
+            block.Region.Push(block);
+            _freeCount++;
         }
     }
 
@@ -237,8 +248,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         lock (_lock)
         {
             _disposed = true;
-            Array.Clear(_free, 0, _freeCount);
             _freeCount = 0;
+            _current = null;
             _regions.Clear();
         }
     }
@@ -250,6 +261,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     internal sealed unsafe class Region
     {
         private readonly byte[] _array; // reachable from every block (through Region): their pointers are into it
+        private readonly Block[] _free;  // this region's free blocks, a stack
 
         public Region(PinnedBlockMemoryPool pool)
         {
@@ -258,11 +270,12 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             // The array lives on the pinned object heap: its address is stable for its whole life.
             nuint address = (nuint)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array));
             Start = (byte*)((address + PageSize - 1) & ~(nuint)(PageSize - 1));
-            Blocks = new Block[pool.BlocksPerRegion];
-            for (int i = 0; i < Blocks.Length; i++)
+            _free = new Block[pool.BlocksPerRegion];
+            for (int i = 0; i < _free.Length; i++)
             {
-                Blocks[i] = new Block(this, Start + i * pool.BlockBytes);
+                _free[i] = new Block(this, Start + (_free.Length - 1 - i) * pool.BlockBytes); // the first block on top
             }
+            FreeCount = _free.Length;
         }
 
         public PinnedBlockMemoryPool Pool { get; }
@@ -272,7 +285,6 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         public static int Length => RegionSize;
 
-        public Block[] Blocks { get; }
 
         /// <summary>The registered-buffer entry, or -1. Written and read on the registrar's ring thread only.</summary>
         public int BufferIndex { get; set; } = -1;
@@ -283,19 +295,19 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         /// <summary>Under the pool's lock.</summary>
         internal bool RentedSinceTrim { get; set; }
 
-        /// <summary>Under the pool's lock: blocks of this region on the free list.</summary>
-        internal int FreeBlocks
+        /// <summary>Under the pool's lock: blocks of this region that are free (neither rented nor pinned).</summary>
+        internal int FreeCount { get; private set; }
+
+        /// <summary>Under the pool's lock: the most recently freed block of this region.</summary>
+        internal Block Pop()
         {
-            get
-            {
-                int free = 0;
-                foreach (Block block in Blocks)
-                {
-                    free += block.IsFree ? 1 : 0;
-                }
-                return free;
-            }
+            Block block = _free[--FreeCount];
+            _free[FreeCount] = null!;
+            return block;
         }
+
+        /// <summary>Under the pool's lock.</summary>
+        internal void Push(Block block) => _free[FreeCount++] = block;
 
         internal void MarkDropped() => IsDropped = true;
     }
@@ -314,9 +326,6 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         /// <summary>The block's first byte (inside <see cref="Region"/>'s pinned array).</summary>
         public byte* Pointer { get; } = pointer;
-
-        /// <summary>On the free list (neither rented nor pinned).</summary>
-        internal bool IsFree => Volatile.Read(ref _references) == 0;
 
         public override Span<byte> GetSpan() => new(Pointer, Region.Pool.BlockBytes);
 

@@ -18,8 +18,10 @@ public sealed class MemoryPoolTests
         Assert.Equal(pool.Regions * Region, pool.RetainedBlocks);
         Assert.Equal((3_000 + Region - 1) / Region, pool.Regions);
 
+        int regions = pool.Regions;
         var second = Enumerable.Range(0, 3_000).Select(_ => pool.Rent()).ToList();
-        Assert.All(second, b => Assert.Contains(AddressOf(b), addresses)); // nothing new was allocated
+        Assert.Equal(regions, pool.Regions); // nothing new was allocated
+        Assert.True(second.Count(b => addresses.Contains(AddressOf(b))) >= 3_000 - Region); // the same blocks, but for the last region's never-rented ones
         second.ForEach(b => b.Dispose());
         Assert.Equal(0, pool.RentedBlocks);
     }

@@ -156,7 +156,8 @@ public sealed class RegisteredMemoryTests
         var (server, counters) = await DownloadAndCheckAsync(network, 16 * 1024 * 1024);
         Assert.False(server.ZeroCopyReverted);
         Assert.True(counters.ZeroCopySends > 100, $"{counters.ZeroCopySends} zero-copy sends");
-        Assert.True(counters.ZeroCopySendsFixed > 0, $"{counters.ZeroCopySendsFixed} of {counters.ZeroCopySends} from fixed buffers");
+        // Where gathers may be fixed (6.15), a send stops at its first region's end, so nearly all are fixed; before, only single-segment ones.
+        Assert.True(IoUringCapabilities.Current.HasZeroCopySendMsgFixed ? counters.ZeroCopySendsFixed > counters.ZeroCopySends * 3 / 4 : counters.ZeroCopySendsFixed > 0, $"{counters.ZeroCopySendsFixed} of {counters.ZeroCopySends} from fixed buffers");
         if (IoUringCapabilities.Current.HasZeroCopyReportUsage)
         {
             Assert.True(counters.ZeroCopySendsCopied > 0); // loopback: the kernel copied, and said so

@@ -3,6 +3,8 @@
 #   iouring         --transport iouring                 (UseIoUring(): one loop, since the process sees one CPU)
 #   sockets         --transport sockets                 (Kestrel's default Sockets transport: the baseline)
 #   iouring-inline  --transport iouring --inline        (IoUringTransportOptions.UnsafePreferInlineScheduling)
+#   iouring-kestrelpool --transport iouring --kestrel-pool (UseLoopMemoryPools = false: Kestrel's pool, no
+#                   registered memory and no zero-copy sends; measured alone, not paired with a Sockets server)
 #   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
@@ -139,8 +141,10 @@ for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
 
 # ---- servers ----
 start_server() { # name port tag (names the log)
-    local name=$1 port=$2 log="$OUT/server-$3-$1.log" args=(--transport "${1%-inline}" --stats --urls "http://127.0.0.1:$2")
+    local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
+    local args=(--transport "${transport%-kestrelpool}" --stats --urls "http://127.0.0.1:$2")
     [[ $name == *-inline ]] && args+=(--inline)
+    [[ $name == *-kestrelpool ]] && args+=(--kestrel-pool)
     # A ring's teardown finishes after its process is gone, and until then an armed multishot accept keeps the
     # previous server's listening socket answering: give it a few seconds before calling the port taken.
     for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.1; done
@@ -148,7 +152,7 @@ start_server() { # name port tag (names the log)
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
     case $name in
-        iouring|iouring-inline|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring|iouring-inline|iouring-kestrelpool|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         c) taskset -c 0 "$C_SERVER" "$port" >"$log" 2>&1 & ;;
         *) echo "unknown server $name"; exit 2 ;;
@@ -178,7 +182,7 @@ round_order() {
     shift
     for name in "$@"; do
         [[ $used == *" $name "* ]] && continue
-        case $name in iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        case $name in iouring-kestrelpool) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
         if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
             if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
             used+="$name $partner "

@@ -1,13 +1,15 @@
 // Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket and a large download.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
-//                            [--cert server.pfx[:password]]
+//                            [--cert server.pfx[:password]] [--kestrel-pool]
 //
 //   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
 //             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
 //             Kestrel:Certificates:Default:Path and :Password (e.g. Kestrel__Certificates__Default__Path=server.pfx).
 //   --inline  UnsafePreferInlineScheduling on the selected transport (for Sockets as TechEmpower runs it, also set
 //             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
+//   --kestrel-pool  io_uring connections use Kestrel's memory pool, not their loops' registered pools
+//             (IoUringTransportOptions.UseLoopMemoryPools = false: the comparison of benchmarks/run-kestrel.sh)
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, and GET /_jit: methods JIT-compiled
 //             so far (benchmarks/run-kestrel.sh samples both)
 //
@@ -26,13 +28,18 @@ using IoUring.AspNetCore;
 // argument as their value.
 bool inline = args.Contains("--inline");
 bool stats = args.Contains("--stats");
-WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats")).ToArray());
+bool kestrelPool = args.Contains("--kestrel-pool");
+WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool")).ToArray());
 
 string transport = builder.Configuration["transport"] ?? "iouring";
 switch (transport)
 {
     case "iouring":
-        builder.WebHost.UseIoUring(o => o.UnsafePreferInlineScheduling = inline);
+        builder.WebHost.UseIoUring(o =>
+        {
+            o.UnsafePreferInlineScheduling = inline;
+            o.UseLoopMemoryPools = !kestrelPool;
+        });
         break;
     case "sockets":
         builder.WebHost.UseSockets(o => o.UnsafePreferInlineScheduling = inline);

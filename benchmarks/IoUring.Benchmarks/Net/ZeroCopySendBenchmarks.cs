@@ -32,7 +32,7 @@ public class ZeroCopySendBenchmarks
 
     public enum SendKind { Copy, ZeroCopy, ZeroCopyFixed }
 
-    [Params(1024, 4096, 65000)]
+    [Params(1024, 4096, 16384, 65000)]
     public int Size { get; set; }
 
     [Params(SendKind.Copy, SendKind.ZeroCopy, SendKind.ZeroCopyFixed)]

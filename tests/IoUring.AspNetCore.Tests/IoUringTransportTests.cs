@@ -214,6 +214,11 @@ public sealed class IoUringTransportTests
             Assert.True(values["iouring.connection.bytes_sent"] > 5 * "Hello, World!".Length);
             Assert.Equal(1, values["iouring.connection.opened"]);
             Assert.Equal(1, values["iouring.connection.active"]); // the client keeps its connection open
+            Assert.Equal(0, values["iouring.connection.zero_copy_sends"]); // small responses: plain sends
+            Assert.True(values.ContainsKey("iouring.connection.zero_copy_sends_fixed"));
+            Assert.True(values.ContainsKey("iouring.connection.zero_copy_sends_copied"));
+            Assert.True(values.ContainsKey("iouring.memory_pool.rented"));
+            Assert.True(values["iouring.memory_pool.registered"] > 0); // the loops' pools' regions, registered with their rings
         }
     }
 

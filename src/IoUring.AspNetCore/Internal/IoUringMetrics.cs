@@ -37,6 +37,11 @@ internal sealed class IoUringMetrics
         _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", () => Sum(static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers that could not be given back to the ring (expected 0).");
         _meter.CreateObservableCounter("iouring.connection.bytes_received", () => Sum(static c => c.BytesReceived), "By", "Bytes received from peers.");
         _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => Sum(static c => c.BytesSent), "By", "Bytes sent to peers.");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends", () => Sum(static c => c.ZeroCopySends), "{send}", "Zero-copy sends (SEND_ZC/SENDMSG_ZC).");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends_fixed", () => Sum(static c => c.ZeroCopySendsFixed), "{send}", "Zero-copy sends from registered (fixed) buffers.");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends_copied", () => Sum(static c => c.ZeroCopySendsCopied), "{send}", "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.rented", () => SumLive(static c => c.MemoryPoolRentedBytes), "By", "Bytes of the loops' memory pools rented now, including blocks pinned by zero-copy sends until their notification.");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.registered", () => SumLive(static c => c.RegisteredMemoryBytes), "By", "Bytes of the loops' memory pools registered with their rings as fixed buffers.");
         _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected.");
         _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open now.");
     }
@@ -71,6 +76,20 @@ internal sealed class IoUringMetrics
 
     /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters already.</summary>
     public void ConnectionClosed() => _active.Add(-1);
+
+    /// <summary>A level (not a count) over the live networks' loops: gone networks hold nothing.</summary>
+    private long SumLive(Func<EventLoopCounters, long> select)
+    {
+        long total = 0;
+        foreach (IoUringNetwork network in _networks.Keys)
+        {
+            foreach (EventLoop loop in network.Loops)
+            {
+                total += select(loop.Counters);
+            }
+        }
+        return total;
+    }
 
     private long Sum(Func<EventLoopCounters, long> select)
     {

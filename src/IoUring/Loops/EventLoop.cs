@@ -103,6 +103,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
+        MemoryPoolRentedBytes = _memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0,
+        RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
     };
 
     /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>

@@ -45,6 +45,13 @@ public struct EventLoopCounters
     /// <summary>Zero-copy notifications that said the kernel copied the data after all (loopback, or a device that cannot send from user pages).</summary>
     public long ZeroCopySendsCopied { readonly get; internal set; }
 
+    /// <summary>Bytes of the loop's <see cref="EventLoop.MemoryPool"/> rented now, including blocks that zero-copy sends
+    /// still pin until their notification: a level, not a count.</summary>
+    public long MemoryPoolRentedBytes { readonly get; internal set; }
+
+    /// <summary>Bytes of the loop's pool registered with its ring as fixed buffers now: a level, not a count.</summary>
+    public long RegisteredMemoryBytes { readonly get; internal set; }
+
     /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live ones.</summary>
     public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
     {
@@ -61,5 +68,7 @@ public struct EventLoopCounters
         ZeroCopySends = left.ZeroCopySends + right.ZeroCopySends,
         ZeroCopySendsFixed = left.ZeroCopySendsFixed + right.ZeroCopySendsFixed,
         ZeroCopySendsCopied = left.ZeroCopySendsCopied + right.ZeroCopySendsCopied,
+        MemoryPoolRentedBytes = left.MemoryPoolRentedBytes + right.MemoryPoolRentedBytes,
+        RegisteredMemoryBytes = left.RegisteredMemoryBytes + right.RegisteredMemoryBytes,
     };
 }

@@ -22,7 +22,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory; without one the transport uses a pinned pool of its own.</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops' pools are used.</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
     /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names it.</exception>
     public IoUringConnectionFactory(

@@ -83,9 +83,10 @@ public sealed class IoUringTransportOptions
     /// </summary>
     /// <remarks>
     /// Defaults to true. The loops' pools are used when this is true, <see cref="ZeroCopySendThreshold"/> is not null and
-    /// the kernel has zero-copy send; otherwise the pipes use Kestrel's pool and every send copies. On loopback the
-    /// kernel always copies: a connection's first large send tells it so and it goes back to plain sends (its memory
-    /// stays the loop's pool, which costs nothing extra).
+    /// the kernel has zero-copy send; otherwise the pipes use Kestrel's pool where the host provides one (and every send
+    /// copies), else still the loops' pools. On loopback the kernel always copies: from 6.2 (REPORT_USAGE) a
+    /// connection's first large send tells it so and it goes back to plain sends (its memory stays the loop's pool, which
+    /// costs nothing extra); on 6.0 and 6.1 it cannot know and stays zero-copy, correct but slower there.
     /// </remarks>
     public bool UseLoopMemoryPools { get; set; } = true;
 

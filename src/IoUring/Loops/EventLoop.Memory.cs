@@ -30,6 +30,8 @@ public sealed unsafe partial class EventLoop
     /// IORING_RECVSEND_FIXED_BUF (sends) or uses a READ_FIXED/WRITE_FIXED opcode, and keeps the memory's own address in
     /// <c>sqe-&gt;addr</c>. Registration happens on the loop thread shortly after a region is first used, and is
     /// refused where the kernel says no (RLIMIT_MEMLOCK): the memory is then still usable, only not fixed.
+    /// Keep the block rented until the request's final completion (for a zero-copy send, its notification): once every
+    /// block of a region is back, the pool may trim the region and the index may later name other memory.
     /// Loop thread only.
     /// </summary>
     public bool TryGetRegisteredBuffer(ReadOnlyMemory<byte> memory, out ushort bufferIndex)
@@ -51,10 +53,13 @@ public sealed unsafe partial class EventLoop
 
     private PinnedBlockMemoryPool CreateMemoryPool()
     {
-        var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this), poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize);
+        var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this), poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize)
+        {
+            OwnedByLoop = true, // users reach it through public properties: their Dispose must not end it
+        };
         if (Interlocked.CompareExchange(ref _memoryPool, pool, null) is { } existing)
         {
-            pool.Dispose();
+            pool.Shutdown();
             return existing;
         }
         return pool;

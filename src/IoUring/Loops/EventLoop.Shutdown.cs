@@ -149,7 +149,8 @@ public sealed unsafe partial class EventLoop
         _loopRingOwner.Release();
         // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
         // pool's blocks stay valid GC memory for whoever still holds one.
-        _memoryPool?.Dispose();
+        _memoryPool?.Shutdown();
+        _bufferTable = null; // the ring's table goes with it (counters report nothing registered)
         _ring.Dispose();
     }
 }

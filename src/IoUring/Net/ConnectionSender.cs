@@ -403,6 +403,8 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         int free = ~_pinSetsBusy & ((1 << PinSets) - 1);
         if (free == 0)
         {
+            segmentLimit = MaxIovecs; // a plain send instead: no reason to stop at a region's end
+            fixedBuffer = -1;
             return -1;
         }
         int set = BitOperations.TrailingZeroCount(free);

@@ -78,7 +78,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>
     /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
-    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its ring).
+    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its ring;
+    /// it lives as long as that loop, and disposing it does nothing).
     /// </summary>
     public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 

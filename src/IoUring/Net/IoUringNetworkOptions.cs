@@ -65,12 +65,14 @@ public sealed class IoUringNetworkOptions
     /// <summary>16 KiB on 6.10 and later, 64 KiB before (see <see cref="ZeroCopySendThreshold"/>).</summary>
     internal static long DefaultZeroCopySendThreshold { get; } = Environment.OSVersion.Version >= new Version(6, 10) ? 16 * 1024 : 64 * 1024;
 
-    /// <summary>The memory pool of every connection's pipes, or null for the network's own pool.</summary>
+    /// <summary>The memory pool of every connection's pipes, or null for each loop's own pool.</summary>
     /// <remarks>
-    /// Defaults to null: the network's <c>PinnedBlockMemoryPool</c> (16 KiB blocks on the pinned object heap), disposed with
-    /// the network. Zero-copy sends need that pool (its blocks outlive the pipe's hold while the kernel reads them); with
-    /// any other pool every send copies. A pool given here is not disposed by the network. Kestrel's transport passes
-    /// Kestrel's pool when the host provides one.
+    /// Defaults to null: each connection uses its loop's <see cref="Loops.EventLoop.MemoryPool"/> (blocks of
+    /// <see cref="Loops.EventLoopOptions.MemoryBlockSize"/> on the pinned object heap, registered with the loop's ring as
+    /// fixed buffers), which lives as long as the loop. Zero-copy sends need such a pool (its blocks outlive the pipe's
+    /// hold while the kernel reads them); with any other pool every send copies. A pool given here is not disposed by
+    /// the network. Kestrel's transport passes Kestrel's pool only where its loops' pools are not used
+    /// (IoUringTransportOptions.UseLoopMemoryPools).
     /// </remarks>
     public System.Buffers.MemoryPool<byte>? MemoryPool { get; set; }
 

@@ -14,7 +14,8 @@ namespace IoUring.Net;
 /// <para>Every returned block is kept, so a working set of any size is served without allocating once warm (a fixed cap
 /// made 64 connections echoing 1 MiB allocate megabytes per round). What sat unused is trimmed instead: every
 /// <see cref="TrimInterval"/>, the regions none of whose blocks was rented during the whole interval are unregistered
-/// and left to the GC, so a burst's memory goes back within two intervals of the burst's end.</para>
+/// and left to the GC, so a burst's memory goes back within two intervals of the burst's end, except the regions where
+/// some block is still held (one long-held block keeps its whole region).</para>
 /// <para>Blocks are rented from one region until it has none free, then from the partly used region with the most
 /// free blocks (a fully free one only when no partly used one has any): a connection's consecutive blocks then mostly
 /// share a region, so a gather send from them names one fixed buffer, and idle regions stay idle until trimmed.</para>
@@ -135,10 +136,13 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
                 region = _current = NextRegion() ?? (added = AddRegion());
             }
             block = region.Pop();
-            _freeCount--;
+            if (!_disposed)
+            {
+                _freeCount--;
+            }
             region.RentedSinceTrim = true;
         }
-        if (added is not null)
+        if (added is not null && !_disposed)
         {
             _registrar?.Register(added);
         }
@@ -215,12 +219,15 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return best ?? idle;
     }
 
-    /// <summary>Under the lock: a new region, all its blocks free.</summary>
+    /// <summary>Under the lock: a new region, all its blocks free (after <see cref="Shutdown"/>: untracked, unregistered).</summary>
     private Region AddRegion()
     {
         var region = new Region(this);
-        _regions.Add(region);
-        _freeCount += BlocksPerRegion;
+        if (!_disposed)
+        {
+            _regions.Add(region);
+            _freeCount += BlocksPerRegion;
+        }
         return region;
     }
 
@@ -242,7 +249,22 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
+    /// <summary>A loop's own pool: <see cref="IDisposable.Dispose"/> from users does nothing; the loop calls <see cref="Shutdown"/>.</summary>
+    internal bool OwnedByLoop { get; init; }
+
     protected override void Dispose(bool disposing)
+    {
+        if (!OwnedByLoop)
+        {
+            Shutdown();
+        }
+    }
+
+    /// <summary>
+    /// Stops pooling: the free blocks and regions are let go (to the GC) and returned blocks are dropped. Renting still
+    /// works, from regions nobody tracks or registers (a connection still writing after its loop stopped must not fail).
+    /// </summary>
+    internal void Shutdown()
     {
         _trimTimer?.Dispose();
         lock (_lock)

@@ -74,6 +74,27 @@ public sealed class RegisteredMemoryTests
     }
 
     [Fact]
+    public void Disposing_a_loops_pool_from_outside_does_not_end_it_and_a_stopped_loops_pool_still_rents()
+    {
+        var loop = new EventLoop();
+        IMemoryOwner<byte> first = loop.MemoryPool.Rent();
+        loop.MemoryPool.Dispose(); // a user (or a DI container) disposing what a public property handed out
+        first.Dispose();
+        PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
+        Assert.Equal(1, pool.RetainedBlocks > 0 ? 1 : 0); // still pooling: the block came back to the free list
+        IMemoryOwner<byte> again = loop.MemoryPool.Rent();
+        Assert.Equal(1, pool.Regions);
+        again.Dispose();
+
+        loop.Dispose(); // the loop's stop ends the pool: nothing tracked or registered any more
+        Assert.Equal(0, pool.Regions);
+        Assert.Equal(0, loop.Counters.RegisteredMemoryBytes);
+        using IMemoryOwner<byte> late = loop.MemoryPool.Rent(); // a connection still writing after the stop
+        late.Memory.Span.Fill(1);
+        Assert.Equal(0, pool.Regions);
+    }
+
+    [Fact]
     public async Task A_custom_send_zc_names_a_pool_block_as_a_fixed_buffer()
     {
         using var loop = new EventLoop();

@@ -415,19 +415,27 @@ public abstract partial class KestrelConformanceTests
 
     private static async Task RefusedAsync(IPEndPoint endPoint)
     {
-        // Kestrel unbinds first thing on stop; the stop runs concurrently, so retry until it has.
+        // Kestrel unbinds first thing on stop; the stop runs concurrently, so retry until it has. A connect caught in the
+        // middle of the unbind (reset, say) is retried too; the last outcome is in the failure message (this failed once
+        // in a full clean-clone run, 2026-11-24, without saying how).
+        string last = "";
         for (int attempt = 0; ; attempt++)
         {
             using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
             try
             {
                 await socket.ConnectAsync(endPoint).WaitAsync(s_hangGuard);
+                last = "connected";
             }
             catch (SocketException ex) when (ex.SocketErrorCode == SocketError.ConnectionRefused)
             {
                 return;
             }
-            Assert.True(attempt < 600, "the listener still accepts connections while stopping");
+            catch (SocketException ex)
+            {
+                last = ex.SocketErrorCode.ToString();
+            }
+            Assert.True(attempt < 600, $"the listener still accepts connections while stopping (last connect: {last})");
             await Task.Delay(50);
         }
     }

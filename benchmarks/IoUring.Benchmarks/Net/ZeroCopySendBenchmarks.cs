@@ -68,6 +68,7 @@ public class ZeroCopySendBenchmarks
         _pin.Dispose();
         _block.Dispose();
         _socket.Dispose();
+        NetworkNamespace.Delete(Namespace);
         if (_sender.Copied != 0)
         {
             throw new InvalidOperationException($"{_sender.Copied} zero-copy sends were copied by the kernel: not the seed's path.");
@@ -199,6 +200,8 @@ internal static partial class NetworkNamespace
         Run("ip", $"-n {name} addr add 10.77.0.1/24 dev zc0");
         Run("ip", $"-n {name} neigh add 10.77.0.2 lladdr 02:00:00:00:00:02 dev zc0 nud permanent");
     }
+
+    public static void Delete(string name) => Run("ip", $"netns del {name}", mayFail: true);
 
     /// <summary>A UDP socket made inside namespace <paramref name="name"/> (by a thread that joined it) and connected to <paramref name="target"/>.</summary>
     public static Socket CreateUdpSocket(string name, IPEndPoint target)

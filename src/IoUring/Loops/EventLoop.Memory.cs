@@ -68,28 +68,23 @@ public sealed unsafe partial class EventLoop
     /// <summary>Registers regions on the loop thread (the ring's single issuer) as the pool adds them, and empties their entries when it trims them.</summary>
     private sealed class RegionRegistrar(EventLoop loop) : IRegionRegistrar
     {
-        public void Register(PinnedBlockMemoryPool.Region region)
-        {
-            if (loop.IsOnLoopThread)
-            {
-                RegisterNow(region);
-            }
-            else
-            {
-                loop.Schedule(static r => ((RegionRegistrar)((object[])r!)[0]).RegisterNow((PinnedBlockMemoryPool.Region)((object[])r!)[1]), new object[] { this, region });
-            }
-        }
+        public void Register(PinnedBlockMemoryPool.Region region) => OnLoop(region, static (self, r) => self.RegisterNow(r));
 
-        public void Unregister(PinnedBlockMemoryPool.Region region)
+        public void Unregister(PinnedBlockMemoryPool.Region region) => OnLoop(region, static (self, r) => self.UnregisterNow(r));
+
+        /// <summary>Runs <paramref name="action"/> now on the loop thread, or posts it there.</summary>
+        private void OnLoop(PinnedBlockMemoryPool.Region region, Action<RegionRegistrar, PinnedBlockMemoryPool.Region> action)
         {
             if (loop.IsOnLoopThread)
             {
-                UnregisterNow(region);
+                action(this, region);
+                return;
             }
-            else
+            loop.Schedule(static s =>
             {
-                loop.Schedule(static r => ((RegionRegistrar)((object[])r!)[0]).UnregisterNow((PinnedBlockMemoryPool.Region)((object[])r!)[1]), new object[] { this, region });
-            }
+                var (self, r, a) = ((RegionRegistrar, PinnedBlockMemoryPool.Region, Action<RegionRegistrar, PinnedBlockMemoryPool.Region>))s!;
+                a(self, r);
+            }, (this, region, action));
         }
 
         private void RegisterNow(PinnedBlockMemoryPool.Region region)

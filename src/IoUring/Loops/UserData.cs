@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 
 namespace IoUring.Loops;
@@ -26,7 +27,11 @@ internal static class UserData
     public const uint CustomKind = 0;
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static ulong Encode(ulong handleBits, uint kind, uint tag = 0) => handleBits | kind | ((ulong)tag << TagShift);
+    public static ulong Encode(ulong handleBits, uint kind, uint tag = 0)
+    {
+        Debug.Assert(kind <= KindMask && tag < MaxTags, "the kind or tag overflows its bits");
+        return handleBits | kind | ((ulong)tag << TagShift);
+    }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static nint Handle(ulong userData) => (nint)(userData & HandleMask);

@@ -79,6 +79,8 @@ public class AcceptStormBenchmarks
     [GlobalCleanup(Targets = [nameof(IoUring), nameof(IoUringSingleShot)])]
     public void CleanupIoUring()
     {
+        // How the connections spread over the loops (each received 128 B per connection it served).
+        Console.WriteLine("// connections per loop: " + string.Join(", ", _network!.Loops.Select(l => l.Counters.BytesReceived / MessageSize)));
         _ioUringListener?.DisposeAsync().AsTask().GetAwaiter().GetResult();
         _network?.Dispose();
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));

@@ -23,7 +23,17 @@
 #   churn-64                                    GET /plaintext with Connection: close: a new connection per request
 #   idle-10k                                    10,000 keep-alive connections, one request each, then held idle:
 #                                               (RSS with them - RSS before) / 10,000, fresh server per round
-# Any plaintext-N, pipelined-N, json-N, churn-N or idle-N (N or Nk) also works.
+#   tls-64                                      GET /plaintext over TLS (HTTP/1.1, wrk), 64 connections
+#   h2c-64x16 h2c-256x1                         GET /plaintext over HTTP/2 with prior knowledge (cleartext; the
+#                                               sample's --h2c), h2load: connections x concurrent streams each
+#   h2-64x16 h2-256x1                           the same over TLS (HTTP/2 by ALPN)
+#   rate-25 rate-50 rate-75                     partial load: GET /plaintext over HTTP/1.1 keep-alive, 64 connections,
+#                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
+#                                               maximum, measured in the same run (wrk, 64 connections, after its
+#                                               warm-up; or RATE_MAX req/s): each server's CPU and latency at that rate
+# Not in the default list (run them by name): the TLS, HTTP/2 and rate scenarios. TLS servers get a self-signed
+# certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, idle-N (N or Nk), tls-N,
+# h2c-CxS, h2-CxS or rate-P also works.
 #
 #   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
@@ -32,7 +42,9 @@
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the
 # others always use wrk. loadgen counts responses by length, nearly free in user space; measured against the C server
 # on this 2-CPU machine it went ~35% further than wrk pipelined, but one request at a time both stop at the same
-# rate: the kernel's loopback TCP work on the generator's CPU is then the limit), OUT (directory for everything;
+# rate: the kernel's loopback TCP work on the generator's CPU is then the limit; the TLS, HTTP/2 and rate scenarios
+# use wrk and h2load whatever this says), RATE_MAX (req/s: the rate scenarios' 100%, instead of measuring the sockets
+# server), OUT (directory for everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs.
@@ -87,6 +99,9 @@ dpkg -s liburing-dev >/dev/null 2>&1 || missing+=(liburing-dev)
 command -v python3 >/dev/null || missing+=(python3)
 command -v taskset >/dev/null || missing+=(util-linux)
 command -v bc >/dev/null || missing+=(bc)
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+command -v curl >/dev/null || missing+=(curl)
+command -v openssl >/dev/null || missing+=(openssl)
 command -v ss >/dev/null || missing+=(iproute2)
 if ((${#missing[@]})); then
     echo "installing with apt-get: ${missing[*]}"
@@ -109,16 +124,26 @@ C_SERVER="$ROOT/benchmarks/c/plaintext_server"
 LOADGEN="$ROOT/benchmarks/c/loadgen"
 IDLE_CLIENT="$ROOT/benchmarks/c/idle_conns"
 
-# ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_C (the C server can serve it) S_GEN ----
+# ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_C (the C server can serve it) S_GEN, and
+# S_SCHEME (http or https), S_H2C (1: cleartext endpoints speak HTTP/2 only), S_STREAMS (h2load's streams per
+# connection), S_RATE_PCT (rate scenarios: the share of the sockets server's maximum) ----
 scenario() {
     local name=$1 kind=${1%%-*} arg=${1#*-}
     S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
-    S_CONNS=""
+    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT=""
     if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
         S_CONNS=${BASH_REMATCH[1]}
         [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
     fi
     case $kind in
+        tls)       S_SCHEME=https S_C=0 ;;
+        h2c|h2)
+            [[ $arg =~ ^([0-9]+)x([0-9]+)$ ]] || { echo "scenario $name: write it as $kind-CONNECTIONSxSTREAMS (e.g. $kind-64x16)"; exit 2; }
+            S_CONNS=${BASH_REMATCH[1]} S_STREAMS=${BASH_REMATCH[2]} S_C=0 S_GEN=h2load
+            if [[ $kind == h2 ]]; then S_SCHEME=https; else S_H2C=1; fi ;;
+        rate)
+            [[ $arg =~ ^[0-9]+$ ]] && ((arg > 0 && arg <= 100)) || { echo "scenario $name: rate-P with P a percentage"; exit 2; }
+            S_RATE_PCT=$arg S_CONNS=64 S_C=0 S_GEN=h2load-rate ;;
         plaintext) ;;
         pipelined) S_DEPTH=16 ;;
         json)      S_PATH=/json ;;
@@ -138,11 +163,22 @@ scenario() {
     return 0
 }
 for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
+base_url() { echo "$S_SCHEME://127.0.0.1:${PORT[$1]}"; }   # name: the server's URL in this scenario
+
+# A self-signed certificate for the TLS scenarios (the sample takes it with --cert).
+CERT="$OUT/server.pfx:bench"
+if [[ " $SCENARIOS " =~ \ (tls|h2)- ]]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$OUT/key.pem" -out "$OUT/cert.pem" 2>>"$OUT/build.log"
+    openssl pkcs12 -export -inkey "$OUT/key.pem" -in "$OUT/cert.pem" -out "$OUT/server.pfx" -passout pass:bench
+fi
 
 # ---- servers ----
 start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
-    local args=(--transport "${transport%-kestrelpool}" --stats --urls "http://127.0.0.1:$2")
+    local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
+    [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
+    ((S_H2C)) && args+=(--h2c)
     [[ $name == *-inline ]] && args+=(--inline)
     [[ $name == *-kestrelpool ]] && args+=(--kestrel-pool)
     # A ring's teardown finishes after its process is gone, and until then an armed multishot accept keeps the
@@ -212,9 +248,17 @@ cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so f
 }
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
+curl_options() { # how curl speaks to this scenario's servers
+    if ((S_H2C)); then echo --http2-prior-knowledge; elif [[ $S_SCHEME == https ]]; then echo -k; fi
+}
 stat_of() { # name path: a number from the sample's opt-in stats endpoints, "-" for the C server or on failure
     [[ $1 == c ]] && { echo -; return; }
     local body
+    if [[ $S_SCHEME == https ]] || ((S_H2C)); then
+        body=$(curl -s --max-time 5 $(curl_options) "$(base_url "$1")$2" || true)
+        [[ $body =~ ^[0-9]+$ ]] && echo "$body" || echo -
+        return
+    fi
     body=$(exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}" &&
         printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&3 &&
         timeout 5 cat <&3 | tail -n 1)
@@ -229,7 +273,7 @@ warm_up() { # name scenario
     local before after elapsed=0
     before=$(stat_of "$1" /_jit)
     while ((elapsed < WARMUP_MAX)); do
-        start_generator "$1" "$WARMUP" "$OUT/warmup-$2-$1.txt"; finish_generator
+        start_generator "$1" "$WARMUP" "$OUT/warmup-$2-$1.txt" "" warm; finish_generator
         elapsed=$((elapsed + WARMUP))
         after=$(stat_of "$1" /_jit)
         [[ $after == - || $before == - ]] && break
@@ -238,12 +282,20 @@ warm_up() { # name scenario
     done
     printf '  %-15s warm after %ss (%s methods compiled)\n' "$1" "$elapsed" "$after"
 }
-start_generator() { # name seconds outfile [connections]: the scenario's load generator on CPU 1, in the background
-    local conns=${4:-$S_CONNS}
-    if [[ $S_GEN == loadgen ]]; then
+start_generator() { # name seconds outfile [connections] [warm]: the scenario's load generator on CPU 1, in the background
+    # (warm: a rate scenario's warm-up runs flat out with wrk, as its calibration does)
+    local conns=${4:-$S_CONNS} gen=$S_GEN
+    [[ ${5:-} == warm && $gen == h2load-rate ]] && gen=wrk
+    if [[ $gen == h2load ]]; then
+        taskset -c 1 h2load -t1 -c"$conns" -m"$S_STREAMS" -D"$2" --log-file="$3.log" "$(base_url "$1")$S_PATH" >"$3" 2>&1 &
+    elif [[ $gen == h2load-rate ]]; then
+        # --rps is per connection: the scenario's rate spread over them
+        taskset -c 1 h2load --h1 -t1 -c"$conns" --rps="$(( (RATE + conns - 1) / conns ))" -D"$2" --log-file="$3.log" \
+            "$(base_url "$1")$S_PATH" >"$3" 2>&1 &
+    elif [[ $gen == loadgen ]]; then
         taskset -c 1 "$LOADGEN" 127.0.0.1 "${PORT[$1]}" "$conns" "$S_DEPTH" "$2" "$S_PATH" >"$3" 2>&1 &
     else
-        taskset -c 1 wrk -t1 -c"$conns" -d"$2s" --latency -s "$HERE/request.lua" "http://127.0.0.1:${PORT[$1]}" \
+        taskset -c 1 wrk -t1 -c"$conns" -d"$2s" --latency -s "$HERE/request.lua" "$(base_url "$1")" \
             -- "$S_PATH" "$S_DEPTH" $S_CLOSE >"$3" 2>&1 &
     fi
     GEN=$!
@@ -278,7 +330,31 @@ echo "raw outputs: $OUT; estimated time ~${estimate} min"
 CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
-    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate
+
+# A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
+# run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
+RATE=0
+set_rate() { # servers that answered correctly
+    if [[ -z ${RATE_MAX:-} ]]; then
+        [[ " $* " == *" sockets "* ]] || { echo "the rate scenarios need the sockets server in SERVERS, or RATE_MAX"; exit 2; }
+        local gen=$S_GEN
+        S_GEN=wrk; start_generator sockets "$DURATION" "$OUT/rate-max-sockets.txt" 64; finish_generator; S_GEN=$gen
+        RATE_MAX=$(sed -n 's/^Requests\/sec: *\([0-9]*\).*/\1/p' "$OUT/rate-max-sockets.txt")
+        [[ $RATE_MAX =~ ^[0-9]+$ ]] || { echo "could not measure the sockets server's maximum:"; cat "$OUT/rate-max-sockets.txt"; exit 1; }
+        echo "rate scenarios: 100% = $RATE_MAX req/s (the sockets server flat out, wrk -c64)" | tee -a "$OUT/header.txt"
+    fi
+    RATE=$((RATE_MAX * S_RATE_PCT / 100))
+    echo "  fixed rate $RATE req/s (${S_RATE_PCT}% of $RATE_MAX)"
+}
+
+# An HTTP/2 scenario's check with curl (probe.py speaks HTTP/1.1 only): status 200 over HTTP/2 and the expected body.
+probe_h2() { # name
+    local result
+    result=$(curl -sS --max-time 10 $(curl_options) $([[ $S_SCHEME == https ]] && echo --http2) -o "$OUT/probe-$1.body" -w '%{http_version} %{http_code}' \
+        "$(base_url "$1")$S_PATH" 2>&1 || true)
+    if [[ $result == "2 200" && $(<"$OUT/probe-$1.body") == "Hello, World!" ]]; then echo "ok -"; else echo "error: curl got '$result'"; fi
+}
 
 # ---- one scenario under load: start all servers, probe, warm up, interleaved rounds, stop ----
 load_scenario() {
@@ -290,16 +366,21 @@ load_scenario() {
     for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
     local ok=()
     for name in "${servers[@]}"; do
-        probe=$(python3 "$HERE/probe.py" 127.0.0.1 "${PORT[$name]}" "$S_PATH" "$S_DEPTH" $S_CLOSE 2>&1 || true)
+        if [[ $S_GEN == h2load ]]; then
+            probe=$(probe_h2 "$name")
+        else
+            probe=$(python3 "$HERE/probe.py" 127.0.0.1 "${PORT[$name]}" "$S_PATH" "$S_DEPTH" $S_CLOSE ${S_SCHEME/http/} 2>&1 || true)
+        fi
         if [[ $probe == ok* ]]; then
             ok+=("$name"); PROBE[$name]=${probe#ok }
         else
             echo "  $name: WRONG RESPONSE, not measured: $probe"
             probe=${probe//[$'\t\n']/ }
-            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - - -
+            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - - - -
         fi
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
+    [[ $S_GEN == h2load-rate ]] && set_rate "${ok[@]}" 
     for round in $(seq "$ROUNDS"); do
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
@@ -315,10 +396,13 @@ load_scenario() {
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
                 "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \
-                "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')"
+                "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
+                "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
-                "$(sed -n 's/^Requests\/sec: *//p' "$out")" "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
-            grep -E 'Socket errors|Non-2xx|closed by the server|error' "$out" | sed 's/^/    /' | head -3 || true
+                "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
+                "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
+            grep -E 'Socket errors|Non-2xx|closed by the server|error' "$out" | grep -vE '^requests: .* 0 failed, 0 errored' |
+                sed 's/^/    /' | head -3 || true
         done
     done
     for name in "${servers[@]}"; do stop_server "$name"; done
@@ -354,7 +438,7 @@ idle_scenario() {
             echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
             reap "$client"
             stop_server "$name"
-            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - -
+            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - -
             printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
                 "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
         done

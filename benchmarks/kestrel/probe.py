@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Checks one server's answers for a benchmarks/run-kestrel.sh scenario before it is measured.
 
-    probe.py HOST PORT PATH DEPTH [close]
+    probe.py HOST PORT PATH DEPTH [close] [s]
 
 Sends DEPTH requests for PATH in one write (as the generator does), reads DEPTH responses and checks each: status
 200, a Content-Length or chunked body equal to the expected one (/plaintext, /json, /download?size=N), and with
 "close" a Connection: close header followed by the server closing the connection. Prints "ok BYTES" (bytes per
 response, headers included, which the report compares with the generator's bytes read per request) or "error ..."
-with exit code 1.
+with exit code 1. "s" speaks TLS (the certificate is not checked: the harness made it).
 """
 import re
 import socket
+import ssl
 import sys
 
 
@@ -79,12 +80,19 @@ def read_response(reader):
 
 def main():
     host, port, path, depth = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    close = len(sys.argv) > 5 and sys.argv[5] == "close"
+    close = "close" in sys.argv[5:]
+    tls = "s" in sys.argv[5:]
     want = expected_body(path)
     request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
     try:
-        with socket.create_connection((host, port), timeout=10) as sock:
+        with socket.create_connection((host, port), timeout=10) as plain:
+            sock = plain
+            if tls:
+                context = ssl.create_default_context()
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+                context.set_alpn_protocols(["http/1.1"])
+                sock = context.wrap_socket(plain, server_hostname=host)
             sock.sendall(request * depth)
             reader = Reader(sock)
             sizes = []
@@ -105,7 +113,7 @@ def main():
                     pass
             elif reader.buf:
                 raise ValueError(f"{len(reader.buf)} unexpected bytes after {depth} responses")
-    except (OSError, EOFError, ValueError) as e:
+    except (OSError, EOFError, ValueError, ssl.SSLError) as e:
         print(f"error {path} depth {depth}{' close' if close else ''}: {e}")
         return 1
     if len(set(sizes)) != 1:

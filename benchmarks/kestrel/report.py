@@ -24,6 +24,10 @@ SCENARIO_TEXT = {
     "download": "GET /download?size=N, 64 connections",
     "churn": "GET /plaintext with `Connection: close`: one connection per request",
     "idle": "keep-alive connections, one request each, then held idle",
+    "tls": "GET /plaintext over TLS (HTTP/1.1, wrk)",
+    "h2c": "GET /plaintext over HTTP/2 with prior knowledge, cleartext (h2load; CxS: connections x streams each)",
+    "h2": "GET /plaintext over HTTP/2 on TLS (h2load; CxS: connections x streams each)",
+    "rate": "GET /plaintext over HTTP/1.1 keep-alive, 64 connections, at P% of the sockets server's maximum rate (h2load --h1 --rps)",
 }
 
 
@@ -39,13 +43,45 @@ def ms(text):
     return float(m.group(1)) * UNITS[m.group(2)] if m else NAN
 
 
+def percentile(sorted_values, pct):
+    if not sorted_values:
+        return NAN
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * pct / 100))]
+
+
+def parse_h2load(path, text):
+    """h2load output, and its --log-file (PATH.log: start us, status, response time us per request) for percentiles."""
+    r = dict(requests=0, rps=0.0, p50=NAN, p99=NAN, p999=NAN, read=NAN, errors=0)
+    m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", text)
+    if m:
+        r["rps"] = float(m.group(1))
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", text)
+    if m:
+        r["requests"] = int(m.group(1))
+        r["errors"] += int(m.group(2)) + int(m.group(3)) + int(m.group(4))
+    m = re.search(r"status codes: \d+ 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    if m:
+        r["errors"] += sum(int(x) for x in m.groups())
+    m = re.search(r"traffic: [\d.]+\w* \((\d+)\) total", text)
+    if m:
+        r["read"] = float(m.group(1))
+    try:
+        times = sorted(int(line.split("\t")[2]) / 1000.0 for line in open(path + ".log") if line.count("\t") >= 2)
+    except (OSError, ValueError):
+        times = []
+    r["p50"], r["p99"], r["p999"] = percentile(times, 50), percentile(times, 99), percentile(times, 99.9)
+    return r
+
+
 def parse_generator(path):
-    """wrk --latency or benchmarks/c/loadgen output -> dict (NaN/0 where absent)."""
+    """wrk --latency, h2load or benchmarks/c/loadgen output -> dict (NaN/0 where absent)."""
     try:
         text = open(path, errors="replace").read()
     except OSError:
         text = ""
-    r = dict(requests=0, rps=0.0, p50=NAN, p99=NAN, read=NAN, errors=0)
+    if text.startswith("starting benchmark...") or "\nfinished in " in text:
+        return parse_h2load(path, text)
+    r = dict(requests=0, rps=0.0, p50=NAN, p99=NAN, p999=NAN, read=NAN, errors=0)
     m = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)([KMGT]?B) read", text)
     if m:
         r["requests"], r["read"] = int(m.group(1)), float(m.group(2)) * SIZES[m.group(3)]
@@ -109,7 +145,7 @@ def main():
             requests = g["requests"]
             per_resp = g["read"] / requests if requests else NAN
             d.update(requests=requests, rps=g["rps"], per_cpu=requests / cpu if cpu > 0 else NAN, p50=g["p50"],
-                     p99=g["p99"], cpu_s=cpu, wall_s=wall, util=cpu / wall if wall > 0 else NAN,
+                     p99=g["p99"], p999=g["p999"], target_rate=number(row.get("target_rate")), cpu_s=cpu, wall_s=wall, util=cpu / wall if wall > 0 else NAN,
                      alloc=(a1 - a0) / requests if requests else NAN, rss=number(row["rss_kib"]) / 1024,
                      bytes_per_resp=per_resp, expected_bytes=expected, errors=g["errors"])
             d["bound"] = d["util"] < 0.9
@@ -117,13 +153,14 @@ def main():
             d["cpu0_softirq"] = number(row["cpu0_softirq"])
             d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
             # wrk's "MB read" has 3 significant digits; a few % off means responses of another size
-            d["size_ok"] = requests > 0 and abs(per_resp - expected) <= 0.05 * expected
+            # (HTTP/2 scenarios have no expected size: their probe is curl's)
+            d["size_ok"] = requests > 0 and (expected != expected or abs(per_resp - expected) <= 0.05 * expected)
         rounds.append(d)
 
-    columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "requests", "rps", "per_cpu",
-               "p50", "p99", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+    columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "target_rate", "requests", "rps", "per_cpu",
+               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
-    names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "util": "server_cpu", "bound": "generator_bound",
+    names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
              "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib"}
     with open(os.path.join(out, "results.tsv"), "w") as f:
         f.write("\t".join(names.get(c, c) for c in columns) + "\n")
@@ -153,7 +190,8 @@ def main():
         print(f"- {key}: `{value}`" if key == "command" else f"- {line}")
     print()
 
-    load = [s for s in scenarios if not s.startswith("idle-")]
+    load = [s for s in scenarios if not s.startswith(("idle-", "rate-"))]
+    rated = [s for s in scenarios if s.startswith("rate-")]
     idle = [s for s in scenarios if s.startswith("idle-")]
     medians = []
     if load:
@@ -202,6 +240,38 @@ def main():
         print("the probe's response size. **errors**: the generator's socket errors + non-2xx responses, all rounds.")
         print("**server fail logs**: lines the server logged at Error level (`fail:`) during the scenario, warm-up")
         print("included (see OUT/server-SCENARIO-SERVER.log). — : not served by that server.")
+        print()
+    if rated:
+        print("## At a fixed rate (partial load)")
+        print()
+        print("| scenario | server | target req/s | req/s | server CPU | CPU vs sockets | per round | p50 ms | p99 ms | p99.9 ms "
+              "| p99 vs sockets | alloc B/req | errors | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for scen in rated:
+            base = by.get((scen, "sockets"))
+            base_by_round = {b["round"]: b["util"] for b in base or []}
+            for s in servers:
+                xs = by.get((scen, s))
+                if not xs:
+                    print(f"| {scen} | {s} |" + " — |" * 12)
+                    continue
+                util, p99 = med("util", xs), med("p99", xs)
+                vs = util / med("util", base) if base else NAN
+                p99_vs = p99 / med("p99", base) if base else NAN
+                per_round = [x["util"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
+                spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round and s != "sockets" else "—"
+                print(f"| {scen} | {s} | {fmt(med('target_rate', xs), ',.0f')} | {med('rps', xs):,.0f} | {util:.0%} "
+                      f"| {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
+                      f"| {fmt(med('p999', xs), '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
+                      f"| {fmt(med('alloc', xs), ',.0f')} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
+        print()
+        print("Every server gets the same request rate (h2load `--h1 --rps`, 64 connections, the rate split evenly over")
+        print("them; 100% is the sockets server's maximum measured flat out in the same run, see the header).")
+        print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%); **CPU vs sockets**:")
+        print("that over the sockets server's (lower is better); **per round**: lowest–highest of that ratio round by")
+        print("round. **p50/p99/p99.9**: from h2load's per-request log (time from sending the request to the end of")
+        print("the response; requests held back while a connection waits are not counted from their intended start,")
+        print("so under overload these understate; at these rates the server keeps up).")
         print()
     if idle:
         print("## Idle connections")

@@ -216,7 +216,7 @@ def main():
                 # the same ratio within each round (both servers measured minutes apart at most): its spread shows how
                 # far one run's median can be trusted
                 per_round = [x["per_cpu"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
-                spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round and s != "sockets" else "—"
+                spread = f"{median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})" if per_round and s != "sockets" else "—"
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
                 print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
@@ -228,8 +228,9 @@ def main():
         print("pipelining the latency is per batch of 16). **req per server CPU-s**: requests completed / the server's")
         print("utime+stime (`/proc/PID/stat`) over the measured window, warm-up excluded: the efficiency figure, meaningful")
         print("even when the generator is the limit. **vs sockets**: that figure's median over the `sockets` server's")
-        print("(higher is better); **per round**: lowest–highest of that ratio taken round by round (how much one run's")
-        print("median can be trusted); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
+        print("(higher is better); **per round**: the same ratio taken round by round, each round's two servers measured")
+        print("seconds apart: its median, robust to the machine's speed drifting between rounds, and lowest–highest (how")
+        print("much one run can be trusted); **p99 vs sockets**: p99 over the `sockets` p99 (lower is better). **server CPU**:")
         print("utime+stime / wall time; **CPU 0 other**: CPU 0's busy time (`/proc/stat`) not in the server's utime+stime:")
         print("other processes, steal, interrupts (with `CONFIG_IRQ_TIME_ACCOUNTING` also softirq work done during the")
         print("server's syscalls; results.tsv has CPU 0's irq+softirq share and the machine's steal share per round); well above 0 means the run was disturbed.")
@@ -259,7 +260,7 @@ def main():
                 vs = util / med("util", base) if base else NAN
                 p99_vs = p99 / med("p99", base) if base else NAN
                 per_round = [x["util"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
-                spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round and s != "sockets" else "—"
+                spread = f"{median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})" if per_round and s != "sockets" else "—"
                 print(f"| {scen} | {s} | {fmt(med('target_rate', xs), ',.0f')} | {med('rps', xs):,.0f} | {util:.0%} "
                       f"| {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
                       f"| {fmt(med('p999', xs), '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
@@ -268,8 +269,8 @@ def main():
         print("Every server gets the same request rate (h2load `--h1 --rps`, 64 connections, the rate split evenly over")
         print("them; 100% is the sockets server's maximum measured flat out in the same run, see the header).")
         print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%); **CPU vs sockets**:")
-        print("that over the sockets server's (lower is better); **per round**: lowest–highest of that ratio round by")
-        print("round. **p50/p99/p99.9**: from h2load's per-request log (time from sending the request to the end of")
+        print("that over the sockets server's (lower is better); **per round**: that ratio round by round, its median")
+        print("and lowest–highest. **p50/p99/p99.9**: from h2load's per-request log (time from sending the request to the end of")
         print("the response; requests held back while a connection waits are not counted from their intended start,")
         print("so under overload these understate; at these rates the server keeps up).")
         print()

@@ -238,6 +238,24 @@ cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
     set -- $stat
     echo $((${12} + ${13}))    # fields 14 and 15
 }
+thread_ticks() { # pid: utime+stime ticks so far of the .NET thread pool's workers, of the transport's I/O threads
+    # (io_uring loops; Sockets' epoll threads) and of the other threads (a thread that exits in the window takes its
+    # ticks with it: the thread pool retires idle workers, so its share is a lower bound)
+    local t comm stat n pool=0 io=0 other=0
+    for t in /proc/$1/task/*; do
+        comm=$(<"$t/comm") 2>/dev/null || continue
+        stat=$(<"$t/stat") 2>/dev/null || continue
+        stat=${stat##*) }
+        set -- $stat
+        n=$((${12} + ${13}))
+        case $comm in
+            ".NET TP Worker"*) pool=$((pool + n)) ;;
+            io_uring*|".NET Sockets"*) io=$((io + n)) ;;
+            *) other=$((other + n)) ;;
+        esac
+    done
+    echo "$pool $io $other"
+}
 cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so far (/proc/stat: busy = all but idle and iowait),
     # then steal and total ticks of all CPUs (time the hypervisor ran something else: a disturbed round shows here)
     local _ user nice system idle iowait irq softirq steal
@@ -330,7 +348,7 @@ echo "raw outputs: $OUT; estimated time ~${estimate} min"
 CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
-    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -376,7 +394,7 @@ load_scenario() {
         else
             echo "  $name: WRONG RESPONSE, not measured: $probe"
             probe=${probe//[$'\t\n']/ }
-            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - - - -
+            row "$scen" 0 "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "$probe" - - - - - - - - - - - - - - -
         fi
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
@@ -387,17 +405,21 @@ load_scenario() {
             out="$OUT/$scen-round$round-$name.txt"
             local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
             a0=$(allocated "$name")
+            local th0 th1
+            th0=$(thread_ticks "$p")
             c0=$(cpu_ticks_of_machine); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
             start_generator "$name" "$DURATION" "$out"
             sleep "$(echo "$DURATION / 2" | bc -l)"
             rss=$(rss_kib "$p")   # in the middle of the window, every connection open
             finish_generator
             s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
+            th1=$(thread_ticks "$p")
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
                 "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \
                 "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
-                "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)"
+                "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)" \
+                "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
                 "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
                 "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
@@ -438,7 +460,7 @@ idle_scenario() {
             echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
             reap "$client"
             stop_server "$name"
-            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - -
+            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - - -
             printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
                 "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
         done

@@ -149,6 +149,10 @@ def main():
                      alloc=(a1 - a0) / requests if requests else NAN, rss=number(row["rss_kib"]) / 1024,
                      bytes_per_resp=per_resp, expected_bytes=expected, errors=g["errors"])
             d["bound"] = d["util"] < 0.9
+            # the CPU of the thread pool's workers and of the transport's I/O threads (loops, epoll), per wall second
+            parts = (row.get("threads_s") or "").split("/")
+            pool, io = (number(parts[0]), number(parts[1])) if len(parts) == 3 else (NAN, NAN)
+            d["pool_util"], d["io_util"] = (pool / wall, io / wall) if wall > 0 else (NAN, NAN)
             d["cpu0_other"] = max(0.0, number(row["cpu0_busy"]) - d["util"])
             d["cpu0_softirq"] = number(row["cpu0_softirq"])
             d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
@@ -158,7 +162,7 @@ def main():
         rounds.append(d)
 
     columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "target_rate", "requests", "rps", "per_cpu",
-               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
     names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
              "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib"}
@@ -245,16 +249,16 @@ def main():
     if rated:
         print("## At a fixed rate (partial load)")
         print()
-        print("| scenario | server | target req/s | req/s | server CPU | CPU vs sockets | per round | p50 ms | p99 ms | p99.9 ms "
-              "| p99 vs sockets | alloc B/req | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| scenario | server | target req/s | req/s | server CPU | thread pool | I/O threads | CPU vs sockets | per round "
+              "| p50 ms | p99 ms | p99.9 ms | p99 vs sockets | alloc B/req | errors | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in rated:
             base = by.get((scen, "sockets"))
             base_by_round = {b["round"]: b["util"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
-                    print(f"| {scen} | {s} |" + " — |" * 12)
+                    print(f"| {scen} | {s} |" + " — |" * 14)
                     continue
                 util, p99 = med("util", xs), med("p99", xs)
                 vs = util / med("util", base) if base else NAN
@@ -262,13 +266,16 @@ def main():
                 per_round = [x["util"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
                 spread = f"{median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})" if per_round and s != "sockets" else "—"
                 print(f"| {scen} | {s} | {fmt(med('target_rate', xs), ',.0f')} | {med('rps', xs):,.0f} | {util:.0%} "
-                      f"| {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
+                      f"| {fmt(med('pool_util', xs), '.0%')} | {fmt(med('io_util', xs), '.0%')} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
                       f"| {fmt(med('p999', xs), '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
                       f"| {fmt(med('alloc', xs), ',.0f')} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
         print()
         print("Every server gets the same request rate (h2load `--h1 --rps`, 64 connections, the rate split evenly over")
         print("them; 100% is the sockets server's maximum measured flat out in the same run, see the header).")
-        print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%); **CPU vs sockets**:")
+        print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%), of which **thread pool**:")
+        print("the .NET thread pool's workers (the application, and whatever the transport runs there; a worker that exits")
+        print("in the window takes its time with it, so this is a lower bound) and **I/O threads**: the transport's own")
+        print("(the io_uring loop; Sockets' epoll thread); **CPU vs sockets**:")
         print("that over the sockets server's (lower is better); **per round**: that ratio round by round, its median")
         print("and lowest–highest. **p50/p99/p99.9**: from h2load's per-request log (time from sending the request to the end of")
         print("the response; requests held back while a connection waits are not counted from their intended start,")

@@ -117,6 +117,16 @@ def median(values):
     return statistics.median(values) if values else NAN
 
 
+def per_round(xs, base, key, server):
+    """key's ratio to the `sockets` server's taken round by round (each round's pair measured seconds apart, so the
+    machine's drift between rounds does not move it): "median (lowest–highest)", or — for sockets itself."""
+    base_by_round = {b["round"]: b[key] for b in base or []}
+    ratios = [x[key] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
+    if not ratios or server == "sockets":
+        return "—"
+    return f"{median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
 def fmt(value, spec, dash="—"):
     return dash if value != value else format(value, spec)
 
@@ -206,7 +216,6 @@ def main():
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in load:
             base = by.get((scen, "sockets"))
-            base_by_round = {b["round"]: b["per_cpu"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
@@ -217,10 +226,7 @@ def main():
                 vs = per_cpu / med("per_cpu", base) if base else NAN
                 p99_vs = p99 / med("p99", base) if base else NAN
                 bound = sum(x["bound"] for x in xs)
-                # the same ratio within each round (both servers measured minutes apart at most): its spread shows how
-                # far one run's median can be trusted
-                per_round = [x["per_cpu"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
-                spread = f"{median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})" if per_round and s != "sockets" else "—"
+                spread = per_round(xs, base, "per_cpu", s)
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
                 print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
@@ -254,7 +260,6 @@ def main():
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in rated:
             base = by.get((scen, "sockets"))
-            base_by_round = {b["round"]: b["util"] for b in base or []}
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
@@ -263,8 +268,7 @@ def main():
                 util, p99 = med("util", xs), med("p99", xs)
                 vs = util / med("util", base) if base else NAN
                 p99_vs = p99 / med("p99", base) if base else NAN
-                per_round = [x["util"] / base_by_round[x["round"]] for x in xs if base_by_round.get(x["round"])]
-                spread = f"{median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})" if per_round and s != "sockets" else "—"
+                spread = per_round(xs, base, "util", s)
                 print(f"| {scen} | {s} | {fmt(med('target_rate', xs), ',.0f')} | {med('rps', xs):,.0f} | {util:.0%} "
                       f"| {fmt(med('pool_util', xs), '.0%')} | {fmt(med('io_util', xs), '.0%')} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
                       f"| {fmt(med('p999', xs), '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "

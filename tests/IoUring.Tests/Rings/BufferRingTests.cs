@@ -1,6 +1,7 @@
 using System.Text;
 using IoUring.Interop;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Rings;
@@ -43,7 +44,7 @@ public sealed unsafe class BufferRingTests : IDisposable
         sqe->flags = IOSQE_BUFFER_SELECT;
         sqe->buf_group = group;
         sqe->user_data = 1;
-        _ring.Enter(minComplete: 1);
+        _ring.SubmitAndWait(1);
         uint ready = _ring.ReadyCompletions(out uint head);
         Assert.Equal(1u, ready);
         io_uring_cqe cqe = *_ring.CqeAt(head);

@@ -33,7 +33,7 @@ internal static unsafe class KernelFeatures
         sqe->nop_flags = IORING_NOP_INJECT_RESULT;
         sqe->len = unchecked((uint)-Errno.ECONNRESET);
         sqe->user_data = 1;
-        ring.Enter(minComplete: 1);
+        ring.SubmitAndWait(1);
         ring.ReadyCompletions(out uint head);
         int result = ring.CqeAt(head)->res;
         ring.AdvanceCq(1);

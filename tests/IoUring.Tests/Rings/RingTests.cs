@@ -21,6 +21,16 @@ public sealed unsafe class RingTests
         return list;
     }
 
+    private static io_uring_sqe* QueueTimeout(Ring ring, __kernel_timespec* ts, ulong userData)
+    {
+        io_uring_sqe* sqe = ring.TryGetSqe();
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)ts;
+        sqe->len = 1;
+        sqe->user_data = userData;
+        return sqe;
+    }
+
     private static void QueueNop(Ring ring, ulong userData)
     {
         io_uring_sqe* sqe = ring.TryGetSqe();
@@ -81,11 +91,7 @@ public sealed unsafe class RingTests
         using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
         __kernel_timespec* ts = stackalloc __kernel_timespec[1];
         ts->tv_nsec = 400_000_000;
-        io_uring_sqe* sqe = ring.TryGetSqe();
-        sqe->opcode = IORING_OP_TIMEOUT;
-        sqe->addr = (ulong)ts;
-        sqe->len = 1;
-        sqe->user_data = 7;
+        QueueTimeout(ring, ts, 7);
         int pid = Environment.ProcessId;
         int tid = gettid();
         var signaller = new Thread(() =>
@@ -122,23 +128,14 @@ public sealed unsafe class RingTests
         using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
         __kernel_timespec* ts = stackalloc __kernel_timespec[1];
         ts->tv_nsec = 10_000_000;
-        io_uring_sqe* sqe = ring.TryGetSqe();
-        sqe->opcode = IORING_OP_TIMEOUT;
-        sqe->addr = (ulong)ts;
-        sqe->len = 1;
-        sqe->user_data = 7;
+        QueueTimeout(ring, ts, 7);
         ring.SubmitAndWait(1);
         io_uring_cqe cqe = Assert.Single(Drain(ring));
         Assert.Equal(7UL, cqe.user_data);
         Assert.Equal(-Errno.ETIME, cqe.res);
 
         // A timeout with off = 1 completes (res 0) as soon as one other completion arrives.
-        sqe = ring.TryGetSqe();
-        sqe->opcode = IORING_OP_TIMEOUT;
-        sqe->addr = (ulong)ts;
-        sqe->len = 1;
-        sqe->off = 1;
-        sqe->user_data = 8;
+        QueueTimeout(ring, ts, 8)->off = 1;
         ts->tv_sec = 60;
         QueueNop(ring, 9);
         ring.SubmitAndWait(2);

@@ -18,6 +18,7 @@ namespace IoUring.AspNetCore;
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
+    private readonly ILogger _logger;
 
     /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
@@ -35,6 +36,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         ArgumentNullException.ThrowIfNull(loggerFactory);
         options.Value.Validate();
         _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory, IoUringMetrics.For(meterFactory));
+        _logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
     }
 
     /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
@@ -45,26 +47,15 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     {
         ArgumentNullException.ThrowIfNull(endpoint);
         IoUringTransport transport = _transport.GetOrStart(onUnavailable: null)!;
-        if (endpoint is not DnsEndPoint dns)
-        {
-            return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
-        }
-        IPAddress[] addresses = await Dns.GetHostAddressesAsync(dns.Host, dns.AddressFamily, cancellationToken).ConfigureAwait(false);
-        SocketException? last = null;
-        foreach (IPAddress address in addresses)
-        {
-            try
-            {
-                IoUringConnection connection = await transport.Network.ConnectAsync(new IPEndPoint(address, dns.Port), cancellationToken).ConfigureAwait(false);
-                return transport.CreateContext(connection);
-            }
-            catch (SocketException ex)
-            {
-                last = ex;
-            }
-        }
-        throw last ?? new SocketException((int)SocketError.HostNotFound);
+        return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
     }
+
+    /// <summary>
+    /// The loops' network, started now if it has not been; null (after one warning, then always) where io_uring is
+    /// unavailable, so a caller can fall back to sockets as Kestrel's transport does.
+    /// </summary>
+    internal IoUringNetwork? NetworkOrNull()
+        => _transport.GetOrStart(ex => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message))?.Network;
 
     /// <summary>Stops the event loops, aborting every connection still open.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();

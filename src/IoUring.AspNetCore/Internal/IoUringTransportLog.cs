@@ -92,6 +92,9 @@ internal static partial class IoUringTransportLog
     [LoggerMessage(100, LogLevel.Warning, "io_uring is unavailable, so Kestrel serves through its Sockets transport instead: {Reason}", EventName = "IoUringUnavailable")]
     public static partial void IoUringUnavailable(ILogger logger, string reason);
 
+    [LoggerMessage(105, LogLevel.Warning, "io_uring is unavailable, so HttpClient connects through sockets instead: {Reason}", EventName = "IoUringUnavailableForHttpClient")]
+    public static partial void IoUringUnavailableForHttpClient(ILogger logger, string reason);
+
     [LoggerMessage(101, LogLevel.Error, "An io_uring event loop handler threw; its connection was aborted and the loop goes on.", EventName = "LoopHandlerException")]
     public static partial void LoopHandlerException(ILogger logger, Exception ex);
 

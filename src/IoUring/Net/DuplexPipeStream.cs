@@ -2,8 +2,12 @@ using System.IO.Pipelines;
 
 namespace IoUring.Net;
 
-/// <summary>A <see cref="Stream"/> over a connection's two pipes: reads come from Input, writes go to Output.</summary>
-internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output) : Stream
+/// <summary>
+/// A <see cref="Stream"/> over a connection's two pipes: reads come from Input, writes go to Output. Disposing it
+/// completes both, and with an <paramref name="owner"/> also closes that connection (as a NetworkStream that owns its
+/// socket does), without waiting for the close.
+/// </summary>
+internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUringConnection? owner = null) : Stream
 {
     private readonly Stream _reader = input.AsStream(leaveOpen: true);
     private readonly Stream _writer = output.AsStream(leaveOpen: true);
@@ -41,6 +45,12 @@ internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output) : St
             // Completing Output sends FIN; completing Input stops receiving.
             input.Complete();
             output.Complete();
+            if (owner is not null)
+            {
+                // Graceful: what is left of the output goes out, then FIN; the fd is released after the last
+                // completion. Not awaited, as closing a socket does not wait for the peer.
+                _ = owner.DisposeAsync().AsTask();
+            }
         }
         base.Dispose(disposing);
     }

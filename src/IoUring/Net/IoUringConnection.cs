@@ -146,6 +146,14 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public Stream AsStream() => new DuplexPipeStream(Input, Output);
 
     /// <summary>
+    /// A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/> disposing it also closes the
+    /// connection gracefully (what is left of the output is sent, then FIN, then the fd is released), as disposing a
+    /// NetworkStream that owns its socket closes the socket: hand it to code that only knows streams (HttpClient's
+    /// ConnectCallback, SslStream).
+    /// </summary>
+    public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
+
+    /// <summary>
     /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
     /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
     /// </summary>

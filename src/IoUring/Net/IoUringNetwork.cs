@@ -145,8 +145,13 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>Connects to <paramref name="endPoint"/> with IORING_OP_CONNECT on one of the loops (round robin).</summary>
-    /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>).</exception>
+    /// <summary>
+    /// Connects to <paramref name="endPoint"/> with IORING_OP_CONNECT on one of the loops (round robin): an
+    /// <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (its
+    /// addresses tried in the order the resolver gives them, as <see cref="Socket.ConnectAsync(EndPoint)"/> does).
+    /// </summary>
+    /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>); for a
+    /// <see cref="DnsEndPoint"/>, the last address's error, or <see cref="SocketError.HostNotFound"/>.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
     /// <exception cref="ObjectDisposedException">The network (or the loop the connect was given to) is stopping or has
     /// stopped, as a disposed <see cref="Socket"/> reports it; no socket is left open.</exception>
@@ -154,15 +159,39 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     {
         ArgumentNullException.ThrowIfNull(endPoint);
         ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        if (endPoint is DnsEndPoint dns)
+        {
+            return await ConnectToHostAsync(dns, cancellationToken).ConfigureAwait(false);
+        }
         if (endPoint is not (IPEndPoint or UnixDomainSocketEndPoint))
         {
-            throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint or a UnixDomainSocketEndPoint.");
+            throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a DnsEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
         EventLoop loop = _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
         var operation = new ConnectOperation(loop, endPoint, Settings);
         loop.Post(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
         return await operation.Task.ConfigureAwait(false);
+    }
+
+    private async ValueTask<IoUringConnection> ConnectToHostAsync(DnsEndPoint host, CancellationToken cancellationToken)
+    {
+        IPAddress[] addresses = IPAddress.TryParse(host.Host, out IPAddress? literal)
+            ? [literal]
+            : await Dns.GetHostAddressesAsync(host.Host, host.AddressFamily, cancellationToken).ConfigureAwait(false);
+        SocketException? last = null;
+        foreach (IPAddress address in addresses)
+        {
+            try
+            {
+                return await ConnectAsync(new IPEndPoint(address, host.Port), cancellationToken).ConfigureAwait(false);
+            }
+            catch (SocketException ex)
+            {
+                last = ex;
+            }
+        }
+        throw last ?? new SocketException((int)SocketError.HostNotFound);
     }
 
     /// <summary>Aborts every open connection, then stops the loops (closing every fd they opened).</summary>

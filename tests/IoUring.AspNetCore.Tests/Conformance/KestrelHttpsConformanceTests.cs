@@ -54,20 +54,6 @@ public abstract partial class KestrelConformanceTests
         }
     }
 
-    private static async Task<(long Length, string Hash)> HashAsync(Stream body)
-    {
-        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
-        byte[] buffer = new byte[1 << 16];
-        long total = 0;
-        int n;
-        while ((n = await body.ReadAsync(buffer)) > 0)
-        {
-            hash.AppendData(buffer, 0, n);
-            total += n;
-        }
-        return (total, Convert.ToHexStringLower(hash.GetHashAndReset()));
-    }
-
     /// <summary>Everything the server sends until it ends the connection (FIN or RST).</summary>
     private static async Task<byte[]> ReceiveToEndAsync(Socket socket)
     {
@@ -155,7 +141,7 @@ public abstract partial class KestrelConformanceTests
         {
             using HttpResponseMessage response = await client.GetAsync($"download?size={DownloadLength}", HttpCompletionOption.ResponseHeadersRead);
             Assert.Equal(version, response.Version);
-            return await HashAsync(await response.Content.ReadAsStreamAsync());
+            return await Pattern.HashAsync(await response.Content.ReadAsStreamAsync());
         });
 
         Assert.Equal(TestApp.Describe(UploadLength), await WaitAsync(upload));
@@ -193,7 +179,7 @@ public abstract partial class KestrelConformanceTests
         Task<(long, string)> download = Task.Run(async () =>
         {
             using HttpResponseMessage response = await client.GetAsync($"download?size={Length}", HttpCompletionOption.ResponseHeadersRead);
-            return await HashAsync(await response.Content.ReadAsStreamAsync());
+            return await Pattern.HashAsync(await response.Content.ReadAsStreamAsync());
         });
 
         Assert.Equal(TestApp.Describe(Length), await WaitAsync(upload));
@@ -326,7 +312,7 @@ public abstract partial class KestrelConformanceTests
 
         await WaitAsync(probe.RequestAborted.Task);
         // The client's body ends in an error (its socket reset, or the server's abort after the FIN), never cleanly.
-        await Assert.ThrowsAnyAsync<Exception>(() => WaitAsync(HashAsync(body)));
+        await Assert.ThrowsAnyAsync<Exception>(() => WaitAsync(Pattern.HashAsync(body)));
         await WaitAsync(tracked.Closed);
         await AssertServesAsync(server);
     }

@@ -48,6 +48,21 @@ public static class Pattern
         return Convert.ToHexStringLower(hash.GetHashAndReset());
     }
 
+    /// <summary>Reads <paramref name="body"/> to its end: how many bytes it gave and their SHA-256 (lowercase hex), to compare with <see cref="Sha256"/>.</summary>
+    public static async Task<(long Length, string Hash)> HashAsync(Stream body)
+    {
+        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        byte[] buffer = new byte[1 << 16];
+        long total = 0;
+        int n;
+        while ((n = await body.ReadAsync(buffer)) > 0)
+        {
+            hash.AppendData(buffer, 0, n);
+            total += n;
+        }
+        return (total, Convert.ToHexStringLower(hash.GetHashAndReset()));
+    }
+
     /// <summary>An upload body of <paramref name="length"/> pattern bytes, written in chunks of <paramref name="chunk"/>; chunked encoding when <paramref name="chunked"/>.</summary>
     public static HttpContent Content(long length, int chunk = 1 << 16, bool chunked = false) => new PatternContent(length, chunk, chunked);
 

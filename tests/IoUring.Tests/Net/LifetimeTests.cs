@@ -330,12 +330,64 @@ public sealed class LifetimeTests : IAsyncLifetime
         Assert.Equal(SocketError.ConnectionRefused, ex.SocketErrorCode);
     }
 
+    private sealed class OtherEndPoint : EndPoint;
+
+    [Theory]
+    [InlineData("localhost")] // ::1 and 127.0.0.1: the listener is on the second, whichever order the resolver gives
+    [InlineData("127.0.0.1")]
+    public async Task Connecting_by_host_name_resolves_it_and_tries_each_address(string host)
+    {
+        var listening = (IPEndPoint)_listener.LocalEndPoint;
+        await using IoUringConnection client = await _network.ConnectAsync(new DnsEndPoint(host, listening.Port));
+        await using IoUringConnection server = (await _listener.AcceptAsync())!;
+        Assert.Equal(client.LocalEndPoint, server.RemoteEndPoint);
+
+        var unknown = await Assert.ThrowsAnyAsync<SocketException>(async () => await _network.ConnectAsync(new DnsEndPoint("no-such-host.invalid", 80)));
+        Assert.Equal(SocketError.HostNotFound, unknown.SocketErrorCode);
+        Assert.Equal(2, _network.ConnectionCount);
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task A_stream_that_owns_its_connection_closes_it_when_disposed(bool ownsConnection)
+    {
+        // The peer never closes: only our side can end the connection.
+        using var peerListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        peerListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peerListener.Listen();
+        IoUringConnection connection = await _network.ConnectAsync(peerListener.LocalEndPoint!);
+        using Socket peer = await peerListener.AcceptAsync();
+
+        Stream stream = connection.AsStream(ownsConnection);
+        await stream.WriteAsync("last words"u8.ToArray());
+        await stream.DisposeAsync();
+
+        // Either way the peer gets what was written, then FIN.
+        byte[] buffer = new byte[64];
+        var received = new MemoryStream();
+        int n;
+        while ((n = await peer.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(10))) > 0)
+        {
+            received.Write(buffer, 0, n);
+        }
+        Assert.Equal("last words", Encoding.ASCII.GetString(received.ToArray()));
+
+        // The fd is released only by the owning stream; otherwise the connection is the caller's to dispose.
+        await Eventually.WaitForAsync(() => _network.ConnectionCount == 0);
+        Assert.Equal(ownsConnection ? 0 : 1, _network.ConnectionCount);
+        Assert.Equal(ownsConnection, connection.Closed.IsCompleted);
+        await connection.DisposeAsync();
+        Assert.Equal(0, _network.ConnectionCount);
+    }
+
     [Fact]
     public async Task Unsupported_endpoints_and_options_are_rejected_with_clear_errors()
     {
         var dns = new DnsEndPoint("localhost", 80);
         Assert.Contains("DnsEndPoint", Assert.Throws<NotSupportedException>(() => _network.Listen(dns)).Message, StringComparison.Ordinal);
-        await Assert.ThrowsAsync<NotSupportedException>(async () => await _network.ConnectAsync(dns));
+        var other = new OtherEndPoint();
+        Assert.Contains(nameof(OtherEndPoint), (await Assert.ThrowsAsync<NotSupportedException>(async () => await _network.ConnectAsync(other))).Message, StringComparison.Ordinal);
         var bad = Assert.Throws<ArgumentException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 0 }));
         Assert.Equal(nameof(IoUringNetworkOptions.LoopCount), bad.ParamName);
         bad = Assert.Throws<ArgumentException>(() => new IoUringNetwork(new IoUringNetworkOptions { MaxReadBufferSize = 0 }));

@@ -41,6 +41,9 @@ public sealed class TestServerOptions
 
     /// <summary>Further HTTPS settings, when <see cref="Certificate"/> is set.</summary>
     public Action<HttpsConnectionAdapterOptions>? Https { get; set; }
+
+    /// <summary>The app's own services (e.g. AddGrpc), added before the host is built.</summary>
+    public Action<IServiceCollection>? Services { get; set; }
 }
 
 /// <summary>
@@ -140,6 +143,7 @@ public sealed class TestServer : IAsyncDisposable
             });
             options.Kestrel?.Invoke(k);
         });
+        options.Services?.Invoke(builder.Services);
         WebApplication app = builder.Build();
         configureApp(app);
         await app.StartAsync().WaitAsync(s_hangGuard);

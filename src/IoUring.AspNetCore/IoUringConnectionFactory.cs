@@ -51,6 +51,27 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     }
 
     /// <summary>
+    /// Makes <paramref name="handler"/> open its connections on this factory's loops (see
+    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them now if they have not started. Where io_uring
+    /// is unavailable the handler is left to connect through sockets, and the first such call logs one warning naming
+    /// the cause. For code that builds its own handlers, e.g. a YARP <c>ForwarderHttpClientFactory</c>; with
+    /// IHttpClientFactory use <c>AddHttpClient(...).UseIoUring()</c>.
+    /// </summary>
+    /// <param name="handler">The handler to configure, before its first request.</param>
+    /// <returns>True if the handler connects through io_uring, false if through sockets.</returns>
+    /// <exception cref="ObjectDisposedException">The factory was disposed.</exception>
+    public bool ConfigureHttpHandler(SocketsHttpHandler handler)
+    {
+        ArgumentNullException.ThrowIfNull(handler);
+        if (NetworkOrNull() is not { } network)
+        {
+            return false;
+        }
+        handler.UseIoUring(network);
+        return true;
+    }
+
+    /// <summary>
     /// The loops' network, started now if it has not been; null (after one warning, then always) where io_uring is
     /// unavailable, so a caller can fall back to sockets as Kestrel's transport does.
     /// </summary>

@@ -1,6 +1,5 @@
 using System.Net.Http;
 using IoUring.AspNetCore;
-using IoUring.Net;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 
 namespace Microsoft.Extensions.DependencyInjection;
@@ -36,10 +35,7 @@ public static class HttpClientBuilderIoUringExtensions
             {
                 throw new InvalidOperationException($"UseIoUring() needs a SocketsHttpHandler as the primary handler of HttpClient '{builder.Name}', not a {handler.GetType().Name}.");
             }
-            if (services.GetRequiredService<IoUringConnectionFactory>().NetworkOrNull() is { } network)
-            {
-                sockets.UseIoUring(network);
-            }
+            services.GetRequiredService<IoUringConnectionFactory>().ConfigureHttpHandler(sockets);
         });
     }
 }

@@ -34,6 +34,9 @@ public sealed class TestServerOptions
 
     public Action<IoUringTransportOptions>? IoUring { get; set; }
 
+    /// <summary>Further services of the host (OpenTelemetry, for one).</summary>
+    public Action<IServiceCollection>? Services { get; set; }
+
     public TimeSpan ShutdownTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
     /// <summary>Serve HTTPS with this certificate (TLS above the connection tracker, so it sees the transport's connections).</summary>
@@ -140,6 +143,7 @@ public sealed class TestServer : IAsyncDisposable
             });
             options.Kestrel?.Invoke(k);
         });
+        options.Services?.Invoke(builder.Services);
         WebApplication app = builder.Build();
         configureApp(app);
         await app.StartAsync().WaitAsync(s_hangGuard);

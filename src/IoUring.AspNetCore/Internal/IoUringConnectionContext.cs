@@ -26,6 +26,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     private readonly IoUringTransport _transport;
     private readonly CancellationTokenSource _closedSource = new();
     private readonly TaskCompletionSource _closedFired = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly KeyValuePair<string, object?> _loopTag; // the metrics' series of this connection's loop
     private CancellationToken _connectionClosed;
     private int _closedScheduled;
     private int _aborted;
@@ -35,6 +36,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     {
         _connection = connection;
         _transport = transport;
+        _loopTag = transport.Metrics.ConnectionOpened(connection.Loop);
         _connectionClosed = _closedSource.Token;
         _transportPipe = connection;
         LocalEndPoint = connection.LocalEndPoint;
@@ -118,7 +120,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         {
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
-        _transport.Metrics.ConnectionClosed();
+        _transport.Metrics.ConnectionClosed(_loopTag);
         // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();

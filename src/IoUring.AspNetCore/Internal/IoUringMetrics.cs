@@ -8,103 +8,165 @@ namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
 /// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
-/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport (bytes counted by the loops too).
+/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport (bytes
+/// counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every instrument.
 /// One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport, so each
 /// instrument exists once; every network registers its loops here.
 /// </summary>
+/// <remarks>
+/// Every instrument reports one series per loop, tagged <see cref="LoopIdTag"/> with the loop's index in its network.
+/// The observable ones read the loops' counters only when collected; the two synchronous ones (connections opened and
+/// active) change once per connection, with a tag the connection's context keeps, so nothing is added per request or
+/// per I/O. Several networks of one service provider (a listening transport and an <see cref="IoUringConnectionFactory"/>)
+/// number their loops alike: loop i's series adds up their loops i.
+/// </remarks>
 internal sealed class IoUringMetrics
 {
     public const string MeterName = "IoUring";
+
+    /// <summary>The loop's index in its network (0 to LoopCount - 1), on every instrument.</summary>
+    public const string LoopIdTag = "iouring.loop.id";
+
+    /// <summary>On iouring.connection.io: "receive" or "transmit" (OpenTelemetry's registry attribute).</summary>
+    public const string DirectionTag = "network.io.direction";
+
+    /// <summary>On iouring.connection.zero_copy.sends: "registered" (a fixed buffer) or "pinned" (pages the kernel pinned).</summary>
+    public const string ZeroCopyBufferTag = "iouring.connection.zero_copy.buffer";
+
+    private const bool Counts = true;   // a count: what gone networks did stays in it
+    private const bool Levels = false;  // a level: gone networks hold nothing
 
     private static readonly ConditionalWeakTable<IMeterFactory, IoUringMetrics> s_byFactory = new();
     private static readonly Lazy<IoUringMetrics> s_global = new(() => new IoUringMetrics(null));
 
     private readonly Meter _meter;
-    private readonly ConcurrentDictionary<IoUringNetwork, byte> _networks = new();
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
-    private readonly object _retiredLock = new();
-    private EventLoopCounters _retired;     // counters of networks already disposed, so the totals never go back
+    private readonly ConcurrentDictionary<EventLoop, KeyValuePair<string, object?>> _loopTags = new();
+    private readonly Lock _lock = new();                 // guards the two below; taken at collection and (de)registration
+    private readonly List<IoUringNetwork> _networks = [];
+    private EventLoopCounters[] _retired = [];          // by loop id: what networks already disposed did, so counts never go back
 
     private IoUringMetrics(IMeterFactory? meterFactory)
     {
         _meter = meterFactory?.Create(MeterName) ?? new Meter(MeterName);
-        _meter.CreateObservableCounter("iouring.loop.syscalls", () => Sum(static c => c.Syscalls), "{call}", "io_uring_enter calls made by the event loops.");
-        _meter.CreateObservableCounter("iouring.loop.sqes", () => Sum(static c => c.Sqes), "{entry}", "Submission queue entries written.");
-        _meter.CreateObservableCounter("iouring.loop.cqes", () => Sum(static c => c.Cqes), "{entry}", "Completion queue entries handled.");
-        _meter.CreateObservableCounter("iouring.loop.cq_overflows", () => Sum(static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the completion queue was full.");
-        _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", () => Sum(static c => c.BufferRingExhaustions), "{event}", "Receives that found the provided buffer ring empty (ENOBUFS).");
-        _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", () => Sum(static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers that could not be given back to the ring (expected 0).");
-        _meter.CreateObservableCounter("iouring.connection.bytes_received", () => Sum(static c => c.BytesReceived), "By", "Bytes received from peers.");
-        _meter.CreateObservableCounter("iouring.connection.bytes_sent", () => Sum(static c => c.BytesSent), "By", "Bytes sent to peers.");
-        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends", () => Sum(static c => c.ZeroCopySends), "{send}", "Zero-copy sends (SEND_ZC/SENDMSG_ZC).");
-        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends_fixed", () => Sum(static c => c.ZeroCopySendsFixed), "{send}", "Zero-copy sends from registered (fixed) buffers.");
-        _meter.CreateObservableCounter("iouring.connection.zero_copy_sends_copied", () => Sum(static c => c.ZeroCopySendsCopied), "{send}", "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
-        _meter.CreateObservableUpDownCounter("iouring.memory_pool.rented", () => SumLive(static c => c.MemoryPoolRentedBytes), "By", "Bytes of the loops' memory pools rented now, including blocks pinned by zero-copy sends until their notification.");
-        _meter.CreateObservableUpDownCounter("iouring.memory_pool.registered", () => SumLive(static c => c.RegisteredMemoryBytes), "By", "Bytes of the loops' memory pools registered with their rings as fixed buffers.");
-        _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected.");
-        _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open now.");
+        _meter.CreateObservableCounter("iouring.loop.syscalls", PerLoop(Counts, static c => c.Syscalls), "{call}", "io_uring_enter calls the loop made.");
+        _meter.CreateObservableCounter("iouring.loop.sqes", PerLoop(Counts, static c => c.Sqes), "{entry}", "Submission queue entries the loop wrote.");
+        _meter.CreateObservableCounter("iouring.loop.cqes", PerLoop(Counts, static c => c.Cqes), "{entry}", "Completion queue entries the loop handled.");
+        _meter.CreateObservableCounter("iouring.loop.cq_overflows", PerLoop(Counts, static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the loop's completion queue was full.");
+        _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", PerLoop(Counts, static c => c.BufferRingExhaustions), "{event}", "Receives that found the loop's provided buffer ring empty (ENOBUFS).");
+        _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", PerLoop(Counts, static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers the loop could not give back to its ring (expected 0).");
+        _meter.CreateObservableCounter("iouring.connection.io", PerLoop(Counts,
+            new(static c => c.BytesReceived, DirectionTag, "receive"),
+            new(static c => c.BytesSent, DirectionTag, "transmit")), "By", "Bytes the loop's connections received from and sent to their peers.");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy.sends", PerLoop(Counts,
+            new(static c => c.ZeroCopySendsFixed, ZeroCopyBufferTag, "registered"),
+            new(static c => c.ZeroCopySends - c.ZeroCopySendsFixed, ZeroCopyBufferTag, "pinned")), "{send}", "Zero-copy sends (SEND_ZC/SENDMSG_ZC) the loop's connections made.");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy.copied", PerLoop(Counts, static c => c.ZeroCopySendsCopied), "{send}", "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.used", PerLoop(Levels, static c => c.MemoryPoolRentedBytes), "By", "Bytes of the loop's memory pool rented now, including blocks pinned by zero-copy sends until their notification.");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.registered", PerLoop(Levels, static c => c.RegisteredMemoryBytes), "By", "Bytes of the loop's memory pool registered with its ring as fixed buffers.");
+        _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected on the loop.");
+        _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open on the loop now.");
     }
 
     /// <summary>The metrics published through <paramref name="meterFactory"/>, or through a process-wide meter without one.</summary>
     public static IoUringMetrics For(IMeterFactory? meterFactory)
         => meterFactory is null ? s_global.Value : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
 
-    public void Register(IoUringNetwork network) => _networks.TryAdd(network, 0);
+    public void Register(IoUringNetwork network)
+    {
+        for (int id = 0; id < network.Loops.Count; id++)
+        {
+            _loopTags[network.Loops[id]] = new(LoopIdTag, id);
+        }
+        lock (_lock)
+        {
+            _networks.Add(network);
+        }
+    }
 
     /// <summary>Keeps the counts of a network that is going away.</summary>
     public void Retire(IoUringNetwork network)
     {
-        if (!_networks.TryRemove(network, out _))
+        lock (_lock)
         {
-            return;
-        }
-        lock (_retiredLock)
-        {
-            foreach (EventLoop loop in network.Loops)
+            if (!_networks.Remove(network))
             {
-                _retired += loop.Counters;
+                return;
             }
+            AddLoops(ref _retired, network);
+        }
+        foreach (EventLoop loop in network.Loops)
+        {
+            _loopTags.TryRemove(loop, out _);
         }
     }
 
-    public void ConnectionOpened()
+    /// <summary>Once per connection; returns the tag to give <see cref="ConnectionClosed"/>, so both changes land in one series.</summary>
+    public KeyValuePair<string, object?> ConnectionOpened(EventLoop loop)
     {
-        _opened.Add(1);
-        _active.Add(1);
+        if (!_loopTags.TryGetValue(loop, out KeyValuePair<string, object?> tag))
+        {
+            tag = new(LoopIdTag, 0); // a loop of no registered network: not one the transport made
+        }
+        _opened.Add(1, tag);
+        _active.Add(1, tag);
+        return tag;
     }
 
     /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters already.</summary>
-    public void ConnectionClosed() => _active.Add(-1);
+    public void ConnectionClosed(KeyValuePair<string, object?> loopTag) => _active.Add(-1, loopTag);
 
-    /// <summary>A level (not a count) over the live networks' loops: gone networks hold nothing.</summary>
-    private long SumLive(Func<EventLoopCounters, long> select)
+    /// <summary>Loop i's counters: the live networks' loops i summed, with what gone networks' loops i did for <see cref="Counts"/>.</summary>
+    private EventLoopCounters[] CountersByLoop(bool counts)
     {
-        long total = 0;
-        foreach (IoUringNetwork network in _networks.Keys)
+        lock (_lock)
         {
-            foreach (EventLoop loop in network.Loops)
+            EventLoopCounters[] byLoop = counts ? (EventLoopCounters[])_retired.Clone() : [];
+            foreach (IoUringNetwork network in _networks)
             {
-                total += select(loop.Counters);
+                AddLoops(ref byLoop, network);
             }
+            return byLoop;
         }
-        return total;
     }
 
-    private long Sum(Func<EventLoopCounters, long> select)
+    private static void AddLoops(ref EventLoopCounters[] byLoop, IoUringNetwork network)
     {
-        long total;
-        lock (_retiredLock)
+        IReadOnlyList<EventLoop> loops = network.Loops;
+        if (byLoop.Length < loops.Count)
         {
-            total = select(_retired);
+            Array.Resize(ref byLoop, loops.Count);
         }
-        foreach (IoUringNetwork network in _networks.Keys)
+        for (int id = 0; id < loops.Count; id++)
         {
-            foreach (EventLoop loop in network.Loops)
+            byLoop[id] += loops[id].Counters;
+        }
+    }
+
+    /// <summary>An observable instrument's callback: one measurement per loop id, tagged with it.</summary>
+    private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, Func<EventLoopCounters, long> select) => PerLoop(counts, new Part(select));
+
+    /// <summary>
+    /// An observable instrument's callback: for each loop id, one measurement per part, tagged with the loop id and the
+    /// part's own tag if it has one. Runs only when a listener collects.
+    /// </summary>
+    private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, params Part[] parts) => () =>
+    {
+        EventLoopCounters[] byLoop = CountersByLoop(counts);
+        var measurements = new List<Measurement<long>>(byLoop.Length * parts.Length);
+        for (int id = 0; id < byLoop.Length; id++)
+        {
+            var loopTag = new KeyValuePair<string, object?>(LoopIdTag, id);
+            foreach (Part part in parts)
             {
-                total += select(loop.Counters);
+                long value = part.Select(byLoop[id]);
+                measurements.Add(part.TagName is null ? new(value, loopTag) : new(value, loopTag, new(part.TagName, part.TagValue)));
             }
         }
-        return total;
-    }
+        return measurements;
+    };
+
+    /// <summary>One value of a loop's counters, and the tag that tells it from the instrument's other parts.</summary>
+    private readonly record struct Part(Func<EventLoopCounters, long> Select, string? TagName = null, string? TagValue = null);
 }

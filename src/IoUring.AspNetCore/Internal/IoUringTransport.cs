@@ -108,11 +108,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
         }
     }
 
-    public IoUringConnectionContext CreateContext(IoUringConnection connection)
-    {
-        Metrics.ConnectionOpened();
-        return new IoUringConnectionContext(connection, this);
-    }
+    public IoUringConnectionContext CreateContext(IoUringConnection connection) => new(connection, this);
 
     public async ValueTask DisposeAsync()
     {

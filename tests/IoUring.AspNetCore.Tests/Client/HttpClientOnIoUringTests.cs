@@ -87,7 +87,7 @@ public abstract class HttpClientOnIoUringTests : IAsyncLifetime
         }
 
         // Disposing the client closes its connections: the fds are released and the server sees them go.
-        await Eventually.WaitForAsync(() => _network.ConnectionCount == 0);
+        await Eventually.HoldsAsync(() => _network.ConnectionCount == 0);
         Assert.Equal(0, _network.ConnectionCount);
         await Task.WhenAll(server.Connections.All.Select(c => c.Closed)).WaitAsync(s_hangGuard);
     }
@@ -122,7 +122,7 @@ public abstract class HttpClientOnIoUringTests : IAsyncLifetime
         if (protocol == Protocol.Http11)
         {
             await server.Connections.All.Single().Closed.WaitAsync(s_hangGuard);
-            await Eventually.WaitForAsync(() => _network.ConnectionCount == 0);
+            await Eventually.HoldsAsync(() => _network.ConnectionCount == 0);
             Assert.Equal(0, _network.ConnectionCount);
         }
 

@@ -143,7 +143,7 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
             int peak = network.Loops.Sum(l => l.MemoryPoolIfCreated?.PeakRentedBlocks ?? 0);
 
             // The connections stay open (keep-alive): the notifications alone must give every pinned block back.
-            await Eventually.WaitForAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
+            await Eventually.HoldsAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
             blocksIdle = network.RentedMemoryBlocks;
             EventLoopCounters sent = Delta(Totals(network), before);
             output.WriteLine($"{Connections} x {DownloadLength >> 20} MiB in {took.TotalSeconds:F2} s; {sent.BytesSent >> 20} MiB sent, zero-copy sends {sent.ZeroCopySends} (fixed {sent.ZeroCopySendsFixed}, reported copied {sent.ZeroCopySendsCopied})");
@@ -162,7 +162,7 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
         }
 
         await Task.WhenAll(server.Connections.All.Select(c => c.Closed.WaitAsync(s_hangGuard)));
-        await Eventually.WaitForAsync(() => network.RentedMemoryBlocks == blocksBefore);
+        await Eventually.HoldsAsync(() => network.RentedMemoryBlocks == blocksBefore);
         Assert.Equal(blocksBefore, network.RentedMemoryBlocks);
         Assert.Equal(0, Totals(network).HandlerExceptions - before.HandlerExceptions);
         AssertNoErrorsLogged(server);
@@ -192,7 +192,7 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
 
         await connection.Closed.WaitAsync(s_hangGuard);
         Exception? ended = await probe.Ended.Task.WaitAsync(s_hangGuard);
-        await Eventually.WaitForAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
+        await Eventually.HoldsAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
         output.WriteLine($"client read {body.Length >> 10} KiB then stopped; the server's sends stalled at {sentStalled >> 10} KiB after {stalled.ZeroCopySends} zero-copy sends ({stalled.ZeroCopySendsFixed} fixed)");
         output.WriteLine($"while stalled: {blocksStalled} blocks rented ({blocksBefore} before), {notificationsStalled} notifications pending; after the reset: {network.RentedMemoryBlocks} blocks, {NotificationsPending(network)} pending; the app's write ended with {ended?.GetType().Name ?? "no exception"}");
 
@@ -249,7 +249,7 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
         }
         await server.Connections.All.Single().Closed.WaitAsync(s_hangGuard);
         Exception? ended = await probe.Ended.Task.WaitAsync(s_hangGuard);
-        await Eventually.WaitForAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
+        await Eventually.HoldsAsync(() => network.RentedMemoryBlocks == blocksBefore && NotificationsPending(network) == 0);
         EventLoopCounters sent = Delta(Totals(network), before);
         output.WriteLine($"client {(clientReading ? "reading" : "not reading")}: {body.Length >> 10} KiB of {Length >> 10} KiB received, ended by {ending}; the app's write ended with {ended?.GetType().Name ?? "no exception"}");
         output.WriteLine($"server sent {sent.BytesSent >> 10} KiB in {sent.ZeroCopySends} zero-copy sends ({sent.ZeroCopySendsFixed} fixed); notifications pending at the abort {notificationsAtAbort}; blocks {blocksBefore} before, {network.RentedMemoryBlocks} after");

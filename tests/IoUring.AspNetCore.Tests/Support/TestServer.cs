@@ -34,6 +34,9 @@ public sealed class TestServerOptions
 
     public Action<IoUringTransportOptions>? IoUring { get; set; }
 
+    /// <summary>Further services of the host (OpenTelemetry, gRPC), added before it is built.</summary>
+    public Action<IServiceCollection>? Services { get; set; }
+
     public TimeSpan ShutdownTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
     /// <summary>Serve HTTPS with this certificate (TLS above the connection tracker, so it sees the transport's connections).</summary>
@@ -41,9 +44,6 @@ public sealed class TestServerOptions
 
     /// <summary>Further HTTPS settings, when <see cref="Certificate"/> is set.</summary>
     public Action<HttpsConnectionAdapterOptions>? Https { get; set; }
-
-    /// <summary>The app's own services (e.g. AddGrpc), added before the host is built.</summary>
-    public Action<IServiceCollection>? Services { get; set; }
 }
 
 /// <summary>

@@ -64,8 +64,57 @@ internal sealed partial class ChildProcess : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// Runs <paramref name="program"/> to its end and returns its exit code and output (stdout, then stderr). Past
+    /// <paramref name="timeout"/> it is killed with everything it started, and the test fails with its output. An
+    /// environment value of null removes that variable.
+    /// </summary>
+    public static async Task<(int ExitCode, string Output)> RunAsync(string program, IEnumerable<string> args, TimeSpan timeout, string? workingDirectory = null, IReadOnlyDictionary<string, string?>? environment = null)
+    {
+        var start = new ProcessStartInfo(program)
+        {
+            RedirectStandardError = true,
+            RedirectStandardOutput = true,
+            UseShellExecute = false,
+            WorkingDirectory = workingDirectory ?? "",
+        };
+        foreach (string arg in args)
+        {
+            start.ArgumentList.Add(arg);
+        }
+        foreach ((string name, string? value) in environment ?? new Dictionary<string, string?>())
+        {
+            if (value is null)
+            {
+                start.Environment.Remove(name);
+            }
+            else
+            {
+                start.Environment[name] = value;
+            }
+        }
+        using Process process = Process.Start(start)!;
+        // Disposed here: Process.Dispose leaves streams read this way to the finalizer, and the fd-counting tests
+        // would see them go.
+        using StreamReader output = process.StandardOutput, errors = process.StandardError;
+        Task<string> stdout = output.ReadToEndAsync();
+        Task<string> stderr = errors.ReadToEndAsync();
+        using var cts = new CancellationTokenSource(timeout);
+        try
+        {
+            await process.WaitForExitAsync(cts.Token);
+        }
+        catch (OperationCanceledException)
+        {
+            process.Kill(entireProcessTree: true);
+            await process.WaitForExitAsync();
+            Assert.Fail($"{program} {string.Join(' ', start.ArgumentList)} did not finish within {timeout}:\n{await stdout}{await stderr}");
+        }
+        return (process.ExitCode, await stdout + await stderr);
+    }
+
     /// <summary>The dotnet host running these tests, so the child gets the same runtime.</summary>
-    private static string DotnetHost()
+    public static string DotnetHost()
     {
         string? path = Environment.ProcessPath;
         if (path is not null && Path.GetFileName(path) == "dotnet")

@@ -1,5 +1,3 @@
-using System.Diagnostics;
-
 namespace IoUring.AspNetCore.Tests.Reliability;
 
 /// <summary>Compiles launcher.c with gcc once per test class.</summary>
@@ -38,21 +36,8 @@ public sealed class LauncherFixture : IAsyncLifetime
             ?? throw new InvalidOperationException("gcc was not found on PATH: the reliability tests compile launcher.c with it. Install it: sudo apt-get install build-essential");
         string source = RepoFiles.Find(SourceRelativePath);
         string binary = System.IO.Path.Combine(_work.FullName, "launcher");
-        var start = new ProcessStartInfo(gcc) { RedirectStandardError = true, RedirectStandardOutput = true, UseShellExecute = false };
-        foreach (string arg in new[] { "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary, source })
-        {
-            start.ArgumentList.Add(arg);
-        }
-        using Process process = Process.Start(start)!;
-        // Disposed here: Process.Dispose leaves streams read this way to the finalizer, and the fd-counting tests
-        // would see them go.
-        using StreamReader output = process.StandardOutput, errors = process.StandardError;
-        Task<string> stdout = output.ReadToEndAsync();
-        Task<string> stderr = errors.ReadToEndAsync();
-        using var cts = new CancellationTokenSource(TimeSpan.FromSeconds(60));
-        await process.WaitForExitAsync(cts.Token);
-        string messages = await stdout + await stderr;
-        if (process.ExitCode != 0)
+        (int exitCode, string messages) = await ChildProcess.RunAsync(gcc, ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary, source], TimeSpan.FromSeconds(60));
+        if (exitCode != 0)
         {
             throw new InvalidOperationException($"gcc could not compile {source} (are the kernel headers, linux-libc-dev, installed?):\n{messages}");
         }
@@ -83,17 +68,20 @@ internal static class RepoFiles
     /// </summary>
     public static string Sample(string name)
     {
-        var binDir = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/'));
-        string tfm = binDir.Name;
-        string configuration = binDir.Parent!.Name;
         string project = Find($"samples/{name}/{name}.csproj");
-        string dll = Path.Combine(Path.GetDirectoryName(project)!, "bin", configuration, tfm, name + ".dll");
+        string dll = Path.Combine(Path.GetDirectoryName(project)!, "bin", Configuration, TargetFramework, name + ".dll");
         if (!File.Exists(dll))
         {
-            throw new FileNotFoundException($"{dll} is missing: build the test project (it references samples/{name}) in {configuration}.");
+            throw new FileNotFoundException($"{dll} is missing: build the test project (it references samples/{name}) in {Configuration}.");
         }
         return dll;
     }
+
+    /// <summary>The configuration these tests were built in (Debug, Release), from bin/&lt;config&gt;/&lt;tfm&gt;/.</summary>
+    public static string Configuration => new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Parent!.Name;
+
+    /// <summary>The target framework of these tests (net10.0), from bin/&lt;config&gt;/&lt;tfm&gt;/.</summary>
+    public static string TargetFramework => new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name;
 
     public static string? FindOnPath(string program) =>
         (Environment.GetEnvironmentVariable("PATH") ?? "")

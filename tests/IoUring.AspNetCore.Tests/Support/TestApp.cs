@@ -34,6 +34,13 @@ public static class TestApp
 
         app.MapGet("/connection", (HttpContext context) => context.Connection.Id);
 
+        // The request's headers as "name: value" lines, sorted (what a proxy forwarded); answers with X-Backend: yes.
+        app.MapGet("/headers", (HttpContext context) =>
+        {
+            context.Response.Headers["X-Backend"] = "yes";
+            return string.Join('\n', context.Request.Headers.OrderBy(h => h.Key, StringComparer.OrdinalIgnoreCase).Select(h => $"{h.Key}: {h.Value}"));
+        });
+
         // "<protocol> <ALPN protocol> <scheme>" as the server saw the request: what TLS negotiated.
         app.MapGet("/tls", (HttpContext context) =>
         {

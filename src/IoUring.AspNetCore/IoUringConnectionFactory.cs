@@ -14,7 +14,9 @@ namespace IoUring.AspNetCore;
 /// Outbound connections on io_uring (IORING_OP_CONNECT) as <see cref="ConnectionContext"/>s, with the same features
 /// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
 /// </summary>
-/// <remarks>The loops start at the first connect and stop (aborting open connections) when the factory is disposed.</remarks>
+/// <remarks>The loops start at the first connect. Factories made with the same options object (a service provider's
+/// <see cref="IoUringTransportFactory"/> and this one) share them: a proxy's inbound and outbound connections run on the
+/// same loops. They stop (aborting open connections) when the last of those factories is disposed.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
@@ -78,7 +80,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     internal IoUringNetwork? NetworkOrNull()
         => _transport.GetOrStart(ex => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message))?.Network;
 
-    /// <summary>Stops the event loops, aborting every connection still open.</summary>
+    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every connection still open.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>

@@ -16,7 +16,8 @@ namespace IoUring.AspNetCore;
 /// </summary>
 /// <remarks>
 /// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and stop when the
-/// factory is disposed (with the host's services).</para>
+/// factory is disposed (with the host's services); an <see cref="IoUringConnectionFactory"/> of the same service
+/// provider (HttpClient's <c>UseIoUring()</c>) shares them, and the last of the two to be disposed stops them.</para>
 /// <para>Where io_uring cannot be used (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, a seccomp filter,
 /// RLIMIT_MEMLOCK, or any other failure to set up the rings), it binds through Kestrel's <see cref="SocketTransportFactory"/> instead and logs one warning
 /// naming the cause, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
@@ -92,7 +93,10 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
         Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
     }
 
-    /// <summary>Stops the event loops: every connection still open is aborted and every fd they opened is closed.</summary>
+    /// <summary>
+    /// Lets go of the event loops; the last factory sharing them (see <see cref="IoUringConnectionFactory"/>) stops them:
+    /// every connection still open is aborted and every fd they opened is closed.
+    /// </summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>

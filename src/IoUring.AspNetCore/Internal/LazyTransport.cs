@@ -1,3 +1,4 @@
+using System.Runtime.CompilerServices;
 using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
@@ -5,62 +6,146 @@ using Microsoft.Extensions.Logging;
 namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
-/// The <see cref="IoUringTransport"/> of one factory, started on first use (binding or connecting, not at DI
-/// construction, so a host that never uses it starts no loops) and stopped when the factory is disposed.
+/// A factory's hold on the <see cref="IoUringTransport"/> of its <see cref="IoUringTransportOptions"/>: the factories
+/// made with the same options object (a service provider's <see cref="IoUringTransportFactory"/> and
+/// <see cref="IoUringConnectionFactory"/>, which get the one <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>) share
+/// one set of loops, so a proxy's inbound and outbound connections run on the same loops and one io_uring_enter
+/// serves both. The loops start on first use (binding or connecting, not at construction, so a host that never uses
+/// them starts none) and stop when the last factory holding them is disposed.
 /// </summary>
-internal sealed class LazyTransport(object owner, IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+internal sealed class LazyTransport
 {
+    private static readonly Lock s_tableLock = new();
+    private static readonly ConditionalWeakTable<IoUringTransportOptions, SharedTransport> s_byOptions = new();
+
+    private readonly object _owner;
+    private readonly SharedTransport _shared;
     private readonly Lock _lock = new();
-    private IoUringTransport? _transport;
-    private bool _unavailable;
+    private bool _toldUnavailable;
     private bool _disposed;
 
+    public LazyTransport(object owner, IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    {
+        _owner = owner;
+        lock (s_tableLock)
+        {
+            if (!s_byOptions.TryGetValue(options, out SharedTransport? shared) || !shared.TryHold())
+            {
+                // None yet, or the last one stopped: a fresh one (its holders all disposed, it cannot start again).
+                shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
+                shared.TryHold();
+                s_byOptions.AddOrUpdate(options, shared);
+            }
+            _shared = shared;
+        }
+    }
+
     /// <summary>The transport if it has started.</summary>
-    public IoUringTransport? Current => Volatile.Read(ref _transport);
+    public IoUringTransport? Current => _shared.Current;
 
     /// <summary>
     /// The transport, started now if it has not been. If io_uring cannot be set up and <paramref name="onUnavailable"/>
-    /// is given, it is called once (under the lock) and null is returned from then on; without it the error is thrown.
+    /// is given, it is called the first time this holder finds that out and null is returned from then on; without it
+    /// the error is thrown.
     /// </summary>
     /// <exception cref="ObjectDisposedException">The factory (<c>owner</c>) was disposed.</exception>
     public IoUringTransport? GetOrStart(Action<IoUringException>? onUnavailable)
     {
         lock (_lock)
         {
-            ObjectDisposedException.ThrowIf(_disposed, owner); // named after the factory
-            if (_transport is not null || _unavailable)
+            ObjectDisposedException.ThrowIf(_disposed, _owner); // named after the factory
+            IoUringTransport? transport = _shared.GetOrStart(out IoUringException? unavailable);
+            if (transport is not null)
             {
-                return _transport;
+                return transport;
             }
-            try
+            if (onUnavailable is null)
             {
-                Volatile.Write(ref _transport, IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
-                return _transport;
+                throw unavailable!;
             }
-            catch (IoUringException ex) when (onUnavailable is not null)
+            if (!_toldUnavailable)
             {
-                _unavailable = true;
-                onUnavailable(ex);
-                return null;
+                _toldUnavailable = true;
+                onUnavailable(unavailable!);
             }
+            return null;
         }
     }
 
-    public async ValueTask DisposeAsync()
+    /// <summary>Lets go of the loops; the last holder stops them (every connection still open is aborted).</summary>
+    public ValueTask DisposeAsync()
     {
-        IoUringTransport? transport;
         lock (_lock)
         {
             if (_disposed)
             {
-                return;
+                return ValueTask.CompletedTask;
             }
             _disposed = true;
-            transport = _transport;
         }
-        if (transport is not null)
+        return _shared.ReleaseAsync();
+    }
+
+    /// <summary>The transport of one options object and how many factories hold it.</summary>
+    private sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    {
+        private readonly Lock _lock = new();
+        private IoUringTransport? _transport;
+        private IoUringException? _unavailable; // set up once and failed: not tried again
+        private int _holders;
+        private bool _stopped;
+
+        public IoUringTransport? Current => Volatile.Read(ref _transport);
+
+        public bool TryHold()
         {
-            await transport.DisposeAsync().ConfigureAwait(false);
+            lock (_lock)
+            {
+                if (_stopped)
+                {
+                    return false;
+                }
+                _holders++;
+                return true;
+            }
+        }
+
+        public IoUringTransport? GetOrStart(out IoUringException? unavailable)
+        {
+            lock (_lock)
+            {
+                if (_transport is null && _unavailable is null)
+                {
+                    try
+                    {
+                        Volatile.Write(ref _transport, IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
+                    }
+                    catch (IoUringException ex)
+                    {
+                        _unavailable = ex;
+                    }
+                }
+                unavailable = _unavailable;
+                return _transport;
+            }
+        }
+
+        public async ValueTask ReleaseAsync()
+        {
+            IoUringTransport? transport;
+            lock (_lock)
+            {
+                if (--_holders > 0)
+                {
+                    return;
+                }
+                _stopped = true;
+                transport = _transport;
+            }
+            if (transport is not null)
+            {
+                await transport.DisposeAsync().ConfigureAwait(false);
+            }
         }
     }
 }

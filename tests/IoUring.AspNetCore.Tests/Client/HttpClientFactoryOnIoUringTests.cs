@@ -53,6 +53,26 @@ public sealed class HttpClientFactoryOnIoUringTests
     }
 
     [Fact]
+    public async Task A_host_serving_on_io_uring_shares_its_loops_with_its_clients()
+    {
+        // The app calls itself: the inbound and the outbound side of each connection on the same loops.
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()),
+            o => o.Services = services => services.AddHttpClient("self").UseIoUring());
+        HttpClient client = server.App.Services.GetRequiredService<IHttpClientFactory>().CreateClient("self");
+        Assert.Equal("Hello, World!", await client.GetStringAsync(new Uri(server.BaseAddress, "plaintext")));
+
+        var listening = (IoUringTransportFactory)server.App.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().Last();
+        IoUring.Net.IoUringNetwork network = server.App.Services.GetRequiredService<IoUringConnectionFactory>().NetworkOrNull()!;
+        Assert.Same(listening.Network, network);
+        Assert.Equal(2, network.ConnectionCount); // the client's connection and the one the server accepted
+        Assert.Equal("IoUringConnectionContext", Assert.Single(server.Connections.All).ContextType);
+
+        // Letting go of the client side leaves the server's loops running.
+        await server.App.Services.GetRequiredService<IoUringConnectionFactory>().DisposeAsync();
+        Assert.Equal("Hello, World!", await server.CreateClient().GetStringAsync("plaintext"));
+    }
+
+    [Fact]
     public async Task Unavailable_io_uring_connects_through_sockets_with_one_warning()
     {
         await using TestServer server = await StartServerAsync();

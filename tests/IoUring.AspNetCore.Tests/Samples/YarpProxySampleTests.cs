@@ -61,9 +61,11 @@ public sealed class YarpProxySampleTests : IAsyncLifetime
             Assert.Equal((Length, Pattern.Sha256(Length)), await Pattern.HashAsync(await download.Content.ReadAsStreamAsync()));
         }
 
-        // The proxy's connections to the backend are the io_uring ones of its connection factory.
+        // The proxy's connections to the backend are io_uring ones, on the loops that accepted the client's.
         IoUring.Net.IoUringNetwork outbound = _proxy.Services.GetRequiredService<IoUringConnectionFactory>().NetworkOrNull()!;
-        Assert.InRange(outbound.ConnectionCount, 1, _backend.Connections.All.Count);
+        var inbound = (IoUringTransportFactory)_proxy.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().Last();
+        Assert.Same(inbound.Network, outbound);
+        Assert.InRange(outbound.ConnectionCount, 2, 1 + _backend.Connections.All.Count);
         Assert.All(_backend.Connections.All, c => Assert.Equal("IoUringConnectionContext", c.ContextType));
     }
 

@@ -17,8 +17,8 @@ namespace IoUring.AspNetCore.Internal;
 /// Every instrument reports one series per loop, tagged <see cref="LoopIdTag"/> with the loop's index in its network.
 /// The observable ones read the loops' counters only when collected; the two synchronous ones (connections opened and
 /// active) change once per connection, with a tag the connection's context keeps, so nothing is added per request or
-/// per I/O. Several networks of one service provider (a listening transport and an <see cref="IoUringConnectionFactory"/>)
-/// number their loops alike: loop i's series adds up their loops i.
+/// per I/O. The listening transport and the <see cref="IoUringConnectionFactory"/> of one service provider share their
+/// loops (LazyTransport); networks made with other options objects number their loops alike: loop i's series adds them up.
 /// </remarks>
 internal sealed class IoUringMetrics
 {

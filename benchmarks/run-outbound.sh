@@ -11,6 +11,8 @@
 #
 #   benchmarks/run-outbound.sh                      defaults: ROUNDS=6 WINDOW=10 WARMUP=30 CONNECTIONS=64
 #   ROUNDS=2 WINDOW=3 WARMUP=5 SCENARIOS=yarp benchmarks/run-outbound.sh
+# PROXY_BUILD=path/to/YarpProxy.dll measures that build's io_uring proxy as "iouring" (an A/B of two commits: build
+# the other commit's samples/YarpProxy with -c Release in a worktree).
 # Output in OUT (default a new temp dir): httpclient.tsv, yarp.tsv (one row per window), summary.md, server logs.
 set -Eeuo pipefail
 trap 'echo "run-outbound.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -67,7 +69,8 @@ if [[ " $SCENARIOS " == *" yarp "* ]]; then
   echo "== yarp"
   declare -A PROXY_PID PROXY_PORT=([iouring]=5701 [sockets]=5702)
   for name in iouring sockets; do
-    start 1 "proxy-$name.log" "$(bin samples/YarpProxy)" --backend http://127.0.0.1:5700 --transport "$name" \
+    dll=$(bin samples/YarpProxy); [ "$name" = iouring ] && dll=${PROXY_BUILD:-$dll}
+    start 1 "proxy-$name.log" "$dll" --backend http://127.0.0.1:5700 --transport "$name" \
       --urls "http://127.0.0.1:${PROXY_PORT[$name]}"
     PROXY_PID[$name]=$STARTED
     wait_for "http://127.0.0.1:${PROXY_PORT[$name]}/plaintext"

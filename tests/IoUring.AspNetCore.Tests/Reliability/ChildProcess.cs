@@ -99,18 +99,31 @@ internal sealed partial class ChildProcess : IAsyncDisposable
         using StreamReader output = process.StandardOutput, errors = process.StandardError;
         Task<string> stdout = output.ReadToEndAsync();
         Task<string> stderr = errors.ReadToEndAsync();
+        if (!await ExitOrKillAsync(process, timeout))
+        {
+            Assert.Fail($"{program} {string.Join(' ', start.ArgumentList)} did not finish within {timeout}:\n{await stdout}{await stderr}");
+        }
+        return (process.ExitCode, await stdout + await stderr);
+    }
+
+    /// <summary>
+    /// Waits for <paramref name="process"/> to exit; past <paramref name="timeout"/> kills it with everything it started
+    /// and waits for that. Answers whether it exited by itself.
+    /// </summary>
+    public static async Task<bool> ExitOrKillAsync(Process process, TimeSpan timeout)
+    {
         using var cts = new CancellationTokenSource(timeout);
         try
         {
             await process.WaitForExitAsync(cts.Token);
+            return true;
         }
         catch (OperationCanceledException)
         {
             process.Kill(entireProcessTree: true);
             await process.WaitForExitAsync();
-            Assert.Fail($"{program} {string.Join(' ', start.ArgumentList)} did not finish within {timeout}:\n{await stdout}{await stderr}");
+            return false;
         }
-        return (process.ExitCode, await stdout + await stderr);
     }
 
     /// <summary>The dotnet host running these tests, so the child gets the same runtime.</summary>

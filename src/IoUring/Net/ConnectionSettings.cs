@@ -21,6 +21,9 @@ internal sealed record ConnectionSettings
     public bool IgnoreZeroCopyCopied { get; init; }
     public ConnectionRegistry? Registry { get; init; }
 
+    /// <summary>Test seam (<see cref="TestHooks.BeforeAcceptorCreated"/>).</summary>
+    public Action<int>? BeforeAcceptorCreated { get; init; }
+
     /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
     public IoUringCapabilities Capabilities { get; init; } = IoUringCapabilities.Current;
 
@@ -45,6 +48,7 @@ internal sealed record ConnectionSettings
             AbortWithReset = options.AbortWithReset,
             ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
             IgnoreZeroCopyCopied = options.Loop.Hooks?.IgnoreZeroCopyCopied ?? false,
+            BeforeAcceptorCreated = options.Loop.Hooks?.BeforeAcceptorCreated,
             Registry = registry,
         };
         return settings with

@@ -46,9 +46,14 @@ public sealed class IoUringListener : IAsyncDisposable
         _liveAcceptors = loops.Count;
         for (int i = 0; i < loops.Count; i++)
         {
-            var acceptor = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
-            _acceptors[i] = acceptor;
-            loops[i].Post(static a => ((Acceptor)a!).Start(), acceptor);
+            settings.BeforeAcceptorCreated?.Invoke(i);
+            _acceptors[i] = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
+        }
+        // Started only once all exist: a loop that accepts at once (clients already queued on the socket, as with
+        // systemd socket activation) hands connections to the others' acceptors.
+        foreach (Acceptor acceptor in _acceptors)
+        {
+            acceptor.Loop.Post(static a => ((Acceptor)a!).Start(), acceptor);
         }
     }
 

@@ -25,6 +25,9 @@ internal sealed class TestHooks
     /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always copies), to test zero-copy lifetimes here.</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
 
+    /// <summary>Called on the thread making a listener just before it makes loop i's acceptor (to hold it there while loops already started accept).</summary>
+    public Action<int>? BeforeAcceptorCreated { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }
 }

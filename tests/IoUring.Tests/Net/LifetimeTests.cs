@@ -313,6 +313,43 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Connections_waiting_before_the_listener_starts_are_all_accepted()
+    {
+        // Systemd socket activation, or any bind under load: clients are queued on the socket before the loops begin
+        // accepting. The first loop to start must not hand a connection to a loop whose acceptor does not exist yet
+        // (NullReferenceException on the loop, the fd never closed, the client hanging).
+        // The hook holds the listener's constructor before each acceptor after the first: the widest the race gets.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 2,
+            Loop = new() { Hooks = new() { BeforeAcceptorCreated = i => Thread.Sleep(i == 0 ? 0 : 200) } },
+        });
+        for (int attempt = 0; attempt < 2; attempt++)
+        {
+            var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            socket.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+            socket.Listen(64);
+            var clients = new List<Socket>();
+            for (int i = 0; i < 8; i++)
+            {
+                var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                await client.ConnectAsync(socket.LocalEndPoint!);
+                clients.Add(client);
+            }
+            // From a thread of its own, as a host's startup does: a thread-pool thread defers the loops' wake-up.
+            await using IoUringListener listener = await Task.Factory.StartNew(() => network.Listen(socket, 64), TaskCreationOptions.LongRunning);
+            for (int i = 0; i < clients.Count; i++)
+            {
+                using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+                await using IoUringConnection? accepted = await listener.AcceptAsync(timeout.Token);
+                Assert.NotNull(accepted);
+            }
+            clients.ForEach(c => c.Dispose());
+        }
+        Assert.Equal(0, network.Loops.Sum(l => l.Counters.HandlerExceptions));
+    }
+
+    [Fact]
     public void Binding_a_port_in_use_fails_with_address_in_use()
     {
         var ex = Assert.Throws<SocketException>(() => _network.Listen(_listener.LocalEndPoint));

@@ -45,6 +45,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     private readonly bool _ignoreCopied;        // test seam: stay zero-copy even where the kernel copies (loopback)
     private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
     private bool _lastSendZeroCopy;
+    private bool _copyNextSend;                 // the last zero-copy send could not pin its pages: send these bytes copied
     private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
     private int[] _pinSetCounts = [];
     private int _pinSetsBusy;                   // bit per set awaiting its notification
@@ -108,6 +109,15 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
                         {
                             // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
                             RevertZeroCopy();
+                            reader.AdvanceTo(buffer.Start);
+                            continue;
+                        }
+                        if (sent is -Errno.ENOMEM or -Errno.ENOBUFS && _lastSendZeroCopy && !_connection.IsClosing)
+                        {
+                            // The kernel could not charge the pages to RLIMIT_MEMLOCK (a process without
+                            // CAP_IPC_LOCK, e.g. any service not run as root, or root in a container): nothing was
+                            // sent. Send the same bytes the copying way; later large sends try zero-copy again.
+                            _copyNextSend = true;
                             reader.AdvanceTo(buffer.Start);
                             continue;
                         }
@@ -178,7 +188,9 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
         }
         MemoryHandle[] pins = _pins;
-        if (_zeroCopy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
+        bool copy = _copyNextSend;
+        _copyNextSend = false;
+        if (_zeroCopy && !copy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
             && (pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit)) >= 0)
         {
             pins = _pinSets[pinSet];

@@ -139,7 +139,7 @@ internal sealed unsafe class Ring : IDisposable
                 case Errno.ENOMEM:
                     throw new IoUringUnavailableException(
                         $"io_uring unavailable: io_uring_setup(entries: {options.SqEntries}, cq_entries: {cqEntries}) failed with ENOMEM " +
-                        "after retries. Ring memory counts against RLIMIT_MEMLOCK for unprivileged processes: raise it " +
+                        "after retries. Ring memory counts against RLIMIT_MEMLOCK for processes without CAP_IPC_LOCK: raise it " +
                         "(ulimit -l, LimitMEMLOCK= in systemd, --ulimit memlock in containers) or use fewer or smaller rings.", errno);
                 default:
                     throw IoUringException.FromErrno("io_uring_setup", errno);

@@ -1,9 +1,14 @@
 /*
- * launcher [--nofile N] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]
+ * launcher [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]
  *
  * Sets up the process the reliability tests need, then execs PROGRAM (same pid, so the test reads
  * /proc/<pid> of PROGRAM itself):
  *   --nofile N       RLIMIT_NOFILE soft and hard limit N.
+ *   --memlock BYTES  RLIMIT_MEMLOCK soft and hard limit BYTES (what io_uring charges ring memory and zero-copy
+ *                    sends' pinned pages to, for a process without CAP_IPC_LOCK).
+ *   --user UID       PROGRAM runs as UID (group UID, no supplementary groups), so without root's capabilities:
+ *                    CAP_IPC_LOCK no longer exempts it from RLIMIT_MEMLOCK. The working directory becomes /tmp (the
+ *                    test's own is private to root).
  *   --no-io-uring    io_uring switched off for PROGRAM alone, the way a container runtime's seccomp profile
  *                    does: io_uring_setup, io_uring_enter and io_uring_register fail with EPERM. The global
  *                    sysctl (kernel.io_uring_disabled) is left alone, so tests running in parallel keep io_uring.
@@ -23,6 +28,7 @@
 #include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <grp.h>
 #include <sys/syscall.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -78,15 +84,34 @@ static int deny_io_uring(void)
     return 0;
 }
 
+/* Soft and hard limit of resource to value (a decimal number). */
+static int set_limit(int resource, const char *name, const char *value)
+{
+    rlim_t n = strtoul(value, NULL, 10);
+    struct rlimit limit = { .rlim_cur = n, .rlim_max = n };
+    if (setrlimit(resource, &limit) != 0) {
+        fprintf(stderr, "launcher: %s %lu: %s\n", name, (unsigned long)n, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--nofile") == 0 && i + 1 < argc) {
-            rlim_t n = strtoul(argv[++i], NULL, 10);
-            struct rlimit limit = { .rlim_cur = n, .rlim_max = n };
-            if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
-                fprintf(stderr, "launcher: RLIMIT_NOFILE %lu: %s\n", (unsigned long)n, strerror(errno));
+            if (set_limit(RLIMIT_NOFILE, "RLIMIT_NOFILE", argv[++i]) != 0) {
+                return 125;
+            }
+        } else if (strcmp(argv[i], "--memlock") == 0 && i + 1 < argc) {
+            if (set_limit(RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK", argv[++i]) != 0) {
+                return 125;
+            }
+        } else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc) {
+            uid_t uid = (uid_t)strtoul(argv[++i], NULL, 10);
+            if (setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 || setuid(uid) != 0 || chdir("/tmp") != 0) {
+                fprintf(stderr, "launcher: run as user %lu: %s\n", (unsigned long)uid, strerror(errno));
                 return 125;
             }
         } else if (strcmp(argv[i], "--no-io-uring") == 0) {
@@ -102,7 +127,7 @@ int main(int argc, char **argv)
         }
     }
     if (i + 1 >= argc) {
-        fprintf(stderr, "usage: %s [--nofile N] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]\n", argv[0]);
         return 2;
     }
     execvp(argv[i + 1], argv + i + 1);

@@ -128,6 +128,10 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
                         }
                         reader.AdvanceTo(buffer.End);
                         peerReset = sent is -Errno.EPIPE or -Errno.ECONNRESET;
+                        if (sent == -Errno.ECONNRESET)
+                        {
+                            _connection.NotifyPeerClosed(reset: true); // this send took the reset error: the receive will see only an end of stream
+                        }
                         error = sent switch
                         {
                             -Errno.ECANCELED when _connection.IsClosing => null,

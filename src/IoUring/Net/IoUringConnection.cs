@@ -260,6 +260,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream for complete.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
 
+    /// <summary>The peer's reset was seen (by the receive, or by a send that took the socket's reset error first).</summary>
+    internal bool PeerReset => Volatile.Read(ref _peerClosedKind) == 2;
+
     /// <summary>The peer's FIN (<paramref name="reset"/> false) or reset arrived: tell the registered callback once.</summary>
     internal void NotifyPeerClosed(bool reset)
     {

@@ -204,6 +204,10 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
         Assert.Equal(blocksBefore, network.RentedMemoryBlocks);
         Assert.Equal(0, Totals(network).HandlerExceptions - before.HandlerExceptions);
         AssertNoErrorsLogged(server);
+        // Logged as a reset, as Kestrel's Sockets transport logs it, although the failing send may have taken the
+        // socket's one reset error and left the receive an end of stream.
+        Assert.Contains(server.Logs.Where(Internal.IoUringTransportLog.Category, eventId: 19), r => r.Message.Contains(connection.Id, StringComparison.Ordinal));
+        Assert.DoesNotContain(server.Logs.Where(Internal.IoUringTransportLog.Category, eventId: 6), r => r.Message.Contains(connection.Id, StringComparison.Ordinal));
     }
 
     [Theory]

@@ -242,6 +242,9 @@ public sealed class IoUringTransportTests
         TestLogs.LogRecord readFin = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, eventId: 6));
         Assert.Equal(LogLevel.Debug, readFin.Level);
         Assert.Equal("ConnectionReadFin", readFin.EventId.Name);
+        // Our FIN back is logged once, as the Sockets transport does (Kestrel's Abort(null), then the dispose).
+        TestLogs.LogRecord writeFin = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, eventId: 7));
+        Assert.Equal("ConnectionWriteFin", writeFin.EventId.Name);
     }
 
     [Fact]

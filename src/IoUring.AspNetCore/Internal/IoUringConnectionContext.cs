@@ -30,6 +30,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     private CancellationToken _connectionClosed;
     private int _closedScheduled;
     private int _aborted;
+    private int _finLogged;      // WriteFin is logged once: at Kestrel's Abort(null), or else at the dispose
     private int _disposed;
 
     public IoUringConnectionContext(IoUringConnection connection, IoUringTransport transport)
@@ -91,7 +92,10 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             // Kestrel passes null when the client has gone (ConnectionClosed fired) and FinOnError is off: it wants
             // FIN, not RST, and completes Transport.Output itself right after this call, which sends FIN once the
             // output is flushed; DisposeAsync then closes. Not a close reason: a later Abort still resets.
-            IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The client closed the connection.");
+            if (Interlocked.Exchange(ref _finLogged, 1) == 0)
+            {
+                IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The client closed the connection.");
+            }
             return;
         }
         if (Interlocked.Exchange(ref _aborted, 1) != 0)
@@ -108,7 +112,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         {
             return;
         }
-        if (Volatile.Read(ref _aborted) == 0)
+        if (Volatile.Read(ref _aborted) == 0 && Interlocked.Exchange(ref _finLogged, 1) == 0)
         {
             IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The io_uring transport's connection was disposed after the application completed it.");
         }

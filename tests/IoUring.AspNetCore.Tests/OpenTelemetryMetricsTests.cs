@@ -31,6 +31,8 @@ public sealed class OpenTelemetryMetricsTests
         ["iouring.loop.cq_overflows"] = (MetricType.LongSum, "{event}", null, []),
         ["iouring.loop.buffer_ring_exhaustions"] = (MetricType.LongSum, "{event}", null, []),
         ["iouring.loop.receive_buffers_lost"] = (MetricType.LongSum, "{buffer}", null, []),
+        ["iouring.loop.wakeups"] = (MetricType.LongSum, "{wakeup}", null, []),
+        ["iouring.loop.handler_exceptions"] = (MetricType.LongSum, "{exception}", null, []),
         ["iouring.connection.io"] = (MetricType.LongSum, "By", IoUringMetrics.DirectionTag, ["receive", "transmit"]),
         ["iouring.connection.zero_copy.sends"] = (MetricType.LongSum, "{send}", IoUringMetrics.ZeroCopyBufferTag, ["pinned", "registered"]),
         ["iouring.connection.zero_copy.copied"] = (MetricType.LongSum, "{send}", null, []),
@@ -73,6 +75,9 @@ public sealed class OpenTelemetryMetricsTests
         Dictionary<string, MetricSnapshot> loaded = Collect(meterProvider, exported);
 
         Assert.Equal(s_instruments.Keys.Order(), loaded.Keys.Order());
+        string version = typeof(IoUring.Net.IoUringNetwork).Assembly.GetCustomAttributes(typeof(System.Reflection.AssemblyInformationalVersionAttribute), false)
+            .OfType<System.Reflection.AssemblyInformationalVersionAttribute>().Single().InformationalVersion;
+        Assert.All(loaded.Values, m => Assert.Equal(version, m.MeterVersion));
         foreach ((string name, (MetricType type, string unit, string? tag, string[] values)) in s_instruments)
         {
             MetricSnapshot metric = loaded[name];
@@ -98,6 +103,7 @@ public sealed class OpenTelemetryMetricsTests
             Assert.All(loaded[name].MetricPoints, p => Assert.True(p.GetSumLong() > 0, $"{name} of loop {LoopId(p)}: {p.GetSumLong()}"));
         }
         Assert.Equal(0, Sum(loaded, "iouring.loop.receive_buffers_lost"));
+        Assert.Equal(0, Sum(loaded, "iouring.loop.handler_exceptions"));
         Assert.True(Sum(loaded, "iouring.connection.io", "receive") >= received, $"received {Sum(loaded, "iouring.connection.io", "receive")} < {received}");
         Assert.True(Sum(loaded, "iouring.connection.io", "transmit") >= sent, $"sent {Sum(loaded, "iouring.connection.io", "transmit")} < {sent}");
         Assert.Equal(connections, Sum(loaded, "iouring.connection.opened"));

@@ -24,6 +24,10 @@ internal sealed class IoUringMetrics
 {
     public const string MeterName = "IoUring";
 
+    private static readonly string? MeterVersion = typeof(IoUringNetwork).Assembly
+        .GetCustomAttributes(typeof(System.Reflection.AssemblyInformationalVersionAttribute), inherit: false)
+        .OfType<System.Reflection.AssemblyInformationalVersionAttribute>().FirstOrDefault()?.InformationalVersion;
+
     /// <summary>The loop's index in its network (0 to LoopCount - 1), on every instrument.</summary>
     public const string LoopIdTag = "iouring.loop.id";
 
@@ -49,13 +53,17 @@ internal sealed class IoUringMetrics
 
     private IoUringMetrics(IMeterFactory? meterFactory)
     {
-        _meter = meterFactory?.Create(MeterName) ?? new Meter(MeterName);
+        // The version is the library's (the IoUring assembly's informational version), so exporters can tell releases apart.
+        var options = new MeterOptions(MeterName) { Version = MeterVersion };
+        _meter = meterFactory?.Create(options) ?? new Meter(options);
         _meter.CreateObservableCounter("iouring.loop.syscalls", PerLoop(Counts, static c => c.Syscalls), "{call}", "io_uring_enter calls the loop made.");
         _meter.CreateObservableCounter("iouring.loop.sqes", PerLoop(Counts, static c => c.Sqes), "{entry}", "Submission queue entries the loop wrote.");
         _meter.CreateObservableCounter("iouring.loop.cqes", PerLoop(Counts, static c => c.Cqes), "{entry}", "Completion queue entries the loop handled.");
         _meter.CreateObservableCounter("iouring.loop.cq_overflows", PerLoop(Counts, static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the loop's completion queue was full.");
         _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", PerLoop(Counts, static c => c.BufferRingExhaustions), "{event}", "Receives that found the loop's provided buffer ring empty (ENOBUFS).");
         _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", PerLoop(Counts, static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers the loop could not give back to its ring (expected 0).");
+        _meter.CreateObservableCounter("iouring.loop.wakeups", PerLoop(Counts, static c => c.Wakeups), "{wakeup}", "Times another thread woke the loop from its wait (an eventfd write).");
+        _meter.CreateObservableCounter("iouring.loop.handler_exceptions", PerLoop(Counts, static c => c.HandlerExceptions), "{exception}", "Exceptions a completion handler threw on the loop (its connection was aborted, the loop went on). Expected to stay 0; anything else is a bug to report.");
         _meter.CreateObservableCounter("iouring.connection.io", PerLoop(Counts,
             new(static c => c.BytesReceived, DirectionTag, "receive"),
             new(static c => c.BytesSent, DirectionTag, "transmit")), "By", "Bytes the loop's connections received from and sent to their peers.");

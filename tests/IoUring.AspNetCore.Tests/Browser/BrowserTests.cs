@@ -109,7 +109,7 @@ public sealed class BrowserTests
         Assert.All(server.Connections.All, c => Assert.Equal("IoUringConnectionContext", c.ContextType));
 
         await server.StopAsync();
-        Assert.Empty(server.Logs.Records.Where(r => r.Level >= LogLevel.Warning).Select(r => $"{r.Level} {r.Category}[{r.EventId.Id}] {r.Message} {r.Exception}"));
+        server.Logs.AssertNoWarnings();
     }
 
     private sealed record PageReport(string? Error, string? Protocol, string[]? Plaintext, Digest? Download, string? Upload, WebSocketReport? WebSocket);

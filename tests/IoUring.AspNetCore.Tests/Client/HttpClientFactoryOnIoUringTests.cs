@@ -44,7 +44,7 @@ public sealed class HttpClientFactoryOnIoUringTests
         IoUring.Net.IoUringNetwork network = services.GetRequiredService<IoUringConnectionFactory>().NetworkOrNull()!;
         Assert.Equal(1, network.ConnectionCount);
         Assert.Single(server.Connections.All);
-        Assert.DoesNotContain(logs.Records, r => r.Level >= LogLevel.Warning);
+        logs.AssertNoWarnings();
 
         // The container owns the loops: disposing it aborts the connection, which the server sees close.
         await services.DisposeAsync();

@@ -27,7 +27,7 @@ public abstract partial class KestrelConformanceTests
 
     /// <summary>Kestrel logs no warning or error for any of these cases: a failed handshake is logged at Debug.</summary>
     private static void AssertNoWarnings(TestServer server)
-        => Assert.Empty(server.Logs.Records.Where(r => r.Level >= LogLevel.Warning).Select(r => $"{r.Level} {r.Category}[{r.EventId.Id}] {r.Message} {r.Exception?.GetType().Name}"));
+        => server.Logs.AssertNoWarnings();
 
     /// <summary>An HttpClient handler that hands the test every socket it connects, so the test can reset or half-close it.</summary>
     private static SocketsHttpHandler CapturingHandler(ConcurrentQueue<Socket> sockets) => new()

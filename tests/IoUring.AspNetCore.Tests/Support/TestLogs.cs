@@ -14,6 +14,10 @@ public sealed class TestLogs : ILoggerProvider
         => _records.Where(r => r.Category.StartsWith(categoryPrefix, StringComparison.Ordinal)
             && (eventId is null || r.EventId.Id == eventId) && (level is null || r.Level == level));
 
+    /// <summary>Fails listing every warning or error logged (level, category, event id, message, exception type).</summary>
+    public void AssertNoWarnings()
+        => Xunit.Assert.Empty(_records.Where(r => r.Level >= LogLevel.Warning).Select(r => $"{r.Level} {r.Category}[{r.EventId.Id}] {r.Message} {r.Exception?.GetType().Name}"));
+
     public ILogger CreateLogger(string categoryName) => new Logger(this, categoryName);
 
     public void Dispose() { }

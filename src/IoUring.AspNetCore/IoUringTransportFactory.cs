@@ -81,8 +81,7 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     /// <inheritdoc />
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
-    /// <summary>The io_uring transport, started on first use; null when the Sockets transport serves instead.</summary>
-    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (under the transport's lock).</summary>
+    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (once, under this factory's hold's lock).</summary>
     private void UseSockets(IoUringException ex)
     {
         // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to set the

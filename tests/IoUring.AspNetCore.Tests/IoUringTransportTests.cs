@@ -248,6 +248,29 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
+    public async Task Factories_share_loops_when_given_the_same_options_and_services_and_the_last_one_stops_them()
+    {
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));
+        var options = Options.Create(new IoUringTransportOptions { LoopCount = 1 });
+        using var otherLoggers = new LoggerFactory();
+        var a = new IoUringConnectionFactory(options, NullLoggerFactory.Instance);
+        var b = new IoUringConnectionFactory(options, NullLoggerFactory.Instance);
+        await using var c = new IoUringConnectionFactory(options, otherLoggers); // another host's services: its own loops
+        IoUring.Net.IoUringNetwork shared = a.NetworkOrNull()!;
+        Assert.Same(shared, b.NetworkOrNull());
+        Assert.NotSame(shared, c.NetworkOrNull());
+
+        await a.DisposeAsync(); // b still holds the loops
+        await using (ConnectionContext connection = await b.ConnectAsync(server.EndPoint).AsTask().WaitAsync(s_hangGuard))
+        {
+            Assert.Equal(1, shared.ConnectionCount);
+        }
+        await b.DisposeAsync(); // the last holder: the loops stop
+        Assert.All(shared.Loops, loop => Assert.True(loop.Stopped.IsCompleted));
+        await Assert.ThrowsAsync<ObjectDisposedException>(async () => await b.ConnectAsync(server.EndPoint));
+    }
+
+    [Fact]
     public async Task Outbound_connection_factory_connects_and_gives_the_same_features()
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));

@@ -12,7 +12,9 @@ public static class HttpClientBuilderIoUringExtensions
     /// loops of the container's <see cref="IoUringConnectionFactory"/> (registered here if it is not; its options are
     /// <see cref="IoUringTransportOptions"/>, the loops start when the first handler is built). Everything else about
     /// the handler (pooling, HTTP/2, TLS, proxies' own settings) stays as configured. Where io_uring is unavailable the
-    /// handler connects through sockets as it would without this call, and one warning names the cause.
+    /// handler connects through sockets as it would without this call, and one warning names the cause
+    /// (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is Kestrel's: it does not apply here). In a host that
+    /// also serves with <c>UseIoUring()</c>, the clients' connections share the server's loops.
     /// <para>Call it after a <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler: replacing it
     /// afterwards drops the configurations made before, this one included.</para>
     /// </summary>

@@ -1,4 +1,5 @@
 using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
@@ -10,7 +11,8 @@ namespace IoUring.AspNetCore.Internal;
 /// made with the same options object (a service provider's <see cref="IoUringTransportFactory"/> and
 /// <see cref="IoUringConnectionFactory"/>, which get the one <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>) share
 /// one set of loops, so a proxy's inbound and outbound connections run on the same loops and one io_uring_enter
-/// serves both. The loops start on first use (binding or connecting, not at construction, so a host that never uses
+/// serves both. Factories given the same options object with other services (another host's logger, pool or meter
+/// factory) get loops of their own. The loops start on first use (binding or connecting, not at construction, so a host that never uses
 /// them starts none) and stop when the last factory holding them is disposed.
 /// </summary>
 internal sealed class LazyTransport
@@ -29,7 +31,16 @@ internal sealed class LazyTransport
         _owner = owner;
         lock (s_tableLock)
         {
-            if (!s_byOptions.TryGetValue(options, out SharedTransport? shared) || !shared.TryHold())
+            if (s_byOptions.TryGetValue(options, out SharedTransport? shared)
+                && !shared.ServesFor(loggerFactory, memoryPoolFactory, metrics))
+            {
+                // The same options object given to factories of another host (other services): loops of their own.
+                shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
+                shared.TryHold();
+                _shared = shared;
+                return;
+            }
+            if (shared is null || !shared.TryHold())
             {
                 // None yet, or the last one stopped: a fresh one (its holders all disposed, it cannot start again).
                 shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
@@ -61,7 +72,7 @@ internal sealed class LazyTransport
             }
             if (onUnavailable is null)
             {
-                throw unavailable!;
+                ExceptionDispatchInfo.Throw(unavailable!); // one exception for every holder: keep its setup stack trace
             }
             if (!_toldUnavailable)
             {
@@ -96,6 +107,10 @@ internal sealed class LazyTransport
         private bool _stopped;
 
         public IoUringTransport? Current => Volatile.Read(ref _transport);
+
+        /// <summary>Made with these services (a service provider's factories get the same ones).</summary>
+        public bool ServesFor(ILoggerFactory loggers, IMemoryPoolFactory<byte>? pools, IoUringMetrics meter)
+            => loggers == loggerFactory && pools == memoryPoolFactory && meter == metrics;
 
         public bool TryHold()
         {

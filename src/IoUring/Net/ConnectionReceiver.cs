@@ -144,11 +144,6 @@ internal sealed class ConnectionReceiver
         }
         switch (-result)
         {
-            case 0 when _connection.PeerReset:
-                // An end of stream after a send took the socket's one reset error (ECONNRESET goes to whichever
-                // request reads it first): the peer reset, so the input fails as a reset, not as a clean end.
-                _connection.Fail(_connection.Settings.CreateResetException("Connection reset by peer."));
-                break;
             case 0:
                 // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
                 _connection.NotifyPeerClosed(reset: false);

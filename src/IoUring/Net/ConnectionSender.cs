@@ -130,7 +130,10 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
                         peerReset = sent is -Errno.EPIPE or -Errno.ECONNRESET;
                         if (sent == -Errno.ECONNRESET)
                         {
-                            _connection.NotifyPeerClosed(reset: true); // this send took the reset error: the receive will see only an end of stream
+                            // This send took the socket's one reset error (it goes to whichever request reads it first):
+                            // the receive will see only an end of stream, so the reset is told from here. The input
+                            // fails as a reset through End below.
+                            _connection.NotifyPeerClosed(reset: true);
                         }
                         error = sent switch
                         {

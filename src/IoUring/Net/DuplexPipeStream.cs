@@ -4,11 +4,18 @@ namespace IoUring.Net;
 
 /// <summary>
 /// A <see cref="Stream"/> over a connection's two pipes: reads come from Input, writes go to Output. Disposing it
-/// completes both, and with an <paramref name="owner"/> also closes that connection (as a NetworkStream that owns its
-/// socket does), without waiting for the close.
+/// completes both, and with an <paramref name="owner"/> also closes that connection, without waiting for the close:
+/// gracefully, or abortively once <see cref="OwnedCloseGrace"/> has passed without the peer taking what is left.
 /// </summary>
 internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUringConnection? owner = null) : Stream
 {
+    /// <summary>
+    /// How long an owned connection's graceful close may wait for the peer to take the rest of the output. A closed
+    /// socket's fd is released at once (the kernel sends on without it); ours holds the fd while a send is in flight,
+    /// and a peer that never reads would hold it forever (e.g. HttpClient giving up on an upload to a stalled server).
+    /// </summary>
+    internal static readonly TimeSpan OwnedCloseGrace = TimeSpan.FromSeconds(5);
+
     private readonly Stream _reader = input.AsStream(leaveOpen: true);
     private readonly Stream _writer = output.AsStream(leaveOpen: true);
 
@@ -47,11 +54,25 @@ internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUr
             output.Complete();
             if (owner is not null)
             {
-                // Graceful: what is left of the output goes out, then FIN; the fd is released after the last
-                // completion. Not awaited, as closing a socket does not wait for the peer.
-                _ = owner.DisposeAsync().AsTask();
+                // Not awaited, as closing a socket does not wait for the peer.
+                _ = CloseAsync(owner);
             }
         }
         base.Dispose(disposing);
+    }
+
+    // Graceful (what is left of the output, then FIN); past the grace the peer is cut off (RST) so the fd is released.
+    private static async Task CloseAsync(IoUringConnection connection)
+    {
+        Task closed = connection.DisposeAsync().AsTask();
+        try
+        {
+            await closed.WaitAsync(OwnedCloseGrace).ConfigureAwait(false);
+        }
+        catch (TimeoutException)
+        {
+            connection.Abort(null, reset: true);
+            await closed.ConfigureAwait(false);
+        }
     }
 }

@@ -147,9 +147,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <summary>
     /// A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/> disposing it also closes the
-    /// connection gracefully (what is left of the output is sent, then FIN, then the fd is released), as disposing a
-    /// NetworkStream that owns its socket closes the socket: hand it to code that only knows streams (HttpClient's
-    /// ConnectCallback, SslStream).
+    /// connection (without waiting for it), as disposing a NetworkStream that owns its socket closes the socket: hand
+    /// it to code that only knows streams (HttpClient's ConnectCallback, SslStream). The close is graceful (what is left
+    /// of the output is sent, then FIN); if the peer has not taken it within 5 seconds, the connection is aborted (RST)
+    /// so its fd and buffers are released rather than held for as long as the peer does not read.
     /// </summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
@@ -259,9 +260,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream for complete.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
-
-    /// <summary>The peer's reset was seen (by the receive, or by a send that took the socket's reset error first).</summary>
-    internal bool PeerReset => Volatile.Read(ref _peerClosedKind) == 2;
 
     /// <summary>The peer's FIN (<paramref name="reset"/> false) or reset arrived: tell the registered callback once.</summary>
     internal void NotifyPeerClosed(bool reset)

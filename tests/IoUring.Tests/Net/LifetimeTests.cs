@@ -367,6 +367,35 @@ public sealed class LifetimeTests : IAsyncLifetime
         Assert.Equal(SocketError.ConnectionRefused, ex.SocketErrorCode);
     }
 
+    [Fact]
+    public async Task A_stream_that_owns_its_connection_releases_it_even_when_the_peer_never_reads()
+    {
+        // HttpClient disposes the stream of a timed-out upload to a stalled server: the connection must not stay open
+        // (fd, buffers) for as long as the peer does not read. A NetworkStream's socket releases its fd at once.
+        using var peerListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        peerListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peerListener.Listen();
+        IoUringConnection connection = await _network.ConnectAsync(peerListener.LocalEndPoint!);
+        using Socket peer = await peerListener.AcceptAsync();
+
+        Stream stream = connection.AsStream(ownsConnection: true);
+        byte[] chunk = new byte[1 << 20];
+        Task writing = Task.Run(async () =>
+        {
+            for (int i = 0; i < 64; i++) // far more than the socket buffers hold: the sends stall
+            {
+                await stream.WriteAsync(chunk);
+            }
+        });
+        await Task.WhenAny(writing, Task.Delay(500));
+        await stream.DisposeAsync();
+
+        await Eventually.WaitForAsync(() => connection.Closed.IsCompleted);
+        Assert.True(connection.Closed.IsCompleted, "the connection was still open 10 s after its owning stream was disposed");
+        Assert.Equal(0, _network.ConnectionCount);
+        await Assert.ThrowsAnyAsync<Exception>(() => writing); // the writes in progress fail: the output is gone
+    }
+
     private sealed class OtherEndPoint : EndPoint;
 
     [Theory]

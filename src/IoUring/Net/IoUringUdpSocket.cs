@@ -97,6 +97,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
 
     internal bool IsDisposing => Volatile.Read(ref _disposing) != 0;
 
+    /// <summary>Times the RECVMSG found every buffer of the socket's group taken (ENOBUFS) and was re-armed. Read on the loop, or approximately.</summary>
+    internal long ReceiveExhaustions => _receiver.Exhaustions;
+
     /// <summary>
     /// Connects the socket to <paramref name="remoteEndPoint"/>: from then on it receives only that peer's datagrams,
     /// <see cref="SendAsync"/> sends to it, and the kernel reports ICMP errors for it (a refused port fails the next
@@ -230,7 +233,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         try
         {
-            Loop.Post(static s =>
+            Loop.PostAndWake(static s =>
             {
                 var (socket, done) = ((IoUringUdpSocket, TaskCompletionSource))s!;
                 socket.Start(done);

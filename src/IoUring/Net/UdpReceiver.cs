@@ -63,6 +63,9 @@ internal sealed unsafe class UdpReceiver
 
     public long Dropped => Volatile.Read(ref _dropped);
 
+    public long Exhaustions => _buffers?.Exhaustions ?? 0;
+
+
     /// <summary>Registers the socket's buffer group and arms the RECVMSG. Loop thread.</summary>
     public void Start()
     {

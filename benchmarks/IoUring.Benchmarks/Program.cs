@@ -11,7 +11,8 @@ namespace IoUring.Benchmarks;
 /// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
 /// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom]</c> instead measures
 /// each suite's comparison (or only the one named) interleaved in one process; <c>-- --echo-counters ...</c> prints the
-/// loops' work per MiB of the echo (<see cref="Net.EchoCounters"/>). docs/benchmarks.md has the measured numbers.
+/// loops' work per MiB of the echo (<see cref="Net.EchoCounters"/>); <c>-- --udp-responder ...</c> the UDP responder's
+/// answers per server CPU-second (<see cref="Net.UdpResponder"/>). docs/benchmarks.md has the measured numbers.
 /// </summary>
 public static class Program
 {
@@ -21,6 +22,18 @@ public static class Program
         {
             Net.EchoCounters.Run(args[1..]);
             return;
+        }
+        switch (args.Length > 0 ? args[0] : null)
+        {
+            case "--udp-responder":
+                Net.UdpResponder.Run(args[1..]);
+                return;
+            case "--udp-server":
+                Net.UdpResponder.Serve(args[1]);
+                return;
+            case "--udp-load":
+                Net.UdpResponder.Load(int.Parse(args[1], CultureInfo.InvariantCulture), int.Parse(args[2], CultureInfo.InvariantCulture), int.Parse(args[3], CultureInfo.InvariantCulture));
+                return;
         }
         if (args.Length > 0 && args[0] == "--paired")
         {

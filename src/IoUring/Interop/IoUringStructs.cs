@@ -76,6 +76,24 @@ internal struct io_uring_cqe
     public uint flags;
 }
 
+/// <summary>
+/// The header a multishot RECVMSG writes at the start of each selected buffer (16 bytes), followed by the source address
+/// (msghdr.msg_namelen bytes reserved, whatever its real length), the control data (msg_controllen bytes reserved),
+/// then the payload.
+/// </summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct io_uring_recvmsg_out
+{
+    /// <summary>The source address's real length (may exceed the room reserved for it: then it was cut).</summary>
+    public uint namelen;
+    /// <summary>The control data's length.</summary>
+    public uint controllen;
+    /// <summary>The datagram's length (its full length when MSG_TRUNC was passed in the SQE's msg_flags).</summary>
+    public uint payloadlen;
+    /// <summary>The message flags (MSG_TRUNC: the payload did not fit in the buffer).</summary>
+    public uint flags;
+}
+
 /// <summary>Offsets of the SQ ring's fields inside its mapping.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_sqring_offsets

@@ -14,6 +14,7 @@ internal static unsafe partial class Libc
     public const int IPPROTO_TCP = 6;
     public const int TCP_NODELAY = 1;
     public const uint MSG_NOSIGNAL = 0x4000;
+    public const uint MSG_TRUNC = 0x20;
     public const int SHUT_WR = 1;
 
     [StructLayout(LayoutKind.Sequential)]

@@ -64,13 +64,13 @@ public sealed unsafe partial class EventLoop
             // that the requests taken after this refusal (the loop's own: receives, closes) do not join it or find the
             // SQ still full.
             _ring.UnpublishedSqe(openChain - 1)->flags &= unchecked((byte)~(IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
-            _receiveBuffers?.PublishRecycled();
+            PublishRecycledBuffers();
             SubmitAndWait(wait: false);
             throw new InvalidOperationException(
                 $"A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue ({_ring.SqEntries} entries) cannot " +
                 $"go to the kernel whole; raise {nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");
         }
-        _receiveBuffers?.PublishRecycled();
+        PublishRecycledBuffers();
         SubmitAndWait(wait: false, holdBack: openChain);
         io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
         if (sqe == null)

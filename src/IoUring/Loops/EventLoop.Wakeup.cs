@@ -64,6 +64,17 @@ public sealed unsafe partial class EventLoop
         Schedule(action, state);
     }
 
+    /// <summary>
+    /// As <see cref="Post"/>, and a sleeping loop is woken at once, also from a thread-pool thread: for a caller that
+    /// blocks until the work has run (a deferred wake would wait for the thread pool the caller is holding a thread of).
+    /// Costs an eventfd write each time: not for hot paths.
+    /// </summary>
+    internal void PostAndWake(Action<object?> action, object? state)
+    {
+        Post(action, state);
+        Wake();
+    }
+
     /// <summary>Before blocking: announce the sleep, then re-check the queue. False if work came in meanwhile (do not block).</summary>
     /// <remarks>A poster either sees _sleeping and wakes us, or we see its item.</remarks>
     private bool PrepareToSleep()

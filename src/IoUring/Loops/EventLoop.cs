@@ -114,6 +114,25 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor returns).</summary>
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;
     internal int RingSetupRefusals => _ring.RefusedSetupAttempts;
+
+    // Owners' own receive buffers (UDP sockets'), published with the loop's before each submit. Loop thread only.
+    private readonly List<ReceiveBuffers> _ownerReceiveBuffers = [];
+
+    /// <summary>Makes <paramref name="buffers"/>, an owner's own group, published before each submit as the loop's are. Loop thread.</summary>
+    internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers) => _ownerReceiveBuffers.Add(buffers);
+
+    /// <summary>Stops publishing <paramref name="buffers"/> (the owner disposes them). Loop thread.</summary>
+    internal void RemoveOwnerReceiveBuffers(ReceiveBuffers buffers) => _ownerReceiveBuffers.Remove(buffers);
+
+    /// <summary>Makes every buffer given back visible to the kernel: the loop's and its owners' own groups.</summary>
+    private void PublishRecycledBuffers()
+    {
+        _receiveBuffers?.PublishRecycled();
+        foreach (ReceiveBuffers buffers in _ownerReceiveBuffers)
+        {
+            buffers.PublishRecycled();
+        }
+    }
     internal int CustomSlotsInUse => _customValues.InUse;
 
     /// <summary>Owners whose GCHandle is allocated (the leak check of the tests: it returns to its baseline).</summary>
@@ -262,7 +281,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
         // Block for a completion unless stopping with nothing left to wait for.
         bool wait = (!_stopping || HasRequestsToWaitFor) && PrepareToSleep();
-        _receiveBuffers!.PublishRecycled();
+        PublishRecycledBuffers();
         SubmitAndWait(wait);
         if (wait)
         {
@@ -306,7 +325,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             else if ((flags & IORING_CQE_F_BUFFER) != 0)
             {
                 // An internal receive that took one of the loop's buffers: its bytes, then the buffer goes back.
-                _receiveBuffers!.Deliver(owner, kind, result, flags, userData);
+                (owner.OwnReceiveBuffers ?? _receiveBuffers!).Deliver(owner, kind, result, flags, userData);
             }
             else
             {

@@ -28,14 +28,21 @@ namespace IoUring.Loops;
 /// </remarks>
 internal sealed class ReceiveBuffers : IDisposable
 {
-    private static int s_nextGroupId;
-
     private readonly BufferRing _ring;
+    private bool _disposed;
 
     public ReceiveBuffers(Ring ring, int count, int bufferSize)
     {
-        ushort groupId = (ushort)Interlocked.Increment(ref s_nextGroupId);
-        _ring = new BufferRing(ring, groupId, count, bufferSize);
+        ushort groupId = BufferGroupIds.Rent();
+        try
+        {
+            _ring = new BufferRing(ring, groupId, count, bufferSize);
+        }
+        catch
+        {
+            BufferGroupIds.Return(groupId);
+            throw;
+        }
     }
 
     /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
@@ -125,5 +132,13 @@ internal sealed class ReceiveBuffers : IDisposable
     /// <summary>Gives back a buffer taken by a request that is not an internal receive (a <see cref="RingHandler"/>'s, in tests).</summary>
     internal void Recycle(ushort bid) => _ring.Recycle(bid);
 
-    public void Dispose() => _ring.Dispose();
+    public void Dispose()
+    {
+        if (!_disposed)
+        {
+            _disposed = true;
+            _ring.Dispose();
+            BufferGroupIds.Return(_ring.GroupId);
+        }
+    }
 }

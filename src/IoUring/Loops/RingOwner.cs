@@ -45,6 +45,12 @@ public abstract class RingOwner
 
     internal ulong HandleBits => _handleBits;
 
+    /// <summary>
+    /// The buffers this owner's receives select from when they are not the loop's (<see cref="EventLoop.ReceiveBuffers"/>):
+    /// a UDP socket's own group, sized for whole datagrams. The loop hands their completions to <see cref="HandleReceive"/> the same way.
+    /// </summary>
+    internal ReceiveBuffers? OwnReceiveBuffers { get; set; }
+
     /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by user_data).</summary>
     internal ulong UserDataOf(uint kind) => UserData.Encode(_handleBits, kind);
 

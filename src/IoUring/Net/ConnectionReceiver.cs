@@ -1,5 +1,4 @@
 using System.IO.Pipelines;
-using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -30,10 +29,6 @@ namespace IoUring.Net;
 internal sealed class ConnectionReceiver
 {
     private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported
-
-    // How long a receive waits before re-arming when the buffer ring stays empty. Process lifetime (never freed): every
-    // connection's backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
-    private static readonly unsafe __kernel_timespec* s_backoff = NewTimespec(TimeSpan.FromMilliseconds(10));
 
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
@@ -257,18 +252,8 @@ internal sealed class ConnectionReceiver
         {
             return;
         }
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.ReceiveBackoff);
-        sqe->opcode = IORING_OP_TIMEOUT;
-        sqe->addr = (ulong)s_backoff;
-        sqe->len = 1;
+        ReceiveBackoff.Prepare(_owner.Loop.NewSqe(_owner, ConnectionRequestKind.ReceiveBackoff));
         _backingOff = true;
-    }
-
-    private static unsafe __kernel_timespec* NewTimespec(TimeSpan span)
-    {
-        var value = (__kernel_timespec*)NativeMemory.AllocZeroed((nuint)sizeof(__kernel_timespec));
-        value->tv_nsec = span.Ticks * 100;
-        return value;
     }
 
     private void WriteToInput(ReadOnlySpan<byte> data)

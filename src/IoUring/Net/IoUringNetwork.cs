@@ -30,6 +30,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     private readonly EventLoop[] _loops;
     private readonly IoUringNetworkOptions _options;
     private readonly ConnectionRegistry _registry = new();
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<IoUringUdpSocket, byte> _udpSockets = new();
     private int _nextConnectLoop;
     private int _disposed;
 
@@ -56,6 +57,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
                 EventLoop loop = new(loopOptions.WithThreadName($"{baseName} {i}"));
                 _loops[i] = loop;
                 loop.Stopping += () => CloseConnectionsOf(loop);
+                loop.Stopping += () => CloseUdpSocketsOf(loop);
             }
         }
         catch
@@ -168,7 +170,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a DnsEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
-        EventLoop loop = _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
+        EventLoop loop = NextLoop();
         var operation = new ConnectOperation(loop, endPoint, Settings);
         loop.Post(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
         return await operation.Task.ConfigureAwait(false);
@@ -194,7 +196,49 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         throw last ?? new SocketException((int)SocketError.HostNotFound);
     }
 
-    /// <summary>Aborts every open connection, then stops the loops (closing every fd they opened).</summary>
+    /// <summary>
+    /// Binds a UDP socket to <paramref name="localEndPoint"/> (IPv4, or IPv6: dual mode for <see cref="IPAddress.IPv6Any"/>)
+    /// on one of the loops (round robin) and starts receiving.
+    /// </summary>
+    /// <exception cref="NotSupportedException">The endpoint is not an <see cref="IPEndPoint"/>.</exception>
+    /// <exception cref="ArgumentException">An option is invalid.</exception>
+    /// <exception cref="SocketException">Binding failed (e.g. <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
+    public IoUringUdpSocket BindUdp(EndPoint localEndPoint, IoUringUdpOptions? options = null)
+    {
+        ArgumentNullException.ThrowIfNull(localEndPoint);
+        ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        if (localEndPoint is not IPEndPoint ip)
+        {
+            throw new NotSupportedException($"{localEndPoint.GetType().Name} is not supported for UDP: use an IPEndPoint.");
+        }
+        options ??= new IoUringUdpOptions();
+        options.Validate();
+        var socket = new Socket(ip.AddressFamily, SocketType.Dgram, ProtocolType.Udp);
+        try
+        {
+            if (ip.Address.Equals(IPAddress.IPv6Any))
+            {
+                socket.DualMode = true;
+            }
+            socket.Bind(ip);
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+        IoUringUdpSocket udp = new(NextLoop(), socket, options, s => _udpSockets.TryRemove(s, out _));
+        _udpSockets.TryAdd(udp, 0);
+        if (udp.Closed.IsCompleted)
+        {
+            _udpSockets.TryRemove(udp, out _); // closed by a stopping loop before it was added
+        }
+        return udp;
+    }
+
+    private EventLoop NextLoop() => _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
+
+    /// <summary>Aborts every open connection, closes every UDP socket, then stops the loops (closing every fd they opened).</summary>
     public async ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
@@ -205,6 +249,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             connection.Abort();
         }
+        await Task.WhenAll(_udpSockets.Keys.Select(s => s.DisposeAsync().AsTask())).ConfigureAwait(false);
         await Task.WhenAll(_loops.Select(l => l.StopAsync())).ConfigureAwait(false);
         foreach (EventLoop loop in _loops)
         {
@@ -226,6 +271,25 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
                 catch (Exception ex)
                 {
                     loop.ReportUnhandled(ex); // the next connections are closed all the same
+                }
+            }
+        }
+    }
+
+    /// <summary>A stopping loop closes its UDP sockets. Runs on that loop.</summary>
+    private void CloseUdpSocketsOf(EventLoop loop)
+    {
+        foreach (IoUringUdpSocket socket in _udpSockets.Keys)
+        {
+            if (socket.Loop == loop)
+            {
+                try
+                {
+                    socket.BeginClose();
+                }
+                catch (Exception ex)
+                {
+                    loop.ReportUnhandled(ex); // the next sockets are closed all the same
                 }
             }
         }

@@ -18,6 +18,7 @@ internal static class SocketErrors
         22 => SocketError.InvalidArgument,              // EINVAL
         23 or 24 => SocketError.TooManyOpenSockets,     // ENFILE, EMFILE
         32 => SocketError.Shutdown,                     // EPIPE
+        90 => SocketError.MessageSize,                  // EMSGSIZE
         97 => SocketError.AddressFamilyNotSupported,    // EAFNOSUPPORT
         98 => SocketError.AddressAlreadyInUse,          // EADDRINUSE
         99 => SocketError.AddressNotAvailable,          // EADDRNOTAVAIL
@@ -29,6 +30,7 @@ internal static class SocketErrors
         107 => SocketError.NotConnected,                // ENOTCONN
         110 => SocketError.TimedOut,                    // ETIMEDOUT
         111 => SocketError.ConnectionRefused,           // ECONNREFUSED
+        112 => SocketError.HostDown,                    // EHOSTDOWN
         113 => SocketError.HostUnreachable,             // EHOSTUNREACH
         114 => SocketError.AlreadyInProgress,           // EALREADY
         115 => SocketError.InProgress,                  // EINPROGRESS

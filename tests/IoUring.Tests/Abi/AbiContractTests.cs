@@ -40,6 +40,7 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         Expect<__kernel_timespec>(16);
         Expect<io_uring_probe>(16);
         Expect<io_uring_probe_op>(8);
+        Expect<io_uring_recvmsg_out>(16);
         Expect<iovec>(16);
         Assert.True(failures.Count == 0, string.Join('\n', failures));
 
@@ -183,7 +184,7 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         typeof(io_uring_params), typeof(io_uring_buf), typeof(io_uring_buf_reg), typeof(io_uring_rsrc_update),
         typeof(io_uring_rsrc_register), typeof(io_uring_rsrc_update2),
         typeof(io_uring_getevents_arg), typeof(__kernel_timespec), typeof(io_uring_probe), typeof(io_uring_probe_op),
-        typeof(iovec), typeof(Libc.msghdr), typeof(Libc.linger),
+        typeof(io_uring_recvmsg_out), typeof(iovec), typeof(Libc.msghdr), typeof(Libc.linger),
     ];
 
     [Fact]

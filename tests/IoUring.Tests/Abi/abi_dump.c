@@ -219,6 +219,12 @@ static void structs(void)
 	FIELD(io_uring_probe_op, flags);
 	FIELD(io_uring_probe_op, resv2);
 
+	SIZE(io_uring_recvmsg_out);
+	FIELD(io_uring_recvmsg_out, namelen);
+	FIELD(io_uring_recvmsg_out, controllen);
+	FIELD(io_uring_recvmsg_out, payloadlen);
+	FIELD(io_uring_recvmsg_out, flags);
+
 	SIZE(iovec);
 	FIELD(iovec, iov_base);
 	FIELD(iovec, iov_len);

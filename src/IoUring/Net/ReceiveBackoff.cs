@@ -1,0 +1,30 @@
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// The pause before a receive re-arms when its buffer ring stays empty (ENOBUFS with no buffer given back since the
+/// last one): a TIMEOUT, so a ring kept empty costs a few re-arms and 10 ms, never a busy loop.
+/// </summary>
+internal static unsafe class ReceiveBackoff
+{
+    // Process lifetime (never freed): every backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
+    private static readonly __kernel_timespec* s_timeout = NewTimespec(TimeSpan.FromMilliseconds(10));
+
+    /// <summary>Makes <paramref name="sqe"/> (new, zeroed, user_data set) the backoff TIMEOUT.</summary>
+    public static void Prepare(io_uring_sqe* sqe)
+    {
+        sqe->opcode = IORING_OP_TIMEOUT;
+        sqe->addr = (ulong)s_timeout;
+        sqe->len = 1;
+    }
+
+    private static __kernel_timespec* NewTimespec(TimeSpan span)
+    {
+        var value = (__kernel_timespec*)NativeMemory.AllocZeroed((nuint)sizeof(__kernel_timespec));
+        value->tv_nsec = span.Ticks * 100;
+        return value;
+    }
+}

@@ -1,0 +1,79 @@
+using System.Net;
+using System.Net.Sockets;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// Room for several datagrams, filled by <see cref="IoUringUdpSocket.ReceiveBatchAsync"/>: each slot has its own buffer
+/// and source address. Make one per receiving loop and reuse it: receiving into it allocates nothing.
+/// </summary>
+/// <example>
+/// <code>
+/// var batch = new UdpDatagramBatch(capacity: 32, bufferSize: 1500);
+/// while (true)
+/// {
+///     int count = await socket.ReceiveBatchAsync(batch);
+///     for (int i = 0; i &lt; count; i++)
+///     {
+///         await socket.SendToAsync(batch.GetPayload(i), batch.GetAddress(i)); // echo
+///     }
+/// }
+/// </code>
+/// </example>
+public sealed class UdpDatagramBatch
+{
+    private readonly byte[] _memory;
+    private readonly SocketAddress[] _addresses;
+    private readonly DatagramResult[] _results;
+
+    /// <summary>A batch of <paramref name="capacity"/> slots of <paramref name="bufferSize"/> bytes each.</summary>
+    public UdpDatagramBatch(int capacity, int bufferSize)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(capacity, 1);
+        ArgumentOutOfRangeException.ThrowIfLessThan(bufferSize, 1);
+        Capacity = capacity;
+        BufferSize = bufferSize;
+        _memory = GC.AllocateUninitializedArray<byte>(checked(capacity * bufferSize));
+        _addresses = new SocketAddress[capacity];
+        for (int i = 0; i < capacity; i++)
+        {
+            _addresses[i] = new SocketAddress(AddressFamily.InterNetworkV6); // room for either family's address
+        }
+        _results = new DatagramResult[capacity];
+    }
+
+    /// <summary>The number of slots.</summary>
+    public int Capacity { get; }
+
+    /// <summary>The size of each slot's buffer.</summary>
+    public int BufferSize { get; }
+
+    /// <summary>The datagrams the last receive put in the batch (slots 0 to Count - 1).</summary>
+    public int Count { get; private set; }
+
+    /// <summary>Slot <paramref name="index"/>'s datagram: its bytes received and its length.</summary>
+    public DatagramResult GetResult(int index) => _results[CheckIndex(index)];
+
+    /// <summary>Slot <paramref name="index"/>'s bytes received.</summary>
+    public Memory<byte> GetPayload(int index) => _memory.AsMemory(CheckIndex(index) * BufferSize, _results[index].BytesReceived);
+
+    /// <summary>Slot <paramref name="index"/>'s source address (pass it to <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to answer).</summary>
+    public SocketAddress GetAddress(int index) => _addresses[CheckIndex(index)];
+
+    internal bool IsFull => Count == Capacity;
+
+    internal void Clear() => Count = 0;
+
+    /// <summary>The next free slot's buffer and address; <see cref="Commit"/> makes it count.</summary>
+    internal Span<byte> NextBuffer => _memory.AsSpan(Count * BufferSize, BufferSize);
+
+    internal SocketAddress NextAddress => _addresses[Count];
+
+    internal void Commit(DatagramResult result) => _results[Count++] = result;
+
+    private int CheckIndex(int index)
+    {
+        ArgumentOutOfRangeException.ThrowIfGreaterThanOrEqual((uint)index, (uint)Count, nameof(index));
+        return index;
+    }
+}

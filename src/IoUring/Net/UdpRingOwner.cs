@@ -1,0 +1,35 @@
+using IoUring.Loops;
+
+namespace IoUring.Net;
+
+/// <summary>The operation kinds of a UDP socket's requests (the kind bits of their user_data).</summary>
+internal static class UdpRequestKind
+{
+    public const uint Receive = 1;          // the multishot RECVMSG (UdpReceiver)
+    public const uint Cancel = 2;           // ASYNC_CANCEL of the RECVMSG (a full queue, or the close)
+    public const uint Send = 3;             // SENDMSG (UdpSender); the user_data tag is the send operation's index
+    public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a RECVMSG that found no buffer
+}
+
+/// <summary>
+/// The <see cref="RingOwner"/> of one UDP socket's requests: routes each completion to the receiver or the sender, and
+/// lets the socket finish closing after the last one. Its receives select from the socket's own buffer group
+/// (<see cref="RingOwner.OwnReceiveBuffers"/>).
+/// </summary>
+internal sealed class UdpRingOwner(EventLoop loop, IoUringUdpSocket socket) : RingOwner(loop)
+{
+    internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags) => socket.Receiver.OnReceive(data, flags);
+
+    internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+    {
+        switch (kind)
+        {
+            case UdpRequestKind.Receive: socket.Receiver.OnReceiveEnded(result, flags); break;
+            case UdpRequestKind.Send: socket.Sender.OnSendCompleted(UserData.Tag(userData), result); break;
+            case UdpRequestKind.ReceiveBackoff: socket.Receiver.OnBackoffEnded(); break;
+            default: break; // cancel requests: their targets report for themselves
+        }
+    }
+
+    internal override void OnRequestFinished() => socket.CheckCloseProgress();
+}

@@ -1,0 +1,194 @@
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// The sending half of an <see cref="IoUringUdpSocket"/>: each datagram is copied into a pooled
+/// <see cref="UdpSendOperation"/> and sent with one SENDMSG (the destination in msg_name; none on a connected socket).
+/// Sends from other threads are posted to the loop, which submits every send of an iteration in its one io_uring_enter.
+/// </summary>
+/// <remarks>
+/// <para>A send completes as soon as its copy is queued while fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/>
+/// are in flight (as sendto(2) returns once the kernel has the datagram); an error the kernel reports for it then goes
+/// to the socket's next operation. Past that many, callers wait for their own SENDMSG's result: a sender faster than the
+/// socket is slowed down rather than buffered without bound.</para>
+/// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
+/// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
+/// </remarks>
+internal sealed unsafe class UdpSender
+{
+    private readonly IoUringUdpSocket _socket;
+    private readonly RingOwner _owner;
+    private readonly int _fd;
+    private readonly int _maxPending;
+    private readonly Lock _gate = new();
+    private readonly Stack<UdpSendOperation> _pool = new();
+    private int _created;
+    private int _pending;           // rented and not yet returned
+    private bool _closed;           // under the lock: no new sends; operations coming back are freed
+    private bool _closing;          // loop thread: sends reaching the loop from now on are refused
+    private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
+    private long _sent;
+
+    public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
+    {
+        _socket = socket;
+        _owner = owner;
+        _fd = fd;
+        _maxPending = maxPending;
+    }
+
+    public long Sent => Volatile.Read(ref _sent);
+
+    public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, CancellationToken cancellationToken)
+    {
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ValueTask.FromCanceled<int>(cancellationToken);
+        }
+        if (payload.Length > IoUringUdpOptions.LargestDatagram)
+        {
+            return ValueTask.FromException<int>(new SocketException((int)SocketError.MessageSize));
+        }
+        if (to is not null && to.Size > SocketAddresses.MaxSize)
+        {
+            throw new ArgumentException($"A socket address of {to.Size} bytes is larger than any the kernel takes.", nameof(to));
+        }
+        if (_socket.IsDisposing)
+        {
+            return ValueTask.FromException<int>(new ObjectDisposedException(nameof(IoUringUdpSocket)));
+        }
+        if (_socket.TakePendingError() is { } error)
+        {
+            return ValueTask.FromException<int>(error);
+        }
+        UdpSendOperation operation;
+        bool awaited;
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                return ValueTask.FromException<int>(new ObjectDisposedException(nameof(IoUringUdpSocket)));
+            }
+            if (_pool.TryPop(out UdpSendOperation? pooled))
+            {
+                operation = pooled;
+            }
+            else if (_created <= ushort.MaxValue)
+            {
+                operation = new UdpSendOperation(this, (ushort)_created++);
+            }
+            else
+            {
+                return ValueTask.FromException<int>(new InvalidOperationException("65,536 sends are in flight on this socket."));
+            }
+            awaited = ++_pending > _maxPending;
+        }
+        operation.Prepare(payload.Span, to, awaited);
+        EventLoop loop = _owner.Loop;
+        if (loop.IsOnLoopThread)
+        {
+            Submit(operation);
+        }
+        else
+        {
+            try
+            {
+                loop.Post(static o => { var op = (UdpSendOperation)o!; op.Sender.Submit(op); }, operation);
+            }
+            catch (ObjectDisposedException ex)
+            {
+                Return(operation);
+                return ValueTask.FromException<int>(ex);
+            }
+        }
+        return awaited ? new ValueTask<int>(operation, operation.Version) : new ValueTask<int>(payload.Length);
+    }
+
+    /// <summary>Queues the SENDMSG. Loop thread.</summary>
+    public void Submit(UdpSendOperation operation)
+    {
+        if (_closing || _owner.Loop.IsStopping)
+        {
+            Complete(operation, -Errno.EBADF);
+            return;
+        }
+        if (operation.Index >= _inFlight.Length)
+        {
+            Array.Resize(ref _inFlight, Math.Max(operation.Index + 1, 2 * _inFlight.Length));
+        }
+        _inFlight[operation.Index] = operation;
+        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Send, operation.Index);
+        sqe->opcode = IORING_OP_SENDMSG;
+        sqe->fd = _fd;
+        sqe->addr = (ulong)operation.Message;
+        sqe->len = 1;
+        sqe->msg_flags = Libc.MSG_NOSIGNAL;
+    }
+
+    /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). Loop thread.</summary>
+    public void OnSendCompleted(uint tag, int result)
+    {
+        UdpSendOperation operation = _inFlight[tag]!;
+        _inFlight[tag] = null;
+        if (result >= 0)
+        {
+            _sent++;
+            _owner.Loop.OnBytesSent(result);
+        }
+        Complete(operation, result);
+    }
+
+    private void Complete(UdpSendOperation operation, int result)
+    {
+        if (operation.Awaited)
+        {
+            operation.CompleteLater(result); // returned to the pool when its caller has the result
+            return;
+        }
+        if (result < 0 && !_closing)
+        {
+            _socket.SetPendingError(SocketErrors.FromErrno(-result)); // its caller went on: the next operation reports it
+        }
+        Return(operation);
+    }
+
+    public Exception ErrorOf(int errno)
+        => errno == Errno.EBADF && _closing ? new ObjectDisposedException(nameof(IoUringUdpSocket)) : SocketErrors.FromErrno(errno);
+
+    public void Return(UdpSendOperation operation)
+    {
+        lock (_gate)
+        {
+            _pending--;
+            if (_closed)
+            {
+                operation.Free();
+            }
+            else
+            {
+                _pool.Push(operation);
+            }
+        }
+    }
+
+    /// <summary>The socket is closing: sends that reach the loop from now on are refused. Loop thread.</summary>
+    public void OnClosing() => _closing = true;
+
+    /// <summary>After the last request on the socket ended: the pooled operations' memory goes; those still out go when they come back.</summary>
+    public void Release()
+    {
+        lock (_gate)
+        {
+            _closed = true;
+            while (_pool.TryPop(out UdpSendOperation? operation))
+            {
+                operation.Free();
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using IoUring.Tests.Support;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>UDP sockets' close (receives armed, sends in flight, the network's dispose): no fd, handle or buffer group left; allocation per datagram.</summary>
+[Collection(FdCountingCollection.Name)]
+public sealed class UdpLifetimeTests
+{
+    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
+
+    [Fact]
+    public async Task Closing_with_receives_armed_fails_them_and_leaves_no_fd_or_handle()
+    {
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        int fds = FdCount.Owned();
+        int owners = network.Loops.Sum(l => l.LiveOwners);
+
+        var sockets = new List<IoUringUdpSocket>();
+        var receives = new List<Task<DatagramResult>>();
+        for (int i = 0; i < 8; i++)
+        {
+            IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(i % 2 == 0 ? IPAddress.Loopback : IPAddress.IPv6Any, 0));
+            sockets.Add(socket);
+            for (int r = 0; r < 3; r++)
+            {
+                receives.Add(socket.ReceiveFromAsync(new byte[64], new SocketAddress(AddressFamily.InterNetworkV6)).AsTask());
+            }
+            await socket.SendToAsync(new byte[100], new IPEndPoint(IPAddress.Loopback, 9)); // a send in flight too
+        }
+        Assert.Equal(fds + 8, FdCount.Owned());
+        Assert.Equal(owners + 8, network.Loops.Sum(l => l.LiveOwners));
+
+        await Task.WhenAll(sockets.Select(s => s.DisposeAsync().AsTask())).WaitAsync(Timeout);
+        foreach (Task<DatagramResult> receive in receives)
+        {
+            SocketException aborted = await Assert.ThrowsAsync<SocketException>(() => receive);
+            Assert.Equal(SocketError.OperationAborted, aborted.SocketErrorCode);
+        }
+        Assert.All(sockets, s => Assert.True(s.Closed.IsCompletedSuccessfully));
+        Assert.Equal(fds, FdCount.Owned());
+        Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
+        await Assert.ThrowsAsync<ObjectDisposedException>(() => sockets[0].ReceiveAsync(new byte[1]).AsTask());
+        await Assert.ThrowsAsync<ObjectDisposedException>(() => sockets[0].SendToAsync(new byte[1], new IPEndPoint(IPAddress.Loopback, 9)).AsTask());
+
+        // Their ports are free again, and new sockets (new buffer groups) work on the same loops.
+        IoUringUdpSocket again = network.BindUdp(sockets[0].LocalEndPoint);
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        await client.SendToAsync(new byte[] { 1, 2, 3 }.AsMemory(), again.LocalEndPoint);
+        Assert.Equal(3, (await again.ReceiveAsync(new byte[8]).AsTask().WaitAsync(Timeout)).BytesReceived);
+        await again.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Disposing_the_network_closes_its_udp_sockets()
+    {
+        int fds = FdCount.Owned();
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        Task<DatagramResult> waiting = socket.ReceiveAsync(new byte[8]).AsTask();
+        await network.DisposeAsync().AsTask().WaitAsync(Timeout);
+        Assert.True(socket.Closed.IsCompletedSuccessfully);
+        await Assert.ThrowsAsync<SocketException>(() => waiting);
+        Assert.Equal(fds, FdCount.Owned());
+        Assert.Throws<ObjectDisposedException>(() => network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0)));
+    }
+
+    [Fact]
+    public async Task Steady_state_echo_allocates_nothing_per_datagram()
+    {
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        var options = new IoUringUdpOptions { MaxDatagramSize = 2048 };
+        await using IoUringUdpSocket server = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        await using IoUringUdpSocket client = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        // Off xunit's synchronization context, which would allocate for every continuation it is posted.
+        Task echo = Task.Run(() => UdpTests.EchoAsync(server, 2048));
+        SocketAddress to = server.LocalEndPoint.Serialize();
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        var payload = new byte[512];
+        var reply = new byte[2048];
+
+        async Task RoundTripsAsync(int count)
+        {
+            for (int i = 0; i < count; i++)
+            {
+                await client.SendToAsync(payload, to);
+                DatagramResult result = await client.ReceiveFromAsync(reply, from);
+                if (result.BytesReceived != payload.Length)
+                {
+                    throw new InvalidOperationException($"echo of {result.BytesReceived} bytes");
+                }
+            }
+        }
+
+        await Task.Run(() => RoundTripsAsync(3000)).WaitAsync(Timeout); // warm up: pools, queues, tiered JIT
+        const int Measured = 5000;
+        long before = GC.GetTotalAllocatedBytes(precise: true);
+        await Task.Run(() => RoundTripsAsync(Measured)).WaitAsync(Timeout);
+        long perRoundTrip = (GC.GetTotalAllocatedBytes(precise: true) - before) / Measured;
+        // Four operations per round trip (both ends are io_uring sockets); one allocation per datagram anywhere (a task,
+        // a closure, an endpoint) would be 24 bytes or more.
+        Assert.True(perRoundTrip < 16, $"{perRoundTrip} bytes allocated per round trip");
+        await server.DisposeAsync();
+        await echo.WaitAsync(Timeout);
+    }
+}

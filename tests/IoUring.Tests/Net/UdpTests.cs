@@ -1,0 +1,406 @@
+using System.Buffers.Binary;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using IoUring.Tests.Support;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// UDP on the ring (<see cref="IoUringUdpSocket"/>) over loopback with System.Net.Sockets peers both ways: integrity of
+/// datagrams of every size, truncation reported, many peers, a flood into a tiny buffer ring, ICMP errors, cancellation.
+/// </summary>
+public sealed class UdpTests : IAsyncLifetime
+{
+    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
+    private IoUringNetwork _network = null!;
+
+    public Task InitializeAsync()
+    {
+        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        return Task.CompletedTask;
+    }
+
+    public async Task DisposeAsync() => await _network.DisposeAsync();
+
+    /// <summary>Echoes every datagram to its source until the socket is disposed.</summary>
+    internal static async Task EchoAsync(IoUringUdpSocket socket, int bufferSize = IoUringUdpOptions.LargestDatagram)
+    {
+        var buffer = new byte[bufferSize];
+        var from = new SocketAddress(socket.LocalEndPoint.AddressFamily);
+        try
+        {
+            while (true)
+            {
+                DatagramResult received = await socket.ReceiveFromAsync(buffer, from);
+                await socket.SendToAsync(buffer.AsMemory(0, received.BytesReceived), from);
+            }
+        }
+        catch (Exception ex) when (ex is SocketException { SocketErrorCode: SocketError.OperationAborted } or ObjectDisposedException)
+        {
+            // disposed
+        }
+    }
+
+    private static byte[] Pattern(int length, int seed)
+    {
+        var bytes = new byte[length];
+        new Random(seed).NextBytes(bytes);
+        return bytes;
+    }
+
+    internal static IPEndPoint ToEndPoint(SocketAddress address)
+        => (IPEndPoint)new IPEndPoint(address.Family == AddressFamily.InterNetworkV6 ? IPAddress.IPv6Any : IPAddress.Any, 0).Create(address);
+
+    public static TheoryData<string> Families => new() { "ipv4", "ipv6", "dual" };
+
+    private static (IPEndPoint Server, IPAddress Client) Addresses(string family) => family switch
+    {
+        "ipv4" => (new IPEndPoint(IPAddress.Loopback, 0), IPAddress.Loopback),
+        "ipv6" => (new IPEndPoint(IPAddress.IPv6Loopback, 0), IPAddress.IPv6Loopback),
+        _ => (new IPEndPoint(IPAddress.IPv6Any, 0), IPAddress.Loopback), // an IPv4 client of a dual-mode socket
+    };
+
+    [Theory]
+    [MemberData(nameof(Families))]
+    public async Task Datagrams_of_every_size_echo_intact_to_a_Sockets_client(string family)
+    {
+        (IPEndPoint bind, IPAddress clientAddress) = Addresses(family);
+        await using IoUringUdpSocket server = _network.BindUdp(bind);
+        Task echo = EchoAsync(server);
+        var serverEndPoint = new IPEndPoint(clientAddress, ((IPEndPoint)server.LocalEndPoint).Port);
+
+        using var client = new Socket(clientAddress.AddressFamily, SocketType.Dgram, ProtocolType.Udp);
+        client.Bind(new IPEndPoint(clientAddress, 0));
+        var random = new Random(21);
+        int[] sizes = [0, 1, 2, 1400, 8192, 8193, 65_000, 65_507, .. Enumerable.Range(0, 40).Select(_ => random.Next(0, 65_508))];
+        var reply = new byte[65_536];
+        foreach (int size in sizes)
+        {
+            byte[] payload = Pattern(size, size);
+            await client.SendToAsync(payload.AsMemory(), serverEndPoint);
+            SocketReceiveFromResult result = await client.ReceiveFromAsync(reply.AsMemory(), new IPEndPoint(clientAddress, 0)).AsTask().WaitAsync(Timeout);
+            Assert.Equal(size, result.ReceivedBytes);
+            Assert.True(payload.AsSpan().SequenceEqual(reply.AsSpan(0, size)), $"datagram of {size} bytes came back changed");
+            Assert.Equal(((IPEndPoint)server.LocalEndPoint).Port, ((IPEndPoint)result.RemoteEndPoint).Port);
+        }
+        Assert.Equal(sizes.Length, server.DatagramsReceived);
+        await server.DisposeAsync();
+        await echo.WaitAsync(Timeout);
+    }
+
+    [Theory]
+    [MemberData(nameof(Families))]
+    public async Task An_io_uring_client_talks_to_a_UdpClient_server(string family)
+    {
+        (IPEndPoint bind, IPAddress clientAddress) = Addresses(family);
+        using var server = new UdpClient(new IPEndPoint(clientAddress, 0));
+        var serverEndPoint = (IPEndPoint)server.Client.LocalEndPoint!;
+        using var cts = new CancellationTokenSource(Timeout);
+        Task echo = Task.Run(async () =>
+        {
+            while (!cts.IsCancellationRequested)
+            {
+                UdpReceiveResult received = await server.ReceiveAsync(cts.Token);
+                await server.SendAsync(received.Buffer, received.RemoteEndPoint, cts.Token);
+            }
+        });
+
+        await using IoUringUdpSocket client = _network.BindUdp(new IPEndPoint(bind.Address, 0));
+        var from = new SocketAddress(client.LocalEndPoint.AddressFamily);
+        var reply = new byte[65_536];
+        var random = new Random(7);
+        foreach (int size in new[] { 0, 1, 512, 65_507 }.Concat(Enumerable.Range(0, 20).Select(_ => random.Next(0, 65_508))))
+        {
+            byte[] payload = Pattern(size, size + 1);
+            Assert.Equal(size, await client.SendToAsync(payload, serverEndPoint));
+            DatagramResult result = await client.ReceiveFromAsync(reply, from).AsTask().WaitAsync(Timeout);
+            Assert.Equal(new DatagramResult(size, size), result);
+            Assert.True(payload.AsSpan().SequenceEqual(reply.AsSpan(0, size)));
+            IPEndPoint source = ToEndPoint(from);
+            Assert.Equal(serverEndPoint.Port, source.Port);
+            Assert.Equal(family == "dual" ? serverEndPoint.Address.MapToIPv6() : serverEndPoint.Address, source.Address);
+        }
+        await Eventually.WaitForAsync(() => client.DatagramsSent == 24);
+        Assert.Equal(24, client.DatagramsSent);
+        cts.Cancel();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => echo);
+    }
+
+    [Fact]
+    public async Task A_datagram_longer_than_the_buffer_is_cut_and_reported()
+    {
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxDatagramSize = 512 });
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        byte[] payload = Pattern(2000, 1);
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+
+        // Longer than the caller's buffer: the first 100 bytes, the real length, Truncated.
+        await client.SendToAsync(payload.AsMemory(0, 1000), server.LocalEndPoint);
+        var small = new byte[100];
+        DatagramResult cut = await server.ReceiveFromAsync(small, from).AsTask().WaitAsync(Timeout);
+        Assert.Equal(new DatagramResult(100, 1000), cut);
+        Assert.True(cut.Truncated);
+        Assert.True(payload.AsSpan(0, 100).SequenceEqual(small));
+
+        // Longer than the socket's MaxDatagramSize (its ring buffers): the kernel cut it at 512, and says how long it was.
+        await client.SendToAsync(payload.AsMemory(), server.LocalEndPoint);
+        var large = new byte[4096];
+        DatagramResult cutByKernel = await server.ReceiveFromAsync(large, from).AsTask().WaitAsync(Timeout);
+        Assert.Equal(new DatagramResult(512, 2000), cutByKernel);
+        Assert.True(payload.AsSpan(0, 512).SequenceEqual(large.AsSpan(0, 512)));
+
+        // Queued before the receive (copied into the queue), then cut by the caller's buffer.
+        await client.SendToAsync(payload.AsMemory(0, 300), server.LocalEndPoint);
+        await Eventually.WaitForAsync(() => server.DatagramsReceived == 3);
+        DatagramResult queued = await server.ReceiveFromAsync(small, from).AsTask().WaitAsync(Timeout);
+        Assert.Equal(new DatagramResult(100, 300), queued);
+
+        // A whole one is not truncated; the socket goes on after every cut.
+        await client.SendToAsync(payload.AsMemory(0, 512), server.LocalEndPoint);
+        DatagramResult whole = await server.ReceiveFromAsync(large, from).AsTask().WaitAsync(Timeout);
+        Assert.False(whole.Truncated);
+        Assert.Equal(512, whole.BytesReceived);
+        Assert.Equal(((IPEndPoint)client.LocalEndPoint!).Port, ToEndPoint(from).Port);
+    }
+
+    [Fact]
+    public async Task Many_peers_at_once_each_get_only_their_own_datagrams()
+    {
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        Task echo = BatchEchoAsync(server);
+        const int Peers = 48, Rounds = 30;
+        await Task.WhenAll(Enumerable.Range(0, Peers).Select(peer => Task.Run(async () =>
+        {
+            using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+            client.Connect(server.LocalEndPoint);
+            var reply = new byte[2048];
+            for (int round = 0; round < Rounds; round++)
+            {
+                byte[] payload = Pattern(16 + (peer * 31 + round) % 1400, peer * 1000 + round);
+                BinaryPrimitives.WriteInt32LittleEndian(payload, peer);
+                BinaryPrimitives.WriteInt32LittleEndian(payload.AsSpan(4), round);
+                await client.SendAsync(payload.AsMemory());
+                int length = await client.ReceiveAsync(reply.AsMemory()).AsTask().WaitAsync(Timeout);
+                Assert.True(payload.AsSpan().SequenceEqual(reply.AsSpan(0, length)), $"peer {peer} round {round} got another datagram");
+            }
+        })));
+        Assert.Equal(Peers * Rounds, server.DatagramsReceived);
+        await server.DisposeAsync();
+        await echo.WaitAsync(Timeout);
+    }
+
+    /// <summary>Echoes with the batch API: every datagram of a batch to its own source.</summary>
+    private static async Task BatchEchoAsync(IoUringUdpSocket socket)
+    {
+        var batch = new UdpDatagramBatch(16, 2048);
+        try
+        {
+            while (true)
+            {
+                int count = await socket.ReceiveBatchAsync(batch);
+                Assert.Equal(count, batch.Count);
+                for (int i = 0; i < count; i++)
+                {
+                    await socket.SendToAsync(batch.GetPayload(i), batch.GetAddress(i));
+                }
+            }
+        }
+        catch (Exception ex) when (ex is SocketException { SocketErrorCode: SocketError.OperationAborted } or ObjectDisposedException)
+        {
+            // disposed
+        }
+    }
+
+    [Fact]
+    public async Task A_batch_takes_every_queued_datagram_in_order()
+    {
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        client.Connect(server.LocalEndPoint);
+        for (int i = 0; i < 10; i++)
+        {
+            await client.SendAsync(Pattern(100 + i, i).AsMemory());
+        }
+        await Eventually.WaitForAsync(() => server.DatagramsReceived == 10);
+        var batch = new UdpDatagramBatch(8, 256);
+        Assert.Equal(8, await server.ReceiveBatchAsync(batch));
+        Assert.Equal(2, await server.ReceiveBatchAsync(batch).AsTask().WaitAsync(Timeout));
+        Assert.Equal(2, batch.Count);
+        Assert.True(Pattern(109, 9).AsSpan().SequenceEqual(batch.GetPayload(1).Span));
+        Assert.Equal(client.LocalEndPoint, ToEndPoint(batch.GetAddress(0)));
+        Assert.Throws<ArgumentOutOfRangeException>(() => batch.GetPayload(2));
+    }
+
+    [Fact]
+    public async Task A_flood_into_a_tiny_buffer_ring_drops_but_never_corrupts_or_mixes_peers()
+    {
+        // 2 ring buffers and a queue of 4 against 8 peers sending as fast as they can while the application reads
+        // slowly: datagrams are dropped (by the kernel, or by the full queue), every one delivered is intact and
+        // attributed to the peer that sent it, and the socket works normally afterwards.
+        var options = new IoUringUdpOptions { MaxDatagramSize = 1024, ReceiveBufferCount = 2, ReceiveQueueCapacity = 4 };
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        const int Peers = 8, PerPeer = 3000;
+        var clients = Enumerable.Range(0, Peers).Select(_ => new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp)).ToArray();
+        try
+        {
+            var peerOf = new Dictionary<int, int>();
+            for (int peer = 0; peer < Peers; peer++)
+            {
+                clients[peer].Bind(new IPEndPoint(IPAddress.Loopback, 0));
+                peerOf[((IPEndPoint)clients[peer].LocalEndPoint!).Port] = peer;
+            }
+            // Dedicated threads: blocking senders on the thread pool would delay the receives' continuations.
+            Task flood = Task.WhenAll(clients.Select((client, peer) => Task.Factory.StartNew(() =>
+            {
+                var payload = new byte[1024];
+                for (int seq = 0; seq < PerPeer; seq++)
+                {
+                    FillFlood(payload, peer, seq);
+                    client.SendTo(payload.AsSpan(0, FloodLength(peer, seq)), server.LocalEndPoint);
+                }
+            }, TaskCreationOptions.LongRunning)));
+            // Once the flood is over, a 1-byte marker (flood datagrams have 8 or more) every 50 ms until one arrives: the
+            // socket still receives after every exhaustion and pause (a marker may be dropped like any datagram).
+            using var markerSeen = new CancellationTokenSource();
+            Task markers = Task.Run(async () =>
+            {
+                await flood;
+                while (!markerSeen.IsCancellationRequested)
+                {
+                    await clients[0].SendToAsync(new byte[] { 0x5A }.AsMemory(), server.LocalEndPoint);
+                    await Task.Delay(50);
+                }
+            });
+
+            var buffer = new byte[2048];
+            var from = new SocketAddress(AddressFamily.InterNetwork);
+            int delivered = 0;
+            var lastSeq = new int[Peers].Select(_ => -1).ToArray();
+            while (true)
+            {
+                DatagramResult result = await server.ReceiveFromAsync(buffer, from).AsTask().WaitAsync(Timeout);
+                int peer = peerOf[ToEndPoint(from).Port]; // a datagram from nobody we know would fail here
+                Assert.False(result.Truncated);
+                if (result.BytesReceived == 1)
+                {
+                    Assert.Equal(0, peer);
+                    Assert.Equal(0x5A, buffer[0]);
+                    break;
+                }
+                int seq = BinaryPrimitives.ReadInt32LittleEndian(buffer.AsSpan(4));
+                Assert.Equal(peer, BinaryPrimitives.ReadInt32LittleEndian(buffer)); // sent by the peer it is attributed to
+                Assert.Equal(FloodLength(peer, seq), result.BytesReceived);
+                var expected = new byte[1024];
+                FillFlood(expected, peer, seq);
+                Assert.True(expected.AsSpan(0, result.BytesReceived).SequenceEqual(buffer.AsSpan(0, result.BytesReceived)), $"peer {peer} datagram {seq} corrupted");
+                Assert.True(seq > lastSeq[peer], "a peer's datagrams came out of order");
+                lastSeq[peer] = seq;
+                delivered++;
+                if (delivered % 16 == 0)
+                {
+                    await Task.Delay(1); // a slow application
+                }
+            }
+            await markerSeen.CancelAsync();
+            await markers;
+            Assert.InRange(delivered, 1, Peers * PerPeer - 1);
+            Assert.True(server.ReceiveExhaustions > 0, "the flood never emptied the 2-buffer ring (ENOBUFS): the re-arm after it is untested");
+
+        }
+        finally
+        {
+            foreach (Socket client in clients)
+            {
+                client.Dispose();
+            }
+        }
+    }
+
+    private static int FloodLength(int peer, int seq) => 8 + (peer * 7919 + seq * 104_729) % 1000;
+
+    private static void FillFlood(byte[] payload, int peer, int seq)
+    {
+        BinaryPrimitives.WriteInt32LittleEndian(payload, peer);
+        BinaryPrimitives.WriteInt32LittleEndian(payload.AsSpan(4), seq);
+        for (int i = 8; i < payload.Length; i++)
+        {
+            payload[i] = (byte)(peer * 31 + seq + i);
+        }
+    }
+
+    [Fact]
+    public async Task A_refused_port_fails_the_next_operation_and_the_socket_goes_on()
+    {
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        int closedPort;
+        using (var probe = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp))
+        {
+            probe.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+            closedPort = ((IPEndPoint)probe.LocalEndPoint!).Port;
+        }
+        socket.Connect(new IPEndPoint(IPAddress.Loopback, closedPort));
+
+        // A waiting receive gets the error the ICMP port unreachable left on the socket.
+        ValueTask<DatagramResult> receive = socket.ReceiveAsync(new byte[16]);
+        Assert.Equal(1, await socket.SendAsync(new byte[] { 1 }));
+        SocketException refused = await Assert.ThrowsAsync<SocketException>(() => receive.AsTask().WaitAsync(Timeout));
+        Assert.Equal(SocketError.ConnectionRefused, refused.SocketErrorCode);
+
+        // With no receive waiting it goes to the next operation, a send here.
+        Assert.Equal(1, await socket.SendAsync(new byte[] { 2 }));
+        SocketException? next = null;
+        for (int i = 0; i < 200 && next is null; i++)
+        {
+            await Task.Delay(10);
+            try
+            {
+                await socket.SendAsync(new byte[] { 3 });
+            }
+            catch (SocketException ex)
+            {
+                next = ex;
+            }
+        }
+        Assert.Equal(SocketError.ConnectionRefused, next?.SocketErrorCode);
+
+        // The receive was re-armed: connected to a live peer, the socket works.
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        await Task.Delay(100); // the port unreachables of the sends above have arrived
+        socket.Connect(peer.LocalEndPoint!);
+        _ = socket.TakePendingError(); // one of them may still be pending: not what this part tests
+        await socket.SendAsync(new byte[] { 4, 5 });
+        var got = new byte[8];
+        SocketReceiveFromResult atPeer = await peer.ReceiveFromAsync(got.AsMemory(), new IPEndPoint(IPAddress.Any, 0)).AsTask().WaitAsync(Timeout);
+        Assert.Equal(2, atPeer.ReceivedBytes);
+        await peer.SendToAsync(new byte[] { 6, 7, 8 }.AsMemory(), atPeer.RemoteEndPoint);
+        DatagramResult back = await socket.ReceiveAsync(got).AsTask().WaitAsync(Timeout);
+        Assert.Equal(3, back.BytesReceived);
+        Assert.Equal(peer.LocalEndPoint, socket.RemoteEndPoint);
+    }
+
+    [Fact]
+    public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
+    {
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var cts = new CancellationTokenSource();
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        ValueTask<DatagramResult> cancelled = server.ReceiveFromAsync(new byte[64], from, cts.Token);
+        cts.Cancel();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => cancelled.AsTask());
+
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        await client.SendToAsync(new byte[] { 9, 9, 9 }.AsMemory(), server.LocalEndPoint);
+        DatagramResult result = await server.ReceiveFromAsync(new byte[64], from).AsTask().WaitAsync(Timeout);
+        Assert.Equal(3, result.BytesReceived);
+    }
+
+    [Fact]
+    public async Task A_socket_address_too_small_for_the_family_is_refused()
+    {
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0));
+        Assert.Throws<ArgumentException>(() => socket.ReceiveFromAsync(new byte[8], new SocketAddress(AddressFamily.InterNetwork)));
+        await Assert.ThrowsAsync<SocketException>(() => socket.SendToAsync(new byte[65_528], new IPEndPoint(IPAddress.IPv6Loopback, 9)).AsTask());
+    }
+}

@@ -35,7 +35,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _message->msg_iovlen = 1;
     }
 
-    public UdpSender Sender => _sender;
+    /// <summary>The next (older) send in the sender's stack of sends waiting for the loop.</summary>
+    public UdpSendOperation? NextToSubmit;
 
     /// <summary>Its tag in the SENDMSG's user_data.</summary>
     public ushort Index { get; }

@@ -32,6 +32,7 @@ internal sealed unsafe class UdpSender
     private bool _closed;           // under the lock: no new sends; operations coming back are freed
     private bool _closing;          // loop thread: sends reaching the loop from now on are refused
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
+    private UdpSendOperation? _toSubmit;        // sends from other threads waiting for the loop, newest first (a lock-free stack)
     private long _sent;
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
@@ -94,23 +95,78 @@ internal sealed unsafe class UdpSender
         {
             Submit(operation);
         }
-        else
+        else if (!Enqueue(operation))
         {
-            try
-            {
-                loop.Post(static o => { var op = (UdpSendOperation)o!; op.Sender.Submit(op); }, operation);
-            }
-            catch (ObjectDisposedException ex)
-            {
-                Return(operation);
-                return ValueTask.FromException<int>(ex);
-            }
+            return ValueTask.FromException<int>(new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped."));
         }
         return awaited ? new ValueTask<int>(operation, operation.Version) : new ValueTask<int>(payload.Length);
     }
 
+    /// <summary>
+    /// Hands a send to the loop from another thread: pushed on a lock-free stack of this socket's sends, and the loop is
+    /// posted one drain for all that gather before it runs (a post per send would cost the posted-work queue a slot each).
+    /// False when the loop has stopped (the sends not taken are failed).
+    /// </summary>
+    private bool Enqueue(UdpSendOperation operation)
+    {
+        UdpSendOperation? head;
+        do
+        {
+            head = Volatile.Read(ref _toSubmit);
+            operation.NextToSubmit = head;
+        }
+        while (Interlocked.CompareExchange(ref _toSubmit, operation, head) != head);
+        if (head is not null)
+        {
+            return true; // a drain is posted already and will take this one too
+        }
+        try
+        {
+            _owner.Loop.Post(static s => ((UdpSender)s!).SubmitQueued(), this);
+            return true;
+        }
+        catch (ObjectDisposedException)
+        {
+            for (UdpSendOperation? queued = Interlocked.Exchange(ref _toSubmit, null); queued is not null;)
+            {
+                UdpSendOperation next = queued.NextToSubmit!;
+                queued.NextToSubmit = null;
+                if (queued != operation)
+                {
+                    Complete(queued, -Errno.EBADF); // a sender that went on loses its datagram, as the loop is gone
+                }
+                else
+                {
+                    Return(queued);
+                }
+                queued = next;
+            }
+            return false;
+        }
+    }
+
+    /// <summary>Submits every send queued from other threads, in the order they were made. Loop thread.</summary>
+    private void SubmitQueued()
+    {
+        UdpSendOperation? ordered = null;
+        for (UdpSendOperation? taken = Interlocked.Exchange(ref _toSubmit, null); taken is not null;)
+        {
+            UdpSendOperation? next = taken.NextToSubmit;
+            taken.NextToSubmit = ordered;
+            ordered = taken;
+            taken = next;
+        }
+        while (ordered is not null)
+        {
+            UdpSendOperation? next = ordered.NextToSubmit;
+            ordered.NextToSubmit = null;
+            Submit(ordered);
+            ordered = next;
+        }
+    }
+
     /// <summary>Queues the SENDMSG. Loop thread.</summary>
-    public void Submit(UdpSendOperation operation)
+    private void Submit(UdpSendOperation operation)
     {
         if (_closing || _owner.Loop.IsStopping)
         {

@@ -381,6 +381,25 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Past_MaxPendingSends_a_send_completes_with_the_kernels_result()
+    {
+        // 0 pending sends allowed: every send waits for its SENDMSG, so each is counted sent when its await returns.
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 0 });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        var received = new byte[2048];
+        for (int i = 1; i <= 100; i++)
+        {
+            byte[] payload = Pattern(i * 10, i);
+            Assert.Equal(payload.Length, await socket.SendToAsync(payload, to));
+            Assert.Equal(i, socket.DatagramsSent);
+            int length = await peer.ReceiveAsync(received.AsMemory()).AsTask().WaitAsync(Timeout);
+            Assert.True(payload.AsSpan().SequenceEqual(received.AsSpan(0, length)));
+        }
+    }
+
+    [Fact]
     public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
     {
         await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));

@@ -14,7 +14,7 @@ namespace IoUring.Net;
 /// <remarks>
 /// <para>A send completes as soon as its copy is queued while fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/>
 /// are in flight (as sendto(2) returns once the kernel has the datagram); an error the kernel reports for it then goes
-/// to the socket's next operation. Past that many, callers wait for their own SENDMSG's result: a sender faster than the
+/// to the socket's next operation if the network answered it (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result: a sender faster than the
 /// socket is slowed down rather than buffered without bound.</para>
 /// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
 /// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
@@ -34,6 +34,7 @@ internal sealed unsafe class UdpSender
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
     private UdpSendOperation? _toSubmit;        // sends from other threads waiting for the loop, newest first (a lock-free stack)
     private long _sent;
+    private SocketException? _pendingSendError; // a send nobody awaited failed for its own reasons: the next send reports it
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
     {
@@ -63,7 +64,7 @@ internal sealed unsafe class UdpSender
         {
             return ValueTask.FromException<int>(new ObjectDisposedException(nameof(IoUringUdpSocket)));
         }
-        if (_socket.TakePendingError() is { } error)
+        if ((_socket.TakePendingError() ?? TakePendingSendError()) is { } error)
         {
             return ValueTask.FromException<int>(error);
         }
@@ -199,6 +200,9 @@ internal sealed unsafe class UdpSender
         Complete(operation, result);
     }
 
+    private SocketException? TakePendingSendError()
+        => Volatile.Read(ref _pendingSendError) is null ? null : Interlocked.Exchange(ref _pendingSendError, null);
+
     private void Complete(UdpSendOperation operation, int result)
     {
         if (operation.Awaited)
@@ -208,7 +212,19 @@ internal sealed unsafe class UdpSender
         }
         if (result < 0 && !_closing)
         {
-            _socket.SetPendingError(SocketErrors.FromErrno(-result)); // its caller went on: the next operation reports it
+            // Its caller went on. What the network answered (ICMP: refused, unreachable) is the socket's, for its next
+            // operation, as the kernel reports it; anything else (EACCES, EINVAL, ENOBUFS) was this send's own fault,
+            // for the next send only: a server's receive loop must not fail for an address it answered badly.
+            SocketException error = SocketErrors.FromErrno(-result);
+            if (error.SocketErrorCode is SocketError.ConnectionRefused or SocketError.HostUnreachable
+                or SocketError.NetworkUnreachable or SocketError.HostDown)
+            {
+                _socket.SetPendingError(error);
+            }
+            else
+            {
+                Volatile.Write(ref _pendingSendError, error);
+            }
         }
         Return(operation);
     }

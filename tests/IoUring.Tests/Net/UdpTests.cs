@@ -332,6 +332,30 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_send_the_kernel_refuses_fails_a_later_send_not_the_receives()
+    {
+        // A broadcast without SO_BROADCAST: the kernel refuses the SENDMSG (EACCES) after the call returned. A server
+        // answering a bad address must not have its receive loop fail for it: the error is the sending side's.
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        Assert.Equal(1, await socket.SendToAsync(new byte[] { 1 }, new IPEndPoint(IPAddress.Broadcast, 9)));
+
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        byte[] buffer = new byte[16];
+        for (int i = 0; i < 3; i++) // give the refused SENDMSG's completion time to arrive first
+        {
+            await Task.Delay(50);
+            peer.SendTo(new byte[] { 7 }, socket.LocalEndPoint);
+            Assert.Equal(new DatagramResult(1, 1), await socket.ReceiveFromAsync(buffer, from).AsTask().WaitAsync(Timeout));
+        }
+
+        SocketException refused = await Assert.ThrowsAsync<SocketException>(async () => await socket.SendToAsync(new byte[] { 2 }, peer.LocalEndPoint!));
+        Assert.Equal(SocketError.AccessDenied, refused.SocketErrorCode);
+        Assert.Equal(1, await socket.SendToAsync(new byte[] { 3 }, peer.LocalEndPoint!)); // reported once
+    }
+
+    [Fact]
     public async Task A_refused_port_fails_the_next_operation_and_the_socket_goes_on()
     {
         await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));

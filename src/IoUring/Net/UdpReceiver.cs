@@ -311,10 +311,21 @@ internal sealed unsafe class UdpReceiver
         }
         if (completed is not null)
         {
-            DatagramResult result = completed.Batch is null
-                ? Datagrams.CopyOut(payload, datagramLength, name, completed.Buffer.Span, completed.From)
-                : default;
-            completed.CompleteLater(result, null);
+            DatagramResult result = default;
+            Exception? error = null;
+            try
+            {
+                if (completed.Batch is null)
+                {
+                    result = Datagrams.CopyOut(payload, datagramLength, name, completed.Buffer.Span, completed.From);
+                }
+            }
+            catch (Exception ex)
+            {
+                // The caller's memory failed (a disposed MemoryManager, say): the receive ends with that, not never.
+                error = ex;
+            }
+            completed.CompleteLater(result, error);
         }
         if (pause)
         {

@@ -442,6 +442,41 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_receive_whose_buffer_fails_gets_the_error_and_the_next_receive_works()
+    {
+        // The caller's memory is gone by the time the datagram arrives (a disposed MemoryManager): the copy into it
+        // throws on the loop. The receive must fail with that, not wait forever.
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        var memory = new DisposableMemory(16);
+        ValueTask<DatagramResult> receive = socket.ReceiveFromAsync(memory.Memory, new SocketAddress(AddressFamily.InterNetwork));
+        ((IDisposable)memory).Dispose();
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.SendTo(new byte[] { 1 }, socket.LocalEndPoint);
+        await Assert.ThrowsAsync<ObjectDisposedException>(() => receive.AsTask().WaitAsync(Timeout));
+
+        peer.SendTo(new byte[] { 2 }, socket.LocalEndPoint);
+        byte[] buffer = new byte[16];
+        Assert.Equal(new DatagramResult(1, 1), await socket.ReceiveFromAsync(buffer, new SocketAddress(AddressFamily.InterNetwork)).AsTask().WaitAsync(Timeout));
+        Assert.Equal(2, buffer[0]);
+    }
+
+    private sealed class DisposableMemory(int length) : System.Buffers.MemoryManager<byte>
+    {
+        private readonly byte[] _array = new byte[length];
+        private bool _disposed;
+
+        public override Span<byte> GetSpan() => _disposed ? throw new ObjectDisposedException(nameof(DisposableMemory)) : _array;
+
+        public override System.Buffers.MemoryHandle Pin(int elementIndex = 0) => throw new NotSupportedException();
+
+        public override void Unpin()
+        {
+        }
+
+        protected override void Dispose(bool disposing) => _disposed = true;
+    }
+
+    [Fact]
     public async Task A_socket_address_too_small_for_the_family_is_refused()
     {
         await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0));

@@ -31,23 +31,21 @@ internal sealed class LazyTransport
         _owner = owner;
         lock (s_tableLock)
         {
-            if (s_byOptions.TryGetValue(options, out SharedTransport? shared)
-                && !shared.ServesFor(loggerFactory, memoryPoolFactory, metrics))
+            s_byOptions.TryGetValue(options, out SharedTransport? found);
+            // The same options object given to factories of another host (other services) gets loops of its own.
+            bool otherHost = found is not null && !found.ServesFor(loggerFactory, memoryPoolFactory, metrics);
+            if (found is not null && !otherHost && found.TryHold())
             {
-                // The same options object given to factories of another host (other services): loops of their own.
-                shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
-                shared.TryHold();
-                _shared = shared;
+                _shared = found;
                 return;
             }
-            if (shared is null || !shared.TryHold())
+            // None yet, one that stopped (its holders all disposed, it cannot start again), or another host's.
+            _shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
+            _shared.TryHold();
+            if (!otherHost)
             {
-                // None yet, or the last one stopped: a fresh one (its holders all disposed, it cannot start again).
-                shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
-                shared.TryHold();
-                s_byOptions.AddOrUpdate(options, shared);
+                s_byOptions.AddOrUpdate(options, _shared);
             }
-            _shared = shared;
         }
     }
 

@@ -5,8 +5,6 @@
 #   iouring-inline  --transport iouring --inline        (IoUringTransportOptions.UnsafePreferInlineScheduling)
 #   iouring-kestrelpool --transport iouring --kestrel-pool (UseLoopMemoryPools = false: Kestrel's pool, no
 #                   registered memory and no zero-copy sends; measured alone, not paired with a Sockets server)
-#   iouring-ringsends --transport iouring --ring-sends   (DirectSends = false: every send a ring request made on
-#                   the loop, as before direct sends; measured alone, not paired with a Sockets server)
 #   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
@@ -178,13 +176,11 @@ fi
 # ---- servers ----
 start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
-    transport=${transport%-kestrelpool}
-    local args=(--transport "${transport%-ringsends}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
+    local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
     [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
     ((S_H2C)) && args+=(--h2c)
     [[ $name == *-inline ]] && args+=(--inline)
     [[ $name == *-kestrelpool ]] && args+=(--kestrel-pool)
-    [[ $name == *-ringsends ]] && args+=(--ring-sends)
     # A ring's teardown finishes after its process is gone, and until then an armed multishot accept keeps the
     # previous server's listening socket answering: give it a few seconds before calling the port taken.
     for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.1; done
@@ -192,7 +188,7 @@ start_server() { # name port tag (names the log)
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
     case $name in
-        iouring|iouring-inline|iouring-kestrelpool|iouring-ringsends|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring|iouring-inline|iouring-kestrelpool|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         c) taskset -c 0 "$C_SERVER" "$port" >"$log" 2>&1 & ;;
         *) echo "unknown server $name"; exit 2 ;;
@@ -222,7 +218,7 @@ round_order() {
     shift
     for name in "$@"; do
         [[ $used == *" $name "* ]] && continue
-        case $name in iouring-kestrelpool|iouring-ringsends) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        case $name in iouring-kestrelpool) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
         if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
             if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
             used+="$name $partner "

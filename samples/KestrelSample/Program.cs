@@ -1,7 +1,7 @@
 // Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket and a large download.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
-//                            [--cert server.pfx[:password]] [--kestrel-pool] [--ring-sends] [--h2c]
+//                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c]
 //
 //   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
 //             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
@@ -10,8 +10,6 @@
 //             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
 //   --kestrel-pool  io_uring connections use Kestrel's memory pool, not their loops' registered pools
 //             (IoUringTransportOptions.UseLoopMemoryPools = false: the comparison of benchmarks/run-kestrel.sh)
-//   --ring-sends  io_uring connections send only through the ring (IoUringTransportOptions.DirectSends = false: the
-//             comparison of benchmarks/run-kestrel.sh's iouring-ringsends server)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, and GET /_jit: methods JIT-compiled
@@ -34,8 +32,7 @@ bool inline = args.Contains("--inline");
 bool stats = args.Contains("--stats");
 bool kestrelPool = args.Contains("--kestrel-pool");
 bool h2c = args.Contains("--h2c");
-bool ringSends = args.Contains("--ring-sends");
-WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--ring-sends" or "--h2c")).ToArray());
+WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--h2c")).ToArray());
 if (h2c)
 {
     builder.WebHost.ConfigureKestrel(k => k.ConfigureEndpointDefaults(l => l.Protocols = Microsoft.AspNetCore.Server.Kestrel.Core.HttpProtocols.Http2));
@@ -49,7 +46,6 @@ switch (transport)
         {
             o.UnsafePreferInlineScheduling = inline;
             o.UseLoopMemoryPools = !kestrelPool;
-            o.DirectSends = !ringSends;
         });
         break;
     case "sockets":

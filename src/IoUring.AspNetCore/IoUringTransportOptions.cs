@@ -66,14 +66,6 @@ public sealed class IoUringTransportOptions
     public bool UnsafePreferInlineScheduling { get; set; }
 
     /// <summary>
-    /// While a loop sleeps, a connection's flush sends from the flushing thread (a non-blocking send(2), as the Sockets
-    /// transport sends) instead of waking the loop for it; what the socket does not take at once goes through the ring.
-    /// False: every send is a ring request made on the loop.
-    /// </summary>
-    /// <remarks>Defaults to true. Saves a loop wake-up per response when the server is not saturated.</remarks>
-    public bool DirectSends { get; set; } = s_defaults.DirectSends;
-
-    /// <summary>
     /// Sends of at least this many bytes use zero-copy (IORING_OP_SEND_ZC), or null never to use it. A connection whose
     /// zero-copy send the kernel reports as copied anyway (always so on loopback) goes back to plain sends.
     /// </summary>
@@ -159,7 +151,6 @@ public sealed class IoUringTransportOptions
             MaxReadBufferSize = MaxReadBufferSize == 0 ? null : MaxReadBufferSize,
             MaxWriteBufferSize = MaxWriteBufferSize == 0 ? null : MaxWriteBufferSize,
             UnsafePreferInlineScheduling = UnsafePreferInlineScheduling,
-            DirectSends = DirectSends,
             ZeroCopySendThreshold = ZeroCopySendThreshold,
             // Kestrel's switch for FIN instead of RST on abort, honoured as the Sockets transport honours it.
             AbortWithReset = !(AppContext.TryGetSwitch("Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool finOnError) && finOnError),

@@ -96,7 +96,7 @@ public sealed unsafe partial class EventLoop
     /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the deadline.</summary>
     private void DrainAfterStop()
     {
-        while ((HasRequestsToWaitFor || HasPostedWork || Volatile.Read(ref _sendersOffLoop) != 0) && !ShutdownDeadlinePassed)
+        while ((HasRequestsToWaitFor || HasPostedWork) && !ShutdownDeadlinePassed)
         {
             RunOnce();
         }

@@ -92,12 +92,6 @@ public sealed unsafe partial class EventLoop
 
     private bool HasPostedWork => !_posted.IsEmpty;
 
-    /// <summary>
-    /// The loop is blocked (or about to block) in io_uring_enter: a post now would cost a wake-up. A hint read without
-    /// synchronization, for choosing a path; nothing may depend on it for correctness.
-    /// </summary>
-    internal bool IsSleeping => Volatile.Read(ref _sleeping) != 0;
-
     private void RunPostedWork()
     {
         // Bounded so a stream of posts cannot starve completions.

@@ -39,9 +39,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     [ThreadStatic]
     private static EventLoop? t_current;
     private int _liveOwners;
-    private int _sendersOffLoop;        // connections whose send loop runs on an application thread now (may use their fd)
-    private long _directSends;          // sends made from application threads (counted there, hence atomic)
-    private long _directBytesSent;
     private EventLoopCounters _counters;
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
@@ -104,8 +101,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while running).</summary>
     public EventLoopCounters Counters => _counters with
     {
-        BytesSent = _counters.BytesSent + Volatile.Read(ref _directBytesSent),
-        DirectSends = Volatile.Read(ref _directSends),
         BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
         MemoryPoolRentedBytes = _memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0,
@@ -152,23 +147,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
     internal void OnBytesSent(int count) => _counters.BytesSent += count;
-
-    /// <summary>A connection on this loop sent <paramref name="count"/> bytes from an application thread (a direct send). Any thread.</summary>
-    internal void OnDirectSend(int count)
-    {
-        Interlocked.Increment(ref _directSends);
-        if (count > 0)
-        {
-            Interlocked.Add(ref _directBytesSent, count);
-        }
-    }
-
-    /// <summary>
-    /// A connection's send loop starts or stops running on an application thread (<paramref name="delta"/> +1 or -1), where
-    /// it may use its fd: a stopping loop keeps running until none does, so the close such a connection waits for
-    /// (posted when it leaves) still finds the loop. Any thread.
-    /// </summary>
-    internal void OnSenderOffLoop(int delta) => Interlocked.Add(ref _sendersOffLoop, delta);
 
     /// <summary>A connection on this loop made a zero-copy send (from a registered buffer: <paramref name="fixedBuffer"/>). Loop thread.</summary>
     internal void OnZeroCopySend(bool fixedBuffer)

@@ -36,13 +36,6 @@ public struct EventLoopCounters
     /// <summary>Bytes the connections on this loop sent to their peers.</summary>
     public long BytesSent { readonly get; internal set; }
 
-    /// <summary>
-    /// Sends made with send(2)/sendmsg(2) by the application thread that flushed, instead of a ring request: while the
-    /// loop sleeps, a flush sends at once from its own thread rather than waking the loop for it (what was not sent there
-    /// goes through the ring).
-    /// </summary>
-    public long DirectSends { readonly get; internal set; }
-
     /// <summary>Zero-copy sends (SEND_ZC/SENDMSG_ZC) the connections on this loop made.</summary>
     public long ZeroCopySends { readonly get; internal set; }
 
@@ -72,7 +65,6 @@ public struct EventLoopCounters
         HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
         BytesReceived = left.BytesReceived + right.BytesReceived,
         BytesSent = left.BytesSent + right.BytesSent,
-        DirectSends = left.DirectSends + right.DirectSends,
         ZeroCopySends = left.ZeroCopySends + right.ZeroCopySends,
         ZeroCopySendsFixed = left.ZeroCopySendsFixed + right.ZeroCopySendsFixed,
         ZeroCopySendsCopied = left.ZeroCopySendsCopied + right.ZeroCopySendsCopied,

@@ -26,14 +26,6 @@ internal sealed class ConnectionPipeOptions
         Output = new PipeOptions(Pool, loop, appScheduler, maxWrite, maxWrite / 2, segmentSize, useSynchronizationContext: false);
     }
 
-    /// <summary>
-    /// <see cref="Output"/> with its reader's continuations scheduled by <paramref name="readerScheduler"/> (a connection's
-    /// sender, which may run them on the flushing thread) instead of the loop.
-    /// </summary>
-    public PipeOptions OutputFor(PipeScheduler readerScheduler) => new(
-        Pool, readerScheduler, Output.WriterScheduler, Output.PauseWriterThreshold, Output.ResumeWriterThreshold,
-        Output.MinimumSegmentSize, useSynchronizationContext: false);
-
     /// <summary>The loop whose thread writes Input and reads Output.</summary>
     public EventLoop Loop { get; }
 

@@ -21,7 +21,7 @@ namespace IoUring.Net;
 /// inline from the CQE), the pins of the memory the kernel reads, the gather message (native memory, freed by
 /// <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy pin sets and notifications.
 /// </remarks>
-internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
+internal sealed class ConnectionSender : IValueTaskSource<int>
 {
     private const int MaxIovecs = 64;
     private const int PinSets = 8; // zero-copy sends whose notification may be outstanding at once
@@ -29,11 +29,8 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
-    private PipeReader _output = null!;         // set once by Attach (the pipe is made with this as its reader's scheduler)
+    private readonly PipeReader _output;
     private readonly ConnectionSettings _settings;
-    private readonly bool _directSends;
-    private int _offLoop;                       // 1 while RunAsync runs on an application thread: it may use the fd
-    private int _closing;                       // 1 once the connection began closing: no direct send starts
     private ManualResetValueTaskSourceCore<int> _source; // mutable struct: never readonly
     private MemoryHandle[] _pins = [];          // grown on first use: most connections only ever send one segment
     private int _pinCount;
@@ -54,13 +51,13 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
     private int _pinSetsBusy;                   // bit per set awaiting its notification
     private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
 
-    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, ConnectionSettings settings)
+    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, PipeReader output, ConnectionSettings settings)
     {
         _connection = connection;
         _owner = owner;
         _fd = fd;
+        _output = output;
         _settings = settings;
-        _directSends = settings.DirectSends;
         // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
         IoUringCapabilities caps = settings.Capabilities;
         // Only our pool's blocks outlive the pipe's AdvanceTo while pinned (null: the loop's own pool).
@@ -74,9 +71,6 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
         _ignoreCopied = settings.IgnoreZeroCopyCopied;
         _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
     }
-
-    /// <summary>Gives the sender Output's reader, once, before <see cref="RunAsync"/>.</summary>
-    public void Attach(PipeReader output) => _output = output;
 
     /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
     public bool Ended => _ended;
@@ -101,10 +95,6 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
             while (true)
             {
                 ReadResult result = await reader.ReadAsync().ConfigureAwait(false);
-                if (!_owner.Loop.IsOnLoopThread && !CanSendDirectly(result))
-                {
-                    await new LoopHop(_owner.Loop); // an end, a cancel or a zero-copy send: those are the loop's
-                }
                 if (result.IsCanceled)
                 {
                     break; // closing
@@ -113,10 +103,6 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
                 if (!buffer.IsEmpty)
                 {
                     int sent = await SendAsync(buffer).ConfigureAwait(false);
-                    if (sent < buffer.Length && !_owner.Loop.IsOnLoopThread)
-                    {
-                        await new LoopHop(_owner.Loop); // a direct send that did not take it all: the ring waits for room, errors are the loop's
-                    }
                     if (sent < 0)
                     {
                         if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
@@ -187,10 +173,6 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
 
     private unsafe ValueTask<int> SendAsync(in ReadOnlySequence<byte> buffer)
     {
-        if (!_owner.Loop.IsOnLoopThread)
-        {
-            return new ValueTask<int>(SendDirectly(buffer));
-        }
         if (_connection.IsClosing)
         {
             return new ValueTask<int>(-Errno.ECANCELED);
@@ -208,7 +190,11 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
         int pinSet = -1;
         int fixedBuffer = -1;
         int segmentLimit = MaxIovecs;
-        MemoryHandle[] pins = PinsFor(buffer);
+        if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
+        {
+            _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
+        }
+        MemoryHandle[] pins = _pins;
         bool copy = _copyNextSend;
         _copyNextSend = false;
         if (_zeroCopy && !copy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
@@ -220,7 +206,20 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
 
         iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
         iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_message + 1);
-        int count = PinSegments(buffer, pins, iovecs, segmentLimit);
+        int count = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (segment.IsEmpty)
+            {
+                continue;
+            }
+            pins[count] = segment.Pin();
+            iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
+            if (++count == segmentLimit)
+            {
+                break; // the rest goes in the next send
+            }
+        }
 
         io_uring_sqe* sqe;
         if (pinSet >= 0)
@@ -261,146 +260,6 @@ internal sealed class ConnectionSender : PipeScheduler, IValueTaskSource<int>
             sqe->addr = (ulong)_message;
         }
         return new ValueTask<int>(this, _source.Version);
-    }
-
-    /// <summary>Pins the non-empty segments of <paramref name="buffer"/>, up to <paramref name="limit"/> (the rest goes in the next send), and describes them in <paramref name="iovecs"/>.</summary>
-    private static unsafe int PinSegments(in ReadOnlySequence<byte> buffer, MemoryHandle[] pins, iovec* iovecs, int limit)
-    {
-        int count = 0;
-        foreach (ReadOnlyMemory<byte> segment in buffer)
-        {
-            if (segment.IsEmpty)
-            {
-                continue;
-            }
-            pins[count] = segment.Pin();
-            iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
-            if (++count == limit)
-            {
-                break;
-            }
-        }
-        return count;
-    }
-
-    private MemoryHandle[] PinsFor(in ReadOnlySequence<byte> buffer)
-    {
-        if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
-        {
-            _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
-        }
-        return _pins;
-    }
-
-    // ---- direct sends: from the application thread that flushed, while the loop sleeps ----
-    //
-    // A flush while the loop sleeps would cost a wake-up (an eventfd write, the loop's iteration and its io_uring_enter)
-    // for one SEND. Instead Output's reader continuation runs on the flushing thread (Schedule below), and RunAsync sends
-    // with a non-blocking send(2)/sendmsg(2) from there, as System.Net.Sockets does. Only the data path goes this way: an
-    // end, a cancel, a zero-copy-sized send, or whatever the kernel did not take at once (EAGAIN, a partial send, an
-    // error) moves RunAsync to the loop (LoopHop), which goes on as before. RunAsync's state has one owner at a time: the
-    // pipe runs one reader continuation at a time, and no ring send is in flight while it runs here.
-    // The fd: while RunAsync runs here (_offLoop), a closing connection does not close its fd (UsingFdOffLoop); leaving,
-    // this thread posts the close's next step if closing began meanwhile. Both sides write their flag with a full fence
-    // before reading the other's, so at least one of them sees both.
-
-    /// <summary>A reader continuation of Output: on the flushing thread when the loop sleeps and the connection is open, else on the loop.</summary>
-    public override void Schedule(Action<object?> action, object? state)
-    {
-        EventLoop loop = _owner.Loop;
-        if (_directSends && loop.IsSleeping && Volatile.Read(ref _closing) == 0 && !loop.IsOnLoopThread && TryEnterOffLoop())
-        {
-            try
-            {
-                action(state);
-            }
-            finally
-            {
-                LeaveOffLoop();
-            }
-            return;
-        }
-        loop.Schedule(action, state);
-    }
-
-    /// <summary>The connection began closing (loop thread): no direct send starts from now on.</summary>
-    public void OnClosing() => Interlocked.Exchange(ref _closing, 1);
-
-    /// <summary>An application thread may be sending on the fd right now: the fd must not be closed yet.</summary>
-    public bool UsingFdOffLoop => Volatile.Read(ref _offLoop) != 0;
-
-    private bool TryEnterOffLoop()
-    {
-        Interlocked.Exchange(ref _offLoop, 1);
-        _owner.Loop.OnSenderOffLoop(+1);
-        if (Volatile.Read(ref _closing) != 0)
-        {
-            LeaveOffLoop();
-            return false;
-        }
-        return true;
-    }
-
-    private void LeaveOffLoop()
-    {
-        Interlocked.Exchange(ref _offLoop, 0);
-        if (Volatile.Read(ref _closing) != 0)
-        {
-            // The close may be waiting for this thread to leave the fd. Posted before the count drops, so a stopping
-            // loop still runs it.
-            _owner.Loop.Schedule(static c => ((IoUringConnection)c!).CheckCloseProgress(), _connection);
-        }
-        _owner.Loop.OnSenderOffLoop(-1);
-    }
-
-    /// <summary>Whether RunAsync may handle <paramref name="result"/> on this application thread (plain data, nothing for zero-copy).</summary>
-    private bool CanSendDirectly(in ReadResult result)
-        => !result.IsCanceled && !result.IsCompleted && !result.Buffer.IsEmpty && Volatile.Read(ref _closing) == 0
-            && !(_zeroCopy && result.Buffer.Length >= _settings.ZeroCopySendThreshold);
-
-    /// <summary>One non-blocking send(2)/sendmsg(2) of <paramref name="buffer"/> (up to <see cref="MaxIovecs"/> segments) on this thread: bytes sent, or -errno.</summary>
-    private unsafe int SendDirectly(in ReadOnlySequence<byte> buffer)
-    {
-        _lastSendZeroCopy = false;
-        MemoryHandle[] pins = PinsFor(buffer);
-        iovec* iovecs = stackalloc iovec[MaxIovecs];
-        int count = PinSegments(buffer, pins, iovecs, MaxIovecs);
-        _settings.BeforeDirectSend?.Invoke();
-        const int flags = (int)(Libc.MSG_NOSIGNAL | Libc.MSG_DONTWAIT);
-        nint result;
-        if (count == 1)
-        {
-            result = Libc.send(_fd, (void*)iovecs[0].iov_base, iovecs[0].iov_len, flags);
-        }
-        else
-        {
-            Libc.msghdr message = new() { msg_iov = iovecs, msg_iovlen = (nuint)count };
-            result = Libc.sendmsg(_fd, &message, flags);
-        }
-        int sent = result >= 0 ? (int)result : -Libc.GetLastErrno();
-        ReleasePins(pins, count);
-        if (sent > 0)
-        {
-            _bytesSent += sent;
-        }
-        _owner.Loop.OnDirectSend(sent);
-        return sent;
-    }
-
-    /// <summary>Awaiting it continues the async method on the loop thread (posted; on the thread pool once the loop stopped).</summary>
-    private readonly struct LoopHop(EventLoop loop) : System.Runtime.CompilerServices.ICriticalNotifyCompletion
-    {
-        public LoopHop GetAwaiter() => this;
-
-        public bool IsCompleted => false;
-
-        public void GetResult()
-        {
-        }
-
-        public void OnCompleted(Action continuation) => loop.Schedule(static c => ((Action)c!)(), continuation);
-
-        public void UnsafeOnCompleted(Action continuation) => OnCompleted(continuation);
     }
 
     public void OnSendCompleted(int result)

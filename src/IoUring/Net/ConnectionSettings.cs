@@ -16,7 +16,6 @@ internal sealed record ConnectionSettings
     public bool MultishotAccept { get; init; } = true;
     public bool UnsafePreferInlineScheduling { get; init; }
     public bool AbortWithReset { get; init; }
-    public bool DirectSends { get; init; }
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     /// <summary>Test seam (<see cref="TestHooks.IgnoreZeroCopyCopied"/>).</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
@@ -24,9 +23,6 @@ internal sealed record ConnectionSettings
 
     /// <summary>Test seam (<see cref="TestHooks.BeforeAcceptorCreated"/>).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
-
-    /// <summary>Test seam (<see cref="Rings.TestHooks.BeforeDirectSend"/>).</summary>
-    public Action? BeforeDirectSend { get; init; }
 
     /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
     public IoUringCapabilities Capabilities { get; init; } = IoUringCapabilities.Current;
@@ -49,12 +45,10 @@ internal sealed record ConnectionSettings
             NoDelay = options.NoDelay,
             MultishotAccept = options.MultishotAccept,
             UnsafePreferInlineScheduling = options.UnsafePreferInlineScheduling,
-            DirectSends = options.DirectSends,
             AbortWithReset = options.AbortWithReset,
             ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
             IgnoreZeroCopyCopied = options.Loop.Hooks?.IgnoreZeroCopyCopied ?? false,
             BeforeAcceptorCreated = options.Loop.Hooks?.BeforeAcceptorCreated,
-            BeforeDirectSend = options.Loop.Hooks?.BeforeDirectSend,
             Registry = registry,
         };
         return settings with

@@ -80,11 +80,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         Debug.Assert(pipeOptions.Loop == loop);
         MemoryPool = pipeOptions.Pool;
         _input = new Pipe(pipeOptions.Input);
+        _output = new Pipe(pipeOptions.Output);
         _receiver = new ConnectionReceiver(this, _owner, fd, _input, settings.MaxReadBufferSize, settings.Capabilities);
-        _sender = new ConnectionSender(this, _owner, fd, isTcp, settings);
-        // With direct sends the sender schedules Output's reader itself (see ConnectionSender.Schedule).
-        _output = new Pipe(settings.DirectSends ? pipeOptions.OutputFor(_sender) : pipeOptions.Output);
-        _sender.Attach(_output.Reader);
+        _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
@@ -304,7 +302,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
             _ = Libc.setsockopt(_fd, Libc.SOL_SOCKET, Libc.SO_LINGER, &linger, (uint)sizeof(Libc.linger));
         }
         _receiver.OnClosing(reason);
-        _sender.OnClosing();
         _output.Reader.CancelPendingRead();
         if (_owner.InFlight > _sender.NotificationsPending)
         {
@@ -315,17 +312,14 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         else
         {
-            CheckCloseProgress();
+            SubmitClose();
         }
     }
 
-    /// <summary>
-    /// After each final completion (and when a direct send leaves the fd): close the fd once only notifications remain in
-    /// flight and no application thread is sending on it; finish once it is closed. Harmless to call again.
-    /// </summary>
+    /// <summary>After each final completion: close the fd once only notifications remain in flight; finish once it is closed.</summary>
     internal void CheckCloseProgress()
     {
-        if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending && !_sender.UsingFdOffLoop)
+        if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending)
         {
             SubmitClose();
         }

@@ -45,14 +45,6 @@ public sealed class IoUringNetworkOptions
     /// <remarks>Defaults to false.</remarks>
     public bool UnsafePreferInlineScheduling { get; set; }
 
-    /// <summary>
-    /// While a connection's loop sleeps, a flush of its output sends from the flushing thread (a non-blocking send(2), as
-    /// System.Net.Sockets sends) instead of waking the loop to submit it; whatever the socket does not take at once goes
-    /// through the ring as before. False: every send is a ring request made on the loop.
-    /// </summary>
-    /// <remarks>Defaults to true. Sends that would use zero-copy always go through the ring.</remarks>
-    public bool DirectSends { get; set; } = true;
-
     /// <summary>Abort sends RST (SO_LINGER 0) rather than FIN, as Kestrel's Sockets transport does.</summary>
     /// <remarks>Defaults to true.</remarks>
     public bool AbortWithReset { get; set; } = true;

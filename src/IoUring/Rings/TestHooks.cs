@@ -28,9 +28,6 @@ internal sealed class TestHooks
     /// <summary>Called on the thread making a listener just before it makes loop i's acceptor (to hold it there while loops already started accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
-    /// <summary>Called on the application thread just before a connection's direct send (send(2) from the flushing thread), to hold it there.</summary>
-    public Action? BeforeDirectSend { get; init; }
-
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }
 }

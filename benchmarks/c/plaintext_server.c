@@ -7,18 +7,12 @@
 //
 //   ./plaintext_server [port]     (default 8080); prints "pid <n>"; SIGINT/SIGTERM stop it.
 #define _GNU_SOURCE
-#include <errno.h>
-#include <liburing.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <signal.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "ring_common.h"
 
 enum { OP_ACCEPT = 1, OP_RECV = 2, OP_SEND = 3 };
 
@@ -45,7 +39,6 @@ static struct io_uring ring;
 static struct io_uring_buf_ring *buf_ring;
 static char *buffers;
 static struct conn *conns[MAX_FDS];
-static volatile sig_atomic_t stop;
 static char response[256];
 static int response_len;
 static char json_response[256];
@@ -65,32 +58,18 @@ static void build_response(time_t now)
     response_time = now;
 }
 
-static struct io_uring_sqe *get_sqe(void)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-    if (!sqe) {
-        io_uring_submit(&ring);
-        sqe = io_uring_get_sqe(&ring);
-        if (!sqe) {
-            fprintf(stderr, "SQ full\n");
-            exit(1);
-        }
-    }
-    return sqe;
-}
-
 static inline uint64_t tag(int op, int fd) { return ((uint64_t)op << 32) | (uint32_t)fd; }
 
 static void arm_accept(int listen_fd)
 {
-    struct io_uring_sqe *sqe = get_sqe();
+    struct io_uring_sqe *sqe = next_sqe(&ring);
     io_uring_prep_multishot_accept(sqe, listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, tag(OP_ACCEPT, listen_fd));
 }
 
 static void arm_recv(struct conn *c)
 {
-    struct io_uring_sqe *sqe = get_sqe();
+    struct io_uring_sqe *sqe = next_sqe(&ring);
     io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = BUF_GROUP;
@@ -100,7 +79,7 @@ static void arm_recv(struct conn *c)
 
 static void send_pending(struct conn *c)
 {
-    struct io_uring_sqe *sqe = get_sqe();
+    struct io_uring_sqe *sqe = next_sqe(&ring);
     io_uring_prep_send(sqe, c->fd, c->out, c->out_len, MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, tag(OP_SEND, c->fd));
     c->sending = c->out_len;
@@ -169,42 +148,22 @@ static void on_data(struct conn *c, const char *data, int len)
     }
 }
 
-static void on_stop(int sig) { (void)sig; stop = 1; }
-
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 8080;
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = { .sa_handler = on_stop };
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    handle_stop_signals();
     build_response(time(NULL));
 
-    int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int listen_fd = listen_tcp(INADDR_ANY, port, 512);
     int one = 1;
-    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_ANY) };
-    if (bind(listen_fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(listen_fd, 512) < 0) {
-        perror("bind/listen");
-        return 1;
-    }
-
-    struct io_uring_params p = { 0 };
-    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQSIZE;
-    p.cq_entries = RING_ENTRIES * 4;
-    int ret = io_uring_queue_init_params(RING_ENTRIES, &ring, &p);
-    if (ret < 0) {
-        fprintf(stderr, "io_uring_queue_init_params: %s\n", strerror(-ret));
-        return 1;
-    }
-    io_uring_register_ring_fd(&ring);
+    server_ring_init(&ring, RING_ENTRIES);
     // liburing 2.3 (Debian 12) has no io_uring_setup_buf_ring: register the ring memory by hand.
     if (posix_memalign((void **)&buf_ring, 4096, BUF_COUNT * sizeof(struct io_uring_buf))) {
         return 1;
     }
     io_uring_buf_ring_init(buf_ring);
     struct io_uring_buf_reg reg = { .ring_addr = (unsigned long)buf_ring, .ring_entries = BUF_COUNT, .bgid = BUF_GROUP };
-    ret = io_uring_register_buf_ring(&ring, &reg, 0);
+    int ret = io_uring_register_buf_ring(&ring, &reg, 0);
     if (ret < 0) {
         fprintf(stderr, "io_uring_register_buf_ring: %s\n", strerror(-ret));
         return 1;
@@ -222,11 +181,7 @@ int main(int argc, char **argv)
     arm_accept(listen_fd);
 
     while (!stop) {
-        ret = io_uring_submit_and_wait(&ring, 1);
-        if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY) {
-            fprintf(stderr, "io_uring_submit_and_wait: %s\n", strerror(-ret));
-            return 1;
-        }
+        submit_and_wait_one(&ring);
         time_t now = time(NULL); // vDSO: no syscall
         if (now != response_time) {
             build_response(now);

@@ -1,4 +1,6 @@
 using System.Buffers;
+using System.Diagnostics;
+using System.Globalization;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
@@ -16,6 +18,13 @@ namespace IoUring.Benchmarks.Net;
 /// System.Net.Sockets listener (Socket.AcceptAsync loop) that does the same with ReceiveAsync/SendAsync/Shutdown.
 /// The same io_uring server with single-shot ACCEPTs (<see cref="IoUringNetworkOptions.MultishotAccept"/> false: one
 /// request per connection) is the seed "fast poll multishot mode"'s comparison.
+/// <para>
+/// The floor (<see cref="CServer"/>): the same clients against benchmarks/c/echo_server, a single-threaded C liburing
+/// server in its own process that costs the benchmark's CPUs next to nothing, so its time is about what the clients
+/// alone cost, the least any in-process server could reach. Its served count cannot be seen from here, so that job
+/// ends when the clients have their echoes and does not wait for the server to close every connection, which makes
+/// the floor slightly optimistic (lower): the conservative direction for a floor.
+/// </para>
 /// </summary>
 [Config(typeof(NetStormJobConfig))]
 public class AcceptStormBenchmarks
@@ -28,6 +37,7 @@ public class AcceptStormBenchmarks
     private IoUringNetwork? _network;
     private IoUringListener? _ioUringListener;
     private Task _acceptLoop = Task.CompletedTask;
+    private Process? _cServer;
     private int _served;
     private TaskCompletionSource _allServed = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -62,6 +72,39 @@ public class AcceptStormBenchmarks
         _acceptLoop = AcceptIoUringAsync(_ioUringListener);
     }
 
+    [GlobalSetup(Target = nameof(CServer))]
+    public void SetupCServer()
+    {
+        string directory = Path.Combine(FindRepoRoot(), "benchmarks", "c");
+        string program = Path.Combine(directory, "echo_server");
+        if (!File.Exists(program))
+        {
+            BuildCServer(directory);
+        }
+        var start = new ProcessStartInfo(program)
+        {
+            // Its stdin is a pipe from this process: the server stops at its end, so it cannot outlive a crash here.
+            RedirectStandardInput = true,
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        start.ArgumentList.Add("0");
+        start.ArgumentList.Add(MessageSize.ToString(CultureInfo.InvariantCulture));
+        _cServer = Process.Start(start) ?? throw new InvalidOperationException($"Could not start {program}.");
+        Task<string?> firstLine = _cServer.StandardOutput.ReadLineAsync();
+        string? line = firstLine.Wait(TimeSpan.FromSeconds(10)) ? firstLine.Result : null;
+        if (line is null || !line.StartsWith("port ", StringComparison.Ordinal)
+            || !int.TryParse(line.AsSpan(5), NumberStyles.None, CultureInfo.InvariantCulture, out int port))
+        {
+            string errors = StopCServer();
+            throw new InvalidOperationException(
+                $"{program} did not print its port (first line: '{line}'; stderr: '{errors.Trim()}'). "
+                + "It needs io_uring (kernel 6.1 or later) and liburing (make -C benchmarks/c echo_server).");
+        }
+        _endPoint = new IPEndPoint(IPAddress.Loopback, port);
+    }
+
     [IterationSetup]
     public void ResetCount()
     {
@@ -86,6 +129,9 @@ public class AcceptStormBenchmarks
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));
     }
 
+    [GlobalCleanup(Target = nameof(CServer))]
+    public void CleanupCServer() => _ = StopCServer();
+
     [Benchmark(Baseline = true, Description = "System.Net.Sockets accept")]
     public Task Sockets() => StormAsync();
 
@@ -95,7 +141,10 @@ public class AcceptStormBenchmarks
     [Benchmark(Description = "IoUring single-shot accept")]
     public Task IoUringSingleShot() => StormAsync();
 
-    private async Task StormAsync()
+    [Benchmark(Description = "C liburing echo server (floor)")]
+    public Task CServer() => StormAsync(waitForServer: false);
+
+    private async Task StormAsync(bool waitForServer = true)
     {
         var workers = new Task[Concurrency];
         for (int w = 0; w < workers.Length; w++)
@@ -104,11 +153,75 @@ public class AcceptStormBenchmarks
             workers[w] = ClientWorkerAsync(count);
         }
         await Task.WhenAll(workers).ConfigureAwait(false);
+        if (!waitForServer)
+        {
+            return;
+        }
         Task served = _allServed.Task;
         if (await Task.WhenAny(served, Task.Delay(TimeSpan.FromSeconds(30))).ConfigureAwait(false) != served)
         {
             throw new TimeoutException($"The server closed {Volatile.Read(ref _served)} of {Clients} connections.");
         }
+    }
+
+    private static string FindRepoRoot()
+    {
+        // BenchmarkDotNet runs this from a generated project's output folder, which is inside the repository.
+        for (DirectoryInfo? dir = new(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            if (File.Exists(Path.Combine(dir.FullName, "IoUring.sln")))
+            {
+                return dir.FullName;
+            }
+        }
+        throw new DirectoryNotFoundException($"No IoUring.sln above {AppContext.BaseDirectory}: the C floor needs the repository's benchmarks/c.");
+    }
+
+    private static void BuildCServer(string directory)
+    {
+        var start = new ProcessStartInfo("make") { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
+        start.ArgumentList.Add("-C");
+        start.ArgumentList.Add(directory);
+        start.ArgumentList.Add("echo_server");
+        string errors;
+        int exitCode;
+        try
+        {
+            using Process make = Process.Start(start)!;
+            Task<string> output = make.StandardOutput.ReadToEndAsync();
+            errors = make.StandardError.ReadToEnd();
+            make.WaitForExit();
+            output.Wait();
+            exitCode = make.ExitCode;
+        }
+        catch (System.ComponentModel.Win32Exception ex)
+        {
+            throw new InvalidOperationException("Building benchmarks/c/echo_server needs make and gcc (apt-get install build-essential liburing-dev).", ex);
+        }
+        if (exitCode != 0)
+        {
+            throw new InvalidOperationException(
+                $"make -C {directory} echo_server failed ({exitCode}); it needs gcc and liburing-dev (apt-get install liburing-dev): {errors.Trim()}");
+        }
+    }
+
+    /// <summary>Ends the C server (the end of its stdin, then a kill if it is still there) and returns its stderr.</summary>
+    private string StopCServer()
+    {
+        if (_cServer is not { } server)
+        {
+            return "";
+        }
+        _cServer = null;
+        server.StandardInput.Close();
+        if (!server.WaitForExit(5_000))
+        {
+            server.Kill();
+            server.WaitForExit();
+        }
+        string errors = server.StandardError.ReadToEnd();
+        server.Dispose();
+        return errors;
     }
 
     private async Task ClientWorkerAsync(int count)

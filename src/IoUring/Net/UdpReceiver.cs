@@ -276,6 +276,7 @@ internal sealed unsafe class UdpReceiver
         _owner.Loop.OnBytesReceived(payload.Length);
 
         UdpReceiveOperation? completed = null;
+        Exception? error = null;
         bool pause = false;
         lock (_gate)
         {
@@ -295,8 +296,15 @@ internal sealed unsafe class UdpReceiver
                 completed = waiting;
                 if (waiting.Batch is { } batch)
                 {
-                    Append(batch, payload, datagramLength, name);
-                    _filling = batch.IsFull ? null : waiting; // later datagrams join it until its completion runs
+                    try
+                    {
+                        Append(batch, payload, datagramLength, name);
+                    }
+                    catch (Exception ex)
+                    {
+                        error = ex; // as for a single receive's copy: the receive ends with the error, not never
+                    }
+                    _filling = error is null && !batch.IsFull ? waiting : null; // later datagrams join it until its completion runs
                 }
             }
             else if (!_queue.TryEnqueue(payload, datagramLength, name))
@@ -312,7 +320,6 @@ internal sealed unsafe class UdpReceiver
         if (completed is not null)
         {
             DatagramResult result = default;
-            Exception? error = null;
             try
             {
                 if (completed.Batch is null)
@@ -334,7 +341,14 @@ internal sealed unsafe class UdpReceiver
     }
 
     private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
-        => batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+    {
+        if (batch.IsFull)
+        {
+            // Only when one batch was given to two receives at once: the other one filled it.
+            throw new InvalidOperationException("The batch is full: another receive that has not completed was given it too. Give each waiting receive its own batch.");
+        }
+        batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+    }
 
     /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>
     public void OnReceiveEnded(int result, uint flags)

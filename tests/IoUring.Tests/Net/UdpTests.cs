@@ -460,6 +460,28 @@ public sealed class UdpTests : IAsyncLifetime
         Assert.Equal(2, buffer[0]);
     }
 
+    [Fact]
+    public async Task A_batch_receive_whose_copy_fails_gets_the_error_and_the_next_receive_works()
+    {
+        // One batch given to two receives at once (a first one given up on by a timeout, say): the first fills it, and
+        // the copy of the next datagram for the second finds no room in it, on the loop. The second receive must fail
+        // with that, not wait forever.
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        var shared = new UdpDatagramBatch(capacity: 1, bufferSize: 16);
+        ValueTask<int> first = socket.ReceiveBatchAsync(shared);
+        ValueTask<int> second = socket.ReceiveBatchAsync(shared);
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.SendTo(new byte[] { 1 }, socket.LocalEndPoint);
+        Assert.Equal(1, await first.AsTask().WaitAsync(Timeout));
+        peer.SendTo(new byte[] { 2 }, socket.LocalEndPoint);
+        await Assert.ThrowsAsync<InvalidOperationException>(() => second.AsTask().WaitAsync(Timeout));
+
+        peer.SendTo(new byte[] { 3 }, socket.LocalEndPoint);
+        var batch = new UdpDatagramBatch(capacity: 4, bufferSize: 16);
+        Assert.Equal(1, await socket.ReceiveBatchAsync(batch).AsTask().WaitAsync(Timeout));
+        Assert.Equal(3, batch.GetPayload(0).Span[0]);
+    }
+
     private sealed class DisposableMemory(int length) : System.Buffers.MemoryManager<byte>
     {
         private readonly byte[] _array = new byte[length];

@@ -1,6 +1,7 @@
 using System.Buffers.Binary;
 using System.Net;
 using System.Net.Sockets;
+using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Tests.Support;
 
@@ -423,6 +424,66 @@ public sealed class UdpTests : IAsyncLifetime
             int length = await peer.ReceiveAsync(received.AsMemory()).AsTask().WaitAsync(Timeout);
             Assert.True(payload.AsSpan().SequenceEqual(received.AsSpan(0, length)));
         }
+    }
+
+    [Fact]
+    public async Task Sends_the_loop_refuses_an_sqe_for_fail_alone_and_the_others_go()
+    {
+        // The loop refuses the first requests asked for (as when the SQ stays full after an early submit) while
+        // hundreds of sends from another thread wait for it. Each refused send fails by itself; every other one goes.
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { SubmissionQueueSize = 16, Hooks = new() { Faults = faults } } });
+        // Few sends complete at once: most callers wait for their own SENDMSG, so a lost one hangs its caller.
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 4 });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        byte[] payload = Pattern(32, 5);
+
+        faults.RefuseSqes(5);
+        const int Sends = 500;
+        Task<int>[] sends = new Task<int>[Sends];
+        for (int i = 0; i < Sends; i++)
+        {
+            sends[i] = socket.SendToAsync(payload, to).AsTask();
+        }
+        try
+        {
+            // A hang guard, not a timing goal.
+            await Task.WhenAll(sends.Select(s => s.ContinueWith(_ => { }, TaskScheduler.Default))).WaitAsync(TimeSpan.FromSeconds(30));
+        }
+        finally
+        {
+            faults.RefuseSqes(0); // none left over for the close
+        }
+        Assert.Equal(5, faults.SqesRefused);
+        int failed = 0;
+        foreach (Task<int> send in sends)
+        {
+            if (send.IsFaulted)
+            {
+                // Refused while its caller waited, or a refused send nobody awaited reported to the next send.
+                SocketException error = Assert.IsType<SocketException>(send.Exception!.InnerException);
+                Assert.Equal(SocketError.NoBufferSpaceAvailable, error.SocketErrorCode);
+                failed++;
+            }
+            else
+            {
+                Assert.Equal(payload.Length, await send);
+            }
+        }
+        Assert.InRange(failed, 1, 5);
+        // Every SENDMSG but the refused ones (and those failed at the call, which made none) went out, and every
+        // native copy came back.
+        await Eventually.WaitForAsync(() => socket.Sender.Pending == 0);
+        Assert.Equal(0, socket.Sender.Pending);
+        Assert.InRange(socket.DatagramsSent, Sends - 5 - failed, Sends - 5);
+        _ = socket.Sender.TakePendingSendError(); // a refusal reported after the last send may be left
+
+        // Sending and receiving go on.
+        Assert.Equal(3, await socket.SendToAsync(new byte[] { 1, 2, 3 }, to).AsTask().WaitAsync(Timeout));
+        peer.SendTo(new byte[] { 4, 5 }, socket.LocalEndPoint);
+        Assert.Equal(2, (await socket.ReceiveAsync(new byte[16]).AsTask().WaitAsync(Timeout)).BytesReceived);
     }
 
     [Fact]

@@ -446,7 +446,18 @@ internal sealed unsafe class UdpReceiver
         {
             return;
         }
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Receive);
+        io_uring_sqe* sqe;
+        try
+        {
+            sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Receive);
+        }
+        catch (Exception ex)
+        {
+            // No SQE (the SQ stayed full): try again after the back-off rather than stay deaf.
+            _owner.Loop.ReportUnhandled(ex);
+            BackOff();
+            return;
+        }
         sqe->opcode = IORING_OP_RECVMSG;
         sqe->fd = _fd;
         sqe->addr = (ulong)_message;
@@ -469,10 +480,20 @@ internal sealed unsafe class UdpReceiver
 
     private void BackOff()
     {
-        if (CanArm)
+        if (!CanArm)
+        {
+            return;
+        }
+        _backingOff = true;
+        try
         {
             ReceiveBackoff.Prepare(_owner.Loop.NewSqe(_owner, UdpRequestKind.ReceiveBackoff));
-            _backingOff = true;
+        }
+        catch (Exception ex)
+        {
+            // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
+            _owner.Loop.ReportUnhandled(ex);
+            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).OnBackoffEnded(), this);
         }
     }
 

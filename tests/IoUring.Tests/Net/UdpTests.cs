@@ -486,6 +486,28 @@ public sealed class UdpTests : IAsyncLifetime
         Assert.Equal(2, (await socket.ReceiveAsync(new byte[16]).AsTask().WaitAsync(Timeout)).BytesReceived);
     }
 
+    [Theory]
+    [InlineData(1)] // the re-arm: the back-off's TIMEOUT retries it
+    [InlineData(2)] // the re-arm and the back-off's TIMEOUT: retried at the loop's next iteration
+    public async Task A_receive_rearm_the_loop_refuses_is_retried_and_the_socket_receives_again(int refused)
+    {
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        var buffer = new byte[16];
+
+        // A 0-byte datagram ends the multishot RECVMSG: the loop refuses its re-arm.
+        faults.RefuseSqes(refused);
+        peer.SendTo([], socket.LocalEndPoint);
+        Assert.Equal(new DatagramResult(0, 0), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+        await Eventually.WaitForAsync(() => faults.SqesRefused == refused);
+        Assert.Equal(refused, faults.SqesRefused);
+
+        peer.SendTo(new byte[] { 1, 2, 3 }, socket.LocalEndPoint);
+        Assert.Equal(new DatagramResult(3, 3), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+    }
+
     [Fact]
     public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
     {

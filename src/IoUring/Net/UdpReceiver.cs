@@ -446,16 +446,10 @@ internal sealed unsafe class UdpReceiver
         {
             return;
         }
-        io_uring_sqe* sqe;
-        try
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Receive);
+        if (sqe == null)
         {
-            sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Receive);
-        }
-        catch (Exception ex)
-        {
-            // No SQE (the SQ stayed full): try again after the back-off rather than stay deaf.
-            _owner.Loop.ReportUnhandled(ex);
-            BackOff();
+            BackOff(); // try again later rather than stay deaf
             return;
         }
         sqe->opcode = IORING_OP_RECVMSG;
@@ -470,12 +464,19 @@ internal sealed unsafe class UdpReceiver
 
     private void CancelReceive()
     {
-        if (_armed)
+        if (!_armed || _owner.Loop.IsStopping) // the stop cancels everything
         {
-            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Cancel);
-            sqe->opcode = IORING_OP_ASYNC_CANCEL;
-            sqe->addr = _owner.UserDataOf(UdpRequestKind.Receive);
+            return;
         }
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Cancel);
+        if (sqe == null)
+        {
+            // Retry at the loop's next iteration (its submit makes room), or the close would wait for ever.
+            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).CancelReceive(), this);
+            return;
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = _owner.UserDataOf(UdpRequestKind.Receive);
     }
 
     private void BackOff()
@@ -485,15 +486,27 @@ internal sealed unsafe class UdpReceiver
             return;
         }
         _backingOff = true;
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.ReceiveBackoff);
+        if (sqe == null)
+        {
+            // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
+            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).OnBackoffEnded(), this);
+            return;
+        }
+        ReceiveBackoff.Prepare(sqe);
+    }
+
+    /// <summary>A new SQE for one of the socket's requests, or null when the loop has none (the SQ stayed full; reported).</summary>
+    private io_uring_sqe* TryNewSqe(uint kind)
+    {
         try
         {
-            ReceiveBackoff.Prepare(_owner.Loop.NewSqe(_owner, UdpRequestKind.ReceiveBackoff));
+            return _owner.Loop.NewSqe(_owner, kind);
         }
         catch (Exception ex)
         {
-            // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
             _owner.Loop.ReportUnhandled(ex);
-            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).OnBackoffEnded(), this);
+            return null;
         }
     }
 

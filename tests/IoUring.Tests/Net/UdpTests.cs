@@ -509,6 +509,25 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_close_whose_cancel_the_loop_refuses_still_completes()
+    {
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        try
+        {
+            IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+            faults.RefuseSqes(1); // the ASYNC_CANCEL of the armed RECVMSG
+            await socket.DisposeAsync().AsTask().WaitAsync(Timeout);
+            Assert.Equal(1, faults.SqesRefused);
+            Assert.True(socket.Closed.IsCompletedSuccessfully);
+        }
+        finally
+        {
+            await network.DisposeAsync().AsTask().WaitAsync(Timeout); // it disposes the socket too: guarded
+        }
+    }
+
+    [Fact]
     public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
     {
         await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));

@@ -100,7 +100,7 @@ public sealed class UdpTests : IAsyncLifetime
         using var cts = new CancellationTokenSource(Timeout);
         Task echo = Task.Run(async () =>
         {
-            while (!cts.IsCancellationRequested)
+            while (true) // ends only by the cancellation: a loop condition could see it between two datagrams and end without one
             {
                 UdpReceiveResult received = await server.ReceiveAsync(cts.Token);
                 await server.SendAsync(received.Buffer, received.RemoteEndPoint, cts.Token);

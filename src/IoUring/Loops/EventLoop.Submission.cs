@@ -11,6 +11,7 @@ namespace IoUring.Loops;
 public sealed unsafe partial class EventLoop
 {
     private CustomValueTable _customValues = new(); // mutable struct: never readonly
+    private readonly FaultInjector? _faults; // test seam; null in production: one null check per SQE
     private int _inFlight;          // requests submitted whose final CQE has not arrived
 
     /// <summary>
@@ -32,6 +33,10 @@ public sealed unsafe partial class EventLoop
     {
         AssertOnLoopThread();
         ObjectDisposedException.ThrowIf(_ring.IsDisposed, this);
+        if (_faults is not null)
+        {
+            RefuseIfInjected(owner);
+        }
         io_uring_sqe* sqe = _ring.TryGetSqeUncleared();
         if (sqe == null)
         {
@@ -42,6 +47,19 @@ public sealed unsafe partial class EventLoop
         _counters.Sqes++;
         return sqe;
     }
+
+    /// <summary>Test seam (<see cref="FaultInjector.RefuseSqes"/>): throws as <see cref="SqeAfterEarlySubmit"/> does when the SQ stays full.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void RefuseIfInjected(RingOwner owner)
+    {
+        if (owner != _loopRingOwner && _faults!.TakeSqeRefusal())
+        {
+            throw new InvalidOperationException("The submission queue stays full after io_uring_enter (refused by a test's FaultInjector).");
+        }
+    }
+
+    /// <summary>Requests that can be taken before the SQ is full (and an early submit is needed). Loop thread.</summary>
+    internal int FreeSqes => (int)_ring.FreeSqes;
 
     /// <summary>Makes sure <see cref="RentCustomValueSlot"/> cannot fail; throws if too many custom requests are in flight.</summary>
     internal void EnsureCustomValueSlot() => _customValues.EnsureFreeSlot();
@@ -98,7 +116,7 @@ public sealed unsafe partial class EventLoop
     {
         __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
         // While stopping, bound each wait so the shutdown deadline is checked.
-        FaultInjector? faults = _options.Hooks?.Faults;
+        FaultInjector? faults = _faults;
         int result;
         if (faults is not null && faults.TakeEnterFailure() is int injected and not 0)
         {

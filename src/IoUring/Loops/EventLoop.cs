@@ -48,6 +48,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         _options = options ?? new EventLoopOptions();
         _options.Validate();
+        _faults = _options.Hooks?.Faults;
         _deferredWake = new DeferredWake(this);
 
         // Created here so setup errors reach the caller; started disabled so the loop thread becomes the single issuer.

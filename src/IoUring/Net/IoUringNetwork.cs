@@ -203,6 +203,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <exception cref="NotSupportedException">The endpoint is not an <see cref="IPEndPoint"/>.</exception>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="SocketException">Binding failed (e.g. <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
+    /// <exception cref="ObjectDisposedException">The network is disposed or being disposed (no socket is left open).</exception>
     public IoUringUdpSocket BindUdp(EndPoint localEndPoint, IoUringUdpOptions? options = null)
     {
         ArgumentNullException.ThrowIfNull(localEndPoint);
@@ -228,11 +229,10 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             throw;
         }
         IoUringUdpSocket udp = new(NextLoop(), socket, options, s => _udpSockets.TryRemove(s, out _));
+        // Registered before it starts, so that a dispose of the network racing with this call closes it: the network's
+        // dispose or the loop's stop finds it, and a start after that throws ObjectDisposedException.
         _udpSockets.TryAdd(udp, 0);
-        if (udp.Closed.IsCompleted)
-        {
-            _udpSockets.TryRemove(udp, out _); // closed by a stopping loop before it was added
-        }
+        udp.Start(); // on failure it closed itself (and left the set)
         return udp;
     }
 

@@ -51,7 +51,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     private bool _released;         // loop thread
     private EndPoint? _remoteEndPoint;
 
-    /// <summary>Takes over the bound <paramref name="socket"/> and starts receiving on <paramref name="loop"/> (waits for the loop to have armed it).</summary>
+    /// <summary>Takes over the bound <paramref name="socket"/>, to receive on <paramref name="loop"/> once <see cref="Start()"/> has run.</summary>
     internal IoUringUdpSocket(EventLoop loop, Socket socket, IoUringUdpOptions options, Action<IoUringUdpSocket>? onClosed)
     {
         _socket = socket;
@@ -63,7 +63,6 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         _owner = new UdpRingOwner(loop, this);
         _receiver = new UdpReceiver(this, _owner, FileDescriptor, options);
         _sender = new UdpSender(this, _owner, FileDescriptor, options.MaxPendingSends);
-        StartOnLoop();
     }
 
     /// <summary>The loop this socket runs on.</summary>
@@ -223,7 +222,11 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
 
     // ---- lifecycle (loop thread) ----
 
-    private void StartOnLoop()
+    /// <summary>
+    /// Starts receiving on the loop and waits for it. If the loop has stopped, is stopping, or the socket was closed
+    /// first (the network's dispose), the socket is closed and this throws <see cref="ObjectDisposedException"/>.
+    /// </summary>
+    internal void Start()
     {
         if (Loop.IsOnLoopThread)
         {
@@ -241,18 +244,24 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         }
         catch (ObjectDisposedException)
         {
-            _owner.Release(); // the loop has stopped: nothing of this socket reached it
+            // The loop has stopped: nothing of this socket reached it.
+            Volatile.Write(ref _disposing, 1);
+            _owner.Release();
             _socket.Dispose();
+            _onClosed?.Invoke(this);
+            _closed.TrySetResult();
             throw;
         }
         started.Task.GetAwaiter().GetResult();
     }
 
-    /// <summary>Arms the receive; on failure releases what it made and closes the socket. Loop thread.</summary>
+    /// <summary>Arms the receive; on failure closes the socket (nothing is in flight yet). Loop thread.</summary>
     private void Start(TaskCompletionSource? done)
     {
         try
         {
+            // Closed before it started: the network's dispose (or the loop's stop) found it registered.
+            ObjectDisposedException.ThrowIf(_closing, this);
             if (Loop.IsStopping)
             {
                 throw new ObjectDisposedException(nameof(EventLoop), "The event loop is stopping.");
@@ -261,9 +270,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         }
         catch (Exception ex)
         {
-            _receiver.Release();
-            _owner.Release();
-            _socket.Dispose();
+            BeginClose(); // releases what the start made and closes the fd
             if (done is null)
             {
                 throw;

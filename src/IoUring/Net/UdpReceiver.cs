@@ -276,6 +276,7 @@ internal sealed unsafe class UdpReceiver
         _owner.Loop.OnBytesReceived(payload.Length);
 
         UdpReceiveOperation? completed = null;
+        Exception? error = null;
         bool pause = false;
         lock (_gate)
         {
@@ -295,8 +296,15 @@ internal sealed unsafe class UdpReceiver
                 completed = waiting;
                 if (waiting.Batch is { } batch)
                 {
-                    Append(batch, payload, datagramLength, name);
-                    _filling = batch.IsFull ? null : waiting; // later datagrams join it until its completion runs
+                    try
+                    {
+                        Append(batch, payload, datagramLength, name);
+                    }
+                    catch (Exception ex)
+                    {
+                        error = ex; // as for a single receive's copy: the receive ends with the error, not never
+                    }
+                    _filling = error is null && !batch.IsFull ? waiting : null; // later datagrams join it until its completion runs
                 }
             }
             else if (!_queue.TryEnqueue(payload, datagramLength, name))
@@ -312,7 +320,6 @@ internal sealed unsafe class UdpReceiver
         if (completed is not null)
         {
             DatagramResult result = default;
-            Exception? error = null;
             try
             {
                 if (completed.Batch is null)
@@ -334,7 +341,14 @@ internal sealed unsafe class UdpReceiver
     }
 
     private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
-        => batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+    {
+        if (batch.IsFull)
+        {
+            // Only when one batch was given to two receives at once: the other one filled it.
+            throw new InvalidOperationException("The batch is full: another receive that has not completed was given it too. Give each waiting receive its own batch.");
+        }
+        batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+    }
 
     /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>
     public void OnReceiveEnded(int result, uint flags)
@@ -432,7 +446,12 @@ internal sealed unsafe class UdpReceiver
         {
             return;
         }
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Receive);
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Receive);
+        if (sqe == null)
+        {
+            BackOff(); // try again later rather than stay deaf
+            return;
+        }
         sqe->opcode = IORING_OP_RECVMSG;
         sqe->fd = _fd;
         sqe->addr = (ulong)_message;
@@ -445,20 +464,49 @@ internal sealed unsafe class UdpReceiver
 
     private void CancelReceive()
     {
-        if (_armed)
+        if (!_armed || _owner.Loop.IsStopping) // the stop cancels everything
         {
-            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Cancel);
-            sqe->opcode = IORING_OP_ASYNC_CANCEL;
-            sqe->addr = _owner.UserDataOf(UdpRequestKind.Receive);
+            return;
         }
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Cancel);
+        if (sqe == null)
+        {
+            // Retry at the loop's next iteration (its submit makes room), or the close would wait for ever.
+            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).CancelReceive(), this);
+            return;
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = _owner.UserDataOf(UdpRequestKind.Receive);
     }
 
     private void BackOff()
     {
-        if (CanArm)
+        if (!CanArm)
         {
-            ReceiveBackoff.Prepare(_owner.Loop.NewSqe(_owner, UdpRequestKind.ReceiveBackoff));
-            _backingOff = true;
+            return;
+        }
+        _backingOff = true;
+        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.ReceiveBackoff);
+        if (sqe == null)
+        {
+            // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
+            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).OnBackoffEnded(), this);
+            return;
+        }
+        ReceiveBackoff.Prepare(sqe);
+    }
+
+    /// <summary>A new SQE for one of the socket's requests, or null when the loop has none (the SQ stayed full; reported).</summary>
+    private io_uring_sqe* TryNewSqe(uint kind)
+    {
+        try
+        {
+            return _owner.Loop.NewSqe(_owner, kind);
+        }
+        catch (Exception ex)
+        {
+            _owner.Loop.ReportUnhandled(ex);
+            return null;
         }
     }
 

@@ -33,6 +33,7 @@ internal sealed unsafe class UdpSender
     private bool _closing;          // loop thread: sends reaching the loop from now on are refused
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
     private UdpSendOperation? _toSubmit;        // sends from other threads waiting for the loop, newest first (a lock-free stack)
+    private UdpSendOperation? _carried;         // loop thread: sends taken off the stack that a drain had no SQ room for, oldest first
     private long _sent;
     private SocketException? _pendingSendError; // a send nobody awaited failed for its own reasons: the next send reports it
 
@@ -45,6 +46,18 @@ internal sealed unsafe class UdpSender
     }
 
     public long Sent => Volatile.Read(ref _sent);
+
+    /// <summary>Sends rented and not yet returned (their native copies not back in the pool).</summary>
+    public int Pending
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _pending;
+            }
+        }
+    }
 
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, CancellationToken cancellationToken)
     {
@@ -146,8 +159,35 @@ internal sealed unsafe class UdpSender
         }
     }
 
-    /// <summary>Submits every send queued from other threads, in the order they were made. Loop thread.</summary>
+    /// <summary>
+    /// Submits the sends queued from other threads, oldest first, as many as the SQ has room for; the rest wait for a
+    /// drain posted to the next iteration, after the loop has reaped completions (thousands of sends in one go would
+    /// submit early again and again, and with many sockets could fill the CQ). Loop thread.
+    /// </summary>
     private void SubmitQueued()
+    {
+        // Stopping or closing, sends take no SQE (they are refused) and the ring may be gone: no room to count.
+        int room = _closing || _owner.Loop.IsStopping ? int.MaxValue : _owner.Loop.FreeSqes;
+        for (; room > 0; room--)
+        {
+            _carried ??= TakeQueued();
+            if (_carried is not { } operation)
+            {
+                return;
+            }
+            _carried = operation.NextToSubmit;
+            operation.NextToSubmit = null;
+            Submit(operation);
+        }
+        if (_carried is not null)
+        {
+            // Sends pushed after the take have a drain of their own posted; these are older and go first.
+            _owner.Loop.Schedule(static s => ((UdpSender)s!).SubmitQueued(), this);
+        }
+    }
+
+    /// <summary>Takes every send off the stack, oldest first.</summary>
+    private UdpSendOperation? TakeQueued()
     {
         UdpSendOperation? ordered = null;
         for (UdpSendOperation? taken = Interlocked.Exchange(ref _toSubmit, null); taken is not null;)
@@ -157,16 +197,10 @@ internal sealed unsafe class UdpSender
             ordered = taken;
             taken = next;
         }
-        while (ordered is not null)
-        {
-            UdpSendOperation? next = ordered.NextToSubmit;
-            ordered.NextToSubmit = null;
-            Submit(ordered);
-            ordered = next;
-        }
+        return ordered;
     }
 
-    /// <summary>Queues the SENDMSG. Loop thread.</summary>
+    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop thread.</summary>
     private void Submit(UdpSendOperation operation)
     {
         if (_closing || _owner.Loop.IsStopping)
@@ -178,8 +212,18 @@ internal sealed unsafe class UdpSender
         {
             Array.Resize(ref _inFlight, Math.Max(operation.Index + 1, 2 * _inFlight.Length));
         }
+        io_uring_sqe* sqe;
+        try
+        {
+            sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Send, operation.Index);
+        }
+        catch (Exception ex)
+        {
+            _owner.Loop.ReportUnhandled(ex); // the SQ stayed full: the loop's owner should know
+            Complete(operation, -Errno.ENOBUFS);
+            return;
+        }
         _inFlight[operation.Index] = operation;
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Send, operation.Index);
         sqe->opcode = IORING_OP_SENDMSG;
         sqe->fd = _fd;
         sqe->addr = (ulong)operation.Message;
@@ -200,7 +244,7 @@ internal sealed unsafe class UdpSender
         Complete(operation, result);
     }
 
-    private SocketException? TakePendingSendError()
+    internal SocketException? TakePendingSendError()
         => Volatile.Read(ref _pendingSendError) is null ? null : Interlocked.Exchange(ref _pendingSendError, null);
 
     private void Complete(UdpSendOperation operation, int result)

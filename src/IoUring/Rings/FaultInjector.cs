@@ -47,6 +47,29 @@ internal sealed class FaultInjector
     /// <summary>Loop thread, instead of io_uring_enter: the errno to fail it with, or 0 to make it.</summary>
     public int TakeEnterFailure() => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
 
+    private int _sqesToRefuse;
+    private int _sqesRefused;
+
+    /// <summary>
+    /// The next <paramref name="count"/> requests owners ask the loop for are refused: EventLoop.NewSqe throws as it does
+    /// when the submission queue stays full after an early submit. The loop's own requests (wakeup, stop) are never refused.
+    /// </summary>
+    public void RefuseSqes(int count) => Volatile.Write(ref _sqesToRefuse, count);
+
+    /// <summary>How many requests were refused so far.</summary>
+    public int SqesRefused => Volatile.Read(ref _sqesRefused);
+
+    /// <summary>Loop thread, asked for an owner's request: whether to refuse it.</summary>
+    public bool TakeSqeRefusal()
+    {
+        if (Volatile.Read(ref _sqesToRefuse) <= 0 || Interlocked.Decrement(ref _sqesToRefuse) < 0)
+        {
+            return false;
+        }
+        Interlocked.Increment(ref _sqesRefused);
+        return true;
+    }
+
     /// <summary>How many SQEs were turned into failures so far.</summary>
     public int Injected => Volatile.Read(ref _injected);
 

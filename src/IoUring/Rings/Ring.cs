@@ -301,6 +301,9 @@ internal sealed unsafe class Ring : IDisposable
         return &_sqes[tail & _sqMask];
     }
 
+    /// <summary>SQEs that can be taken before the SQ is full.</summary>
+    public uint FreeSqes => SqEntries - (_sqeTail - Volatile.Read(ref *_sqHead));
+
     /// <summary>SQEs written since the last <see cref="Enter"/>, not yet visible to the kernel.</summary>
     public uint UnpublishedCount => _sqeTail - *_sqTail;
 

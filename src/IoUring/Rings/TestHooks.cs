@@ -13,7 +13,8 @@ internal sealed class TestHooks
     /// <summary>Ring setup treats any attempt containing one of these IORING_SETUP_* flags as refused with EINVAL.</summary>
     public uint RefusedSetupFlags { get; init; }
 
-    /// <summary>Fails chosen requests with injected errors, through the real kernel (see <see cref="FaultInjector"/>).</summary>
+    /// <summary>Fails chosen requests with injected errors, through the real kernel, or refuses owners' SQEs (see <see cref="FaultInjector"/>).
+    /// The loop keeps it in a field: one null check per SQE when unset.</summary>
     public FaultInjector? Faults { get; init; }
 
     /// <summary>Registering memory with the ring (fixed buffers) fails with this errno (ENOMEM: RLIMIT_MEMLOCK) as if the kernel refused.</summary>

@@ -68,6 +68,47 @@ public sealed class UdpLifetimeTests
     }
 
     [Fact]
+    public async Task Binding_while_the_network_is_disposed_throws_or_gives_a_socket_that_closes()
+    {
+        // Binders race the network's dispose: each BindUdp either throws ObjectDisposedException or returns a socket
+        // the dispose closed (or that closes when disposed), and no fd is left.
+        TimeSpan guard = TimeSpan.FromSeconds(30); // a hang guard, not a timing goal
+        var options = new IoUringUdpOptions { MaxDatagramSize = 512, ReceiveBufferCount = 2 };
+        int fds = FdCount.Owned();
+        for (int iteration = 0; iteration < 40; iteration++)
+        {
+            var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+            var bound = new System.Collections.Concurrent.ConcurrentQueue<IoUringUdpSocket>();
+            Task[] binders = Enumerable.Range(0, 2).Select(_ => Task.Factory.StartNew(() =>
+            {
+                while (true)
+                {
+                    try
+                    {
+                        bound.Enqueue(network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options));
+                    }
+                    catch (ObjectDisposedException)
+                    {
+                        return;
+                    }
+                }
+            }, TaskCreationOptions.LongRunning)).ToArray();
+            await Eventually.WaitForAsync(() => bound.Count >= 1 + iteration % 8);
+            await network.DisposeAsync().AsTask().WaitAsync(guard);
+            await Task.WhenAll(binders).WaitAsync(guard);
+            int socket = 0;
+            foreach (IoUringUdpSocket udp in bound)
+            {
+                Task closed = udp.DisposeAsync().AsTask();
+                Assert.True(await Task.WhenAny(closed, Task.Delay(guard)) == closed,
+                    $"iteration {iteration}: socket {socket} of {bound.Count} (port {((IPEndPoint)udp.LocalEndPoint).Port}) never closed");
+                socket++;
+            }
+        }
+        Assert.Equal(fds, FdCount.Owned());
+    }
+
+    [Fact]
     public async Task Steady_state_echo_allocates_nothing_per_datagram()
     {
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });

@@ -1,6 +1,7 @@
 using System.Buffers.Binary;
 using System.Net;
 using System.Net.Sockets;
+using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Tests.Support;
 
@@ -99,7 +100,7 @@ public sealed class UdpTests : IAsyncLifetime
         using var cts = new CancellationTokenSource(Timeout);
         Task echo = Task.Run(async () =>
         {
-            while (!cts.IsCancellationRequested)
+            while (true) // ends only by the cancellation: a loop condition could see it between two datagrams and end without one
             {
                 UdpReceiveResult received = await server.ReceiveAsync(cts.Token);
                 await server.SendAsync(received.Buffer, received.RemoteEndPoint, cts.Token);
@@ -426,6 +427,107 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Sends_the_loop_refuses_an_sqe_for_fail_alone_and_the_others_go()
+    {
+        // The loop refuses the first requests asked for (as when the SQ stays full after an early submit) while
+        // hundreds of sends from another thread wait for it. Each refused send fails by itself; every other one goes.
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { SubmissionQueueSize = 16, Hooks = new() { Faults = faults } } });
+        // Few sends complete at once: most callers wait for their own SENDMSG, so a lost one hangs its caller.
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 4 });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        byte[] payload = Pattern(32, 5);
+
+        faults.RefuseSqes(5);
+        const int Sends = 500;
+        Task<int>[] sends = new Task<int>[Sends];
+        for (int i = 0; i < Sends; i++)
+        {
+            sends[i] = socket.SendToAsync(payload, to).AsTask();
+        }
+        try
+        {
+            // A hang guard, not a timing goal.
+            await Task.WhenAll(sends.Select(s => s.ContinueWith(_ => { }, TaskScheduler.Default))).WaitAsync(TimeSpan.FromSeconds(30));
+        }
+        finally
+        {
+            faults.RefuseSqes(0); // none left over for the close
+        }
+        Assert.Equal(5, faults.SqesRefused);
+        int failed = 0;
+        foreach (Task<int> send in sends)
+        {
+            if (send.IsFaulted)
+            {
+                // Refused while its caller waited, or a refused send nobody awaited reported to the next send.
+                SocketException error = Assert.IsType<SocketException>(send.Exception!.InnerException);
+                Assert.Equal(SocketError.NoBufferSpaceAvailable, error.SocketErrorCode);
+                failed++;
+            }
+            else
+            {
+                Assert.Equal(payload.Length, await send);
+            }
+        }
+        Assert.InRange(failed, 1, 5);
+        // Every SENDMSG but the refused ones (and those failed at the call, which made none) went out, and every
+        // native copy came back.
+        await Eventually.WaitForAsync(() => socket.Sender.Pending == 0);
+        Assert.Equal(0, socket.Sender.Pending);
+        Assert.InRange(socket.DatagramsSent, Sends - 5 - failed, Sends - 5);
+        _ = socket.Sender.TakePendingSendError(); // a refusal reported after the last send may be left
+
+        // Sending and receiving go on.
+        Assert.Equal(3, await socket.SendToAsync(new byte[] { 1, 2, 3 }, to).AsTask().WaitAsync(Timeout));
+        peer.SendTo(new byte[] { 4, 5 }, socket.LocalEndPoint);
+        Assert.Equal(2, (await socket.ReceiveAsync(new byte[16]).AsTask().WaitAsync(Timeout)).BytesReceived);
+    }
+
+    [Theory]
+    [InlineData(1)] // the re-arm: the back-off's TIMEOUT retries it
+    [InlineData(2)] // the re-arm and the back-off's TIMEOUT: retried at the loop's next iteration
+    public async Task A_receive_rearm_the_loop_refuses_is_retried_and_the_socket_receives_again(int refused)
+    {
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        var buffer = new byte[16];
+
+        // A 0-byte datagram ends the multishot RECVMSG: the loop refuses its re-arm.
+        faults.RefuseSqes(refused);
+        peer.SendTo([], socket.LocalEndPoint);
+        Assert.Equal(new DatagramResult(0, 0), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+        await Eventually.WaitForAsync(() => faults.SqesRefused == refused);
+        Assert.Equal(refused, faults.SqesRefused);
+
+        peer.SendTo(new byte[] { 1, 2, 3 }, socket.LocalEndPoint);
+        Assert.Equal(new DatagramResult(3, 3), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+    }
+
+    [Fact]
+    public async Task A_close_whose_cancel_the_loop_refuses_still_completes()
+    {
+        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        try
+        {
+            IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+            faults.RefuseSqes(1); // the ASYNC_CANCEL of the armed RECVMSG
+            await socket.DisposeAsync().AsTask().WaitAsync(Timeout);
+            Assert.Equal(1, faults.SqesRefused);
+            Assert.True(socket.Closed.IsCompletedSuccessfully);
+        }
+        finally
+        {
+            await network.DisposeAsync().AsTask().WaitAsync(Timeout); // it disposes the socket too: guarded
+        }
+    }
+
+    [Fact]
     public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
     {
         await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
@@ -458,6 +560,28 @@ public sealed class UdpTests : IAsyncLifetime
         byte[] buffer = new byte[16];
         Assert.Equal(new DatagramResult(1, 1), await socket.ReceiveFromAsync(buffer, new SocketAddress(AddressFamily.InterNetwork)).AsTask().WaitAsync(Timeout));
         Assert.Equal(2, buffer[0]);
+    }
+
+    [Fact]
+    public async Task A_batch_receive_whose_copy_fails_gets_the_error_and_the_next_receive_works()
+    {
+        // One batch given to two receives at once (a first one given up on by a timeout, say): the first fills it, and
+        // the copy of the next datagram for the second finds no room in it, on the loop. The second receive must fail
+        // with that, not wait forever.
+        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        var shared = new UdpDatagramBatch(capacity: 1, bufferSize: 16);
+        ValueTask<int> first = socket.ReceiveBatchAsync(shared);
+        ValueTask<int> second = socket.ReceiveBatchAsync(shared);
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.SendTo(new byte[] { 1 }, socket.LocalEndPoint);
+        Assert.Equal(1, await first.AsTask().WaitAsync(Timeout));
+        peer.SendTo(new byte[] { 2 }, socket.LocalEndPoint);
+        await Assert.ThrowsAsync<InvalidOperationException>(() => second.AsTask().WaitAsync(Timeout));
+
+        peer.SendTo(new byte[] { 3 }, socket.LocalEndPoint);
+        var batch = new UdpDatagramBatch(capacity: 4, bufferSize: 16);
+        Assert.Equal(1, await socket.ReceiveBatchAsync(batch).AsTask().WaitAsync(Timeout));
+        Assert.Equal(3, batch.GetPayload(0).Span[0]);
     }
 
     private sealed class DisposableMemory(int length) : System.Buffers.MemoryManager<byte>

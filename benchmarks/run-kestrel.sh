@@ -5,6 +5,8 @@
 #   iouring-inline  --transport iouring --inline        (IoUringTransportOptions.UnsafePreferInlineScheduling)
 #   iouring-kestrelpool --transport iouring --kestrel-pool (UseLoopMemoryPools = false: Kestrel's pool, no
 #                   registered memory and no zero-copy sends; measured alone, not paired with a Sockets server)
+#   iouring-base    --transport iouring, run from BASE_SAMPLE (another build's KestrelSample binary, e.g. an older
+#                   commit's, built in a worktree): the before/after check; measured alone, not paired with Sockets
 #   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
@@ -176,6 +178,7 @@ fi
 # ---- servers ----
 start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
+    transport=${transport%-base}
     local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
     [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
     ((S_H2C)) && args+=(--h2c)
@@ -189,6 +192,7 @@ start_server() { # name port tag (names the log)
     fi
     case $name in
         iouring|iouring-inline|iouring-kestrelpool|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring-base) taskset -c 0 "${BASE_SAMPLE:?iouring-base needs BASE_SAMPLE, the KestrelSample binary of another build}" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         c) taskset -c 0 "$C_SERVER" "$port" >"$log" 2>&1 & ;;
         *) echo "unknown server $name"; exit 2 ;;
@@ -218,7 +222,7 @@ round_order() {
     shift
     for name in "$@"; do
         [[ $used == *" $name "* ]] && continue
-        case $name in iouring-kestrelpool) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        case $name in iouring-kestrelpool|iouring-base) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
         if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
             if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
             used+="$name $partner "

@@ -27,6 +27,23 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
+    /// <summary>
+    /// As <see cref="NewSqe"/>, for a caller that can go on without the request: null when the loop has no SQE for it
+    /// (the SQ stayed full after an early submit, or the ring is gone), the exception reported. Loop thread only.
+    /// </summary>
+    internal io_uring_sqe* TryNewSqe(RingOwner owner, uint kind, uint tag = 0)
+    {
+        try
+        {
+            return NewSqe(owner, kind, tag);
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex);
+            return null;
+        }
+    }
+
     /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data included.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewRawSqe(RingOwner owner)

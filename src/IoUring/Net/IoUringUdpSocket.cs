@@ -244,12 +244,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         }
         catch (ObjectDisposedException)
         {
-            // The loop has stopped: nothing of this socket reached it.
+            // The loop has stopped: nothing of this socket reached it, nothing is in flight.
             Volatile.Write(ref _disposing, 1);
-            _owner.Release();
-            _socket.Dispose();
-            _onClosed?.Invoke(this);
-            _closed.TrySetResult();
+            ReleaseAndClose();
             throw;
         }
         started.Task.GetAwaiter().GetResult();
@@ -302,6 +299,12 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         {
             return;
         }
+        ReleaseAndClose();
+    }
+
+    /// <summary>Nothing is in flight: frees the receive and send state, closes the fd, tells the network and the awaiters.</summary>
+    private void ReleaseAndClose()
+    {
         _released = true;
         _receiver.Release();
         _sender.Release();

@@ -446,7 +446,7 @@ internal sealed unsafe class UdpReceiver
         {
             return;
         }
-        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Receive);
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Receive);
         if (sqe == null)
         {
             BackOff(); // try again later rather than stay deaf
@@ -468,7 +468,7 @@ internal sealed unsafe class UdpReceiver
         {
             return;
         }
-        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.Cancel);
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Cancel);
         if (sqe == null)
         {
             // Retry at the loop's next iteration (its submit makes room), or the close would wait for ever.
@@ -486,7 +486,7 @@ internal sealed unsafe class UdpReceiver
             return;
         }
         _backingOff = true;
-        io_uring_sqe* sqe = TryNewSqe(UdpRequestKind.ReceiveBackoff);
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.ReceiveBackoff);
         if (sqe == null)
         {
             // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
@@ -494,20 +494,6 @@ internal sealed unsafe class UdpReceiver
             return;
         }
         ReceiveBackoff.Prepare(sqe);
-    }
-
-    /// <summary>A new SQE for one of the socket's requests, or null when the loop has none (the SQ stayed full; reported).</summary>
-    private io_uring_sqe* TryNewSqe(uint kind)
-    {
-        try
-        {
-            return _owner.Loop.NewSqe(_owner, kind);
-        }
-        catch (Exception ex)
-        {
-            _owner.Loop.ReportUnhandled(ex);
-            return null;
-        }
     }
 
     /// <summary>The socket is closing: waiting receives fail, the RECVMSG is cancelled. Loop thread.</summary>

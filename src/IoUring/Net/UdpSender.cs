@@ -212,15 +212,10 @@ internal sealed unsafe class UdpSender
         {
             Array.Resize(ref _inFlight, Math.Max(operation.Index + 1, 2 * _inFlight.Length));
         }
-        io_uring_sqe* sqe;
-        try
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Send, operation.Index);
+        if (sqe == null)
         {
-            sqe = _owner.Loop.NewSqe(_owner, UdpRequestKind.Send, operation.Index);
-        }
-        catch (Exception ex)
-        {
-            _owner.Loop.ReportUnhandled(ex); // the SQ stayed full: the loop's owner should know
-            Complete(operation, -Errno.ENOBUFS);
+            Complete(operation, -Errno.ENOBUFS); // the SQ stayed full (reported to the loop's owner)
             return;
         }
         _inFlight[operation.Index] = operation;

@@ -52,7 +52,7 @@ public abstract class RingOwner
     internal ReceiveBuffers? OwnReceiveBuffers { get; set; }
 
     /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by user_data).</summary>
-    internal ulong UserDataOf(uint kind) => UserData.Encode(_handleBits, kind);
+    internal ulong UserDataOf(uint kind, uint tag = 0) => UserData.Encode(_handleBits, kind, tag);
 
     /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at submit.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);

@@ -45,6 +45,7 @@ internal sealed class ConnectionReceiver
     private bool _unflushed;        // bytes written to Input since the last flush
     private bool _backingOff;       // a backoff TIMEOUT is in flight: re-arm when it ends
     private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
+    private bool _hangUpArmed;      // the hang-up poll is in flight
     private int _exhaustionMark = -1; // see ReceiveBuffers.OnExhausted
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
@@ -83,6 +84,27 @@ internal sealed class ConnectionReceiver
         sqe->opcode = IORING_OP_POLL_ADD;
         sqe->fd = _fd;
         sqe->poll32_events = PollRdHup;
+        _hangUpArmed = true;
+    }
+
+    /// <summary>
+    /// Closing: cancels each of this side's requests in flight by its user_data (a cancel by fd would make the kernel walk
+    /// every pending request of the ring: a cost that grows with the loop's open connections).
+    /// </summary>
+    public void CancelForClose()
+    {
+        if (_armed)
+        {
+            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
+        }
+        if (_hangUpArmed)
+        {
+            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.HangUpPoll));
+        }
+        if (_backingOff)
+        {
+            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.ReceiveBackoff)); // a TIMEOUT: no fd, but it would hold the close 10 ms
+        }
     }
 
     /// <summary>The connection is closing (its requests are being cancelled): Input ends with <paramref name="reason"/>.</summary>
@@ -100,8 +122,11 @@ internal sealed class ConnectionReceiver
             return;
         }
         _ended = true;
-        Cancel();
-        _connection.OnDirectionEnded();
+        _connection.OnDirectionEnded(); // closes now if sending ended too, which cancels the receive with the rest
+        if (!_connection.IsClosing)
+        {
+            Cancel();
+        }
     }
 
     public void OnReceive(ReceivedBytes data, uint flags)
@@ -177,6 +202,7 @@ internal sealed class ConnectionReceiver
 
     public void OnHangUp(int result)
     {
+        _hangUpArmed = false;
         if (result <= 0)
         {
             return; // cancelled at close
@@ -227,13 +253,11 @@ internal sealed class ConnectionReceiver
         return room > 0 ? (uint)room : 0;
     }
 
-    private unsafe void Cancel()
+    private void Cancel()
     {
         if (_armed)
         {
-            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
-            sqe->opcode = IORING_OP_ASYNC_CANCEL;
-            sqe->addr = _owner.UserDataOf(ConnectionRequestKind.Receive);
+            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
         }
     }
 

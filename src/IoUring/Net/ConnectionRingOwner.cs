@@ -6,7 +6,7 @@ namespace IoUring.Net;
 internal static class ConnectionRequestKind
 {
     public const uint Receive = 1;          // the multishot RECV (ConnectionReceiver)
-    public const uint Cancel = 2;           // ASYNC_CANCEL of the receive, or of everything on the fd at close
+    public const uint Cancel = 2;           // ASYNC_CANCEL of one of the connection's requests, by its user_data
     public const uint Send = 3;             // SEND/SENDMSG (ConnectionSender)
     public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a receive that found no buffer
     public const uint HangUpPoll = 5;       // one-shot POLL_ADD for the peer's FIN or reset

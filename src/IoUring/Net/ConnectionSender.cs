@@ -37,6 +37,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     private unsafe Libc.msghdr* _message;       // msghdr followed by MaxIovecs iovecs, made on first gather
     private bool _ended;
     private long _bytesSent;
+    private ulong _sendInFlight;                // the user_data of the send the kernel has (0: none), to cancel it at close
 
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
@@ -226,6 +227,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         {
             _pinSetCounts[pinSet] = count;
             sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
+            _sendInFlight = _owner.UserDataOf(ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
             sqe->ioprio = _zeroCopyFlags;
             if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
             {
@@ -244,6 +246,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         {
             _pinCount = count;
             sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
+            _sendInFlight = _owner.UserDataOf(ConnectionRequestKind.Send);
         }
         sqe->fd = _fd;
         sqe->msg_flags = Libc.MSG_NOSIGNAL;
@@ -262,8 +265,18 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         return new ValueTask<int>(this, _source.Version);
     }
 
+    /// <summary>Closing: cancels the send the kernel has, if any (it may wait for room the peer never makes).</summary>
+    public void CancelForClose()
+    {
+        if (_sendInFlight != 0)
+        {
+            _connection.CancelRequest(_sendInFlight);
+        }
+    }
+
     public void OnSendCompleted(int result)
     {
+        _sendInFlight = 0;
         ReleasePins(_pins, _pinCount);
         _pinCount = 0;
         Complete(result);
@@ -289,6 +302,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             ReleasePinSet(pinSet);
             return;
         }
+        _sendInFlight = 0; // the send's result: only its notification (not cancellable) may follow
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
             ReleasePinSet(pinSet); // no notification will follow (the send failed early)

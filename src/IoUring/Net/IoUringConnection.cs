@@ -283,7 +283,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
     }
 
-    // Closing: cancel every request on the fd, wait for each final CQE, then close through the ring, so the fd number
+    // Closing: cancel each request in flight (by user_data), wait for each final CQE, then close through the ring, so the fd number
     // cannot be reused while a request on it may still run. Then tell the application. Zero-copy notifications are not
     // waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the memory until the peer
     // acknowledges it or goes away), so only the memory waits: the pins and the handle are freed after the last one.
@@ -305,10 +305,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _output.Reader.CancelPendingRead();
         if (_owner.InFlight > _sender.NotificationsPending)
         {
-            io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
-            sqe->opcode = IORING_OP_ASYNC_CANCEL;
-            sqe->fd = _fd;
-            sqe->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
+            // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the fd.
+            _receiver.CancelForClose();
+            _sender.CancelForClose();
         }
         else
         {
@@ -341,6 +340,14 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
+
+    /// <summary>Cancels this connection's request whose user_data is <paramref name="userData"/> (found by hash: no walk).</summary>
+    internal unsafe void CancelRequest(ulong userData)
+    {
+        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = userData;
+    }
 
     /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is closed.</summary>
     private void OnClosed()

@@ -73,6 +73,14 @@ internal sealed class FaultInjector
     /// <summary>How many SQEs were turned into failures so far.</summary>
     public int Injected => Volatile.Read(ref _injected);
 
+    private int _fdCancels;
+
+    /// <summary>
+    /// Cancel requests submitted so far that search the ring by fd (IORING_ASYNC_CANCEL_FD), observed, not changed: the
+    /// kernel walks every pending poll-driven request of the ring for each, so their cost grows with the open connections.
+    /// </summary>
+    public int FdCancels => Volatile.Read(ref _fdCancels);
+
     /// <summary>Loop thread, right before io_uring_enter.</summary>
     public unsafe void Apply(Rings.Ring ring)
     {
@@ -88,6 +96,10 @@ internal sealed class FaultInjector
         for (uint i = 0; i < count; i++)
         {
             io_uring_sqe* sqe = ring.UnpublishedSqe(i);
+            if (sqe->opcode == IORING_OP_ASYNC_CANCEL && (sqe->cancel_flags & IORING_ASYNC_CANCEL_FD) != 0)
+            {
+                _fdCancels++;
+            }
             if (Array.IndexOf(_opcodes, sqe->opcode) < 0 || _random.NextDouble() >= _probability)
             {
                 continue;

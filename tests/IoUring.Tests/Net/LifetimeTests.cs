@@ -28,13 +28,7 @@ public sealed class LifetimeTests : IAsyncLifetime
         await _network.DisposeAsync();
     }
 
-    private async Task<(Socket Client, IoUringConnection Server)> ConnectPairAsync()
-    {
-        var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        await client.ConnectAsync(_listener.LocalEndPoint);
-        IoUringConnection server = (await _listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
-        return (client, server);
-    }
+    private Task<(Socket Client, IoUringConnection Server)> ConnectPairAsync() => LoopbackPairs.ConnectAsync(_listener);
 
     private static async Task<string> ReadAllAsync(PipeReader reader)
     {

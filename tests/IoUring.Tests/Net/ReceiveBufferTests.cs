@@ -38,13 +38,6 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
         protected override void Dispose(bool disposing) => _inner.Dispose();
     }
 
-    private static async Task<(Socket Client, IoUringConnection Server)> ConnectAsync(IoUringListener listener)
-    {
-        var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        await client.ConnectAsync(listener.LocalEndPoint);
-        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
-        return (client, server);
-    }
 
     private static async Task<string> ReadAsync(IoUringConnection server, int length)
     {
@@ -63,8 +56,8 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
         await using var network = new IoUringNetwork(
             new IoUringNetworkOptions { LoopCount = 1, MemoryPool = pool, Loop = { BufferCount = 1, BufferSize = 1024, UnhandledException = reported.Enqueue } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        var (failingClient, failing) = await ConnectAsync(listener);
-        var (otherClient, other) = await ConnectAsync(listener);
+        var (failingClient, failing) = await LoopbackPairs.ConnectAsync(listener);
+        var (otherClient, other) = await LoopbackPairs.ConnectAsync(listener);
         using (failingClient)
         using (otherClient)
         {
@@ -105,7 +98,7 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
             var pairs = new List<(Socket Client, IoUringConnection Server)>();
             for (int i = 0; i < Connections; i++)
             {
-                pairs.Add(await ConnectAsync(listener));
+                pairs.Add(await LoopbackPairs.ConnectAsync(listener));
             }
             foreach ((Socket client, _) in pairs)
             {

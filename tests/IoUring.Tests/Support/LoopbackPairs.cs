@@ -1,0 +1,16 @@
+using System.Net.Sockets;
+using IoUring.Net;
+
+namespace IoUring.Tests.Support;
+
+/// <summary>A System.Net.Sockets client connected to an <see cref="IoUringListener"/>, with the server's side accepted.</summary>
+internal static class LoopbackPairs
+{
+    public static async Task<(Socket Client, IoUringConnection Server)> ConnectAsync(IoUringListener listener)
+    {
+        var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(listener.LocalEndPoint);
+        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+        return (client, server);
+    }
+}

@@ -23,6 +23,9 @@
 #   json-256                                    GET /json
 #   download-64k download-1m                    GET /download?size=65536 / 1048576, 64 connections
 #   churn-64                                    GET /plaintext with Connection: close: a new connection per request
+#   churnidle-10k                               churn-64 while 10,000 idle keep-alive connections stay open on the
+#                                               server (opened after the warm-up, held through every round): what a
+#                                               close costs when the loop has many other connections
 #   idle-10k                                    10,000 keep-alive connections, one request each, then held idle:
 #                                               (RSS with them - RSS before) / 10,000, fresh server per round
 #   tls-64                                      GET /plaintext over TLS (HTTP/1.1, wrk), 64 connections
@@ -33,8 +36,8 @@
 #                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
 #                                               maximum, measured in the same run (wrk, 64 connections, after its
 #                                               warm-up; or RATE_MAX req/s): each server's CPU and latency at that rate
-# Not in the default list (run them by name): the TLS, HTTP/2 and rate scenarios. TLS servers get a self-signed
-# certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, idle-N (N or Nk), tls-N,
+# Not in the default list (run them by name): the TLS, HTTP/2, rate and churnidle scenarios. TLS servers get a self-signed
+# certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, churnidle-N, idle-N (N or Nk), tls-N,
 # h2c-CxS, h2-CxS or rate-P also works.
 #
 #   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
@@ -126,13 +129,13 @@ C_SERVER="$ROOT/benchmarks/c/plaintext_server"
 LOADGEN="$ROOT/benchmarks/c/loadgen"
 IDLE_CLIENT="$ROOT/benchmarks/c/idle_conns"
 
-# ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_C (the C server can serve it) S_GEN, and
+# ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_HOLD (idle connections held) S_C (the C server can serve it) S_GEN, and
 # S_SCHEME (http or https), S_H2C (1: cleartext endpoints speak HTTP/2 only), S_STREAMS (h2load's streams per
 # connection), S_RATE_PCT (rate scenarios: the share of the sockets server's maximum) ----
 scenario() {
     local name=$1 kind=${1%%-*} arg=${1#*-}
     S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
-    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT=""
+    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0
     if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
         S_CONNS=${BASH_REMATCH[1]}
         [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
@@ -150,6 +153,7 @@ scenario() {
         pipelined) S_DEPTH=16 ;;
         json)      S_PATH=/json ;;
         churn)     S_CLOSE=close S_C=0 ;;
+        churnidle) S_CLOSE=close S_C=0 S_HOLD=$S_CONNS S_CONNS=64 ;;   # N: the idle connections held
         idle)      ;;
         download)
             S_C=0 S_CONNS=64
@@ -403,6 +407,17 @@ load_scenario() {
     done
     for name in "${ok[@]}"; do warm_up "$name" "$scen"; done
     [[ $S_GEN == h2load-rate ]] && set_rate "${ok[@]}" 
+    local holders=()
+    if ((S_HOLD)); then
+        (( $(ulimit -n) > S_HOLD + 500 )) || { echo "  ulimit -n $(ulimit -n) is too low to hold $S_HOLD connections"; exit 1; }
+        for name in "${ok[@]}"; do   # each server gets its own idle client, held until the scenario ends
+            taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$name]}" "$S_HOLD" >"$OUT/$scen-held-$name.txt" 2>&1 &
+            holders+=($!); LIVE[$!]=1
+            for _ in $(seq 1200); do grep -qs '^ready' "$OUT/$scen-held-$name.txt" && break; kill -0 "$!" 2>/dev/null || break; sleep 0.1; done
+            grep -q '^ready' "$OUT/$scen-held-$name.txt" || { echo "  $name: could not hold $S_HOLD connections: $(head -c 300 "$OUT/$scen-held-$name.txt")"; exit 1; }
+        done
+        echo "  holding $S_HOLD idle connections on each server"
+    fi
     for round in $(seq "$ROUNDS"); do
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
@@ -431,6 +446,8 @@ load_scenario() {
                 sed 's/^/    /' | head -3 || true
         done
     done
+    local holder
+    for holder in "${holders[@]}"; do reap "$holder"; done
     for name in "${servers[@]}"; do stop_server "$name"; done
 }
 

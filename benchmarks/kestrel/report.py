@@ -23,6 +23,7 @@ SCENARIO_TEXT = {
     "json": "GET /json",
     "download": "GET /download?size=N, 64 connections",
     "churn": "GET /plaintext with `Connection: close`: one connection per request",
+    "churnidle": "churn with 64 connections while N idle keep-alive connections stay open on the server",
     "idle": "keep-alive connections, one request each, then held idle",
     "tls": "GET /plaintext over TLS (HTTP/1.1, wrk)",
     "h2c": "GET /plaintext over HTTP/2 with prior knowledge, cleartext (h2load; CxS: connections x streams each)",

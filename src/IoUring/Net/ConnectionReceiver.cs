@@ -40,6 +40,7 @@ internal sealed class ConnectionReceiver
     private Action? _onFlushCompleted; // made at the first pause: most connections never pause
     private ValueTask<FlushResult> _pendingFlush;
     private bool _armed;            // a RECV is in flight (until its final CQE)
+    private bool _cancelling;       // that RECV's cancel is in flight too: one is enough
     private bool _paused;           // Input's flush did not complete: backpressure
     private bool _ended;            // FIN, error, the reader went away, or closing
     private bool _unflushed;        // bytes written to Input since the last flush
@@ -93,10 +94,7 @@ internal sealed class ConnectionReceiver
     /// </summary>
     public void CancelForClose()
     {
-        if (_armed)
-        {
-            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
-        }
+        Cancel();
         if (_hangUpArmed)
         {
             _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.HangUpPoll));
@@ -134,6 +132,7 @@ internal sealed class ConnectionReceiver
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
             _armed = false;
+            _cancelling = false;
         }
         if (!_ended)
         {
@@ -161,6 +160,7 @@ internal sealed class ConnectionReceiver
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
             _armed = false;
+            _cancelling = false;
         }
         switch (-result)
         {
@@ -255,9 +255,10 @@ internal sealed class ConnectionReceiver
 
     private void Cancel()
     {
-        if (_armed)
+        if (_armed && !_cancelling)
         {
             _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
+            _cancelling = true;
         }
     }
 

@@ -80,7 +80,15 @@ public sealed class CloseCancelTests : IAsyncLifetime
         // Graceful both ways: the peer's FIN ends the receive, the server's Output completes.
         (Socket finClient, IoUringConnection fin) = await ConnectPairAsync();
         finClient.Shutdown(SocketShutdown.Send);
-        while (!(await fin.Input.ReadAsync()).IsCompleted) { }
+        while (true)
+        {
+            System.IO.Pipelines.ReadResult read = await fin.Input.ReadAsync();
+            fin.Input.AdvanceTo(read.Buffer.End);
+            if (read.IsCompleted)
+            {
+                break;
+            }
+        }
         await fin.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
         finClient.Dispose();
 

@@ -179,9 +179,11 @@ internal sealed unsafe class UdpSender
             operation.NextToSubmit = null;
             Submit(operation);
         }
-        if (_carried is not null)
+        // Again next iteration while sends wait: those carried (older, so first), and any on the stack, whose own drain
+        // may have run already, in this batch, finding no room (that one returned without taking them). An extra drain
+        // finds nothing; if the stack reads empty here, the next push posts one.
+        if (_carried is not null || Volatile.Read(ref _toSubmit) is not null)
         {
-            // Sends pushed after the take have a drain of their own posted; these are older and go first.
             _owner.Loop.Schedule(static s => ((UdpSender)s!).SubmitQueued(), this);
         }
     }

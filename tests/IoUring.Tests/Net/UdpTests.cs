@@ -427,6 +427,46 @@ public sealed class UdpTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_drain_that_finds_no_free_sqe_leaves_no_queued_send_behind()
+    {
+        // Sends from other threads wait on the socket's stack for one drain, posted by the send that found the stack
+        // empty. A drain that ran after other work of the same batch had taken every free SQE returned without taking
+        // the stack and without posting itself again, so that send and all queued behind it never went (the hang
+        // seen once under qemu in the test below).
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { SubmissionQueueSize = 16 } });
+        IoUring.Loops.EventLoop loop = network.Loops[0];
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        using var handler = new RecordingHandler(loop);
+        using var holding = new ManualResetEventSlim();
+        using var release = new ManualResetEventSlim();
+
+        // Hold the loop inside a batch of posted work, so that the next two posts run together in its next batch.
+        loop.Schedule(_ => { holding.Set(); release.Wait(Timeout); }, null);
+        Assert.True(holding.Wait(Timeout));
+        int nops = 0;
+        loop.Schedule(_ =>
+        {
+            // First in that batch: take every free SQE (NOPs, submitted when the iteration enters the kernel).
+            var nop = new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP };
+            for (nops = loop.FreeSqes; nops > 0 && handler.InFlight < nops; )
+            {
+                handler.Submit(nop, (ulong)handler.InFlight);
+            }
+        }, null);
+        // Then the drain this send posts.
+        byte[] payload = Pattern(100, 3);
+        await socket.SendToAsync(payload, peer.LocalEndPoint!.Serialize()); // completes at once (MaxPendingSends)
+        release.Set();
+
+        byte[] received = new byte[200];
+        int length = await peer.ReceiveAsync(received.AsMemory()).AsTask().WaitAsync(Timeout); // hang guard
+        Assert.True(payload.AsSpan().SequenceEqual(received.AsSpan(0, length)));
+        await handler.WaitForAsync(nops);
+    }
+
+    [Fact]
     public async Task Sends_the_loop_refuses_an_sqe_for_fail_alone_and_the_others_go()
     {
         // The loop refuses the first requests asked for (as when the SQ stays full after an early submit) while

@@ -87,10 +87,21 @@ public sealed unsafe partial class EventLoop
         {
             ReportUnhandled(ex); // the cancel below must still go out, or the stop waits for its deadline
         }
-        // Cancel every request on the ring (including the wakeup READ); each still posts its final CQE.
-        io_uring_sqe* sqe = NewSqe(_loopRingOwner, LoopRingOwner.KindCancel);
-        sqe->opcode = IORING_OP_ASYNC_CANCEL;
-        sqe->cancel_flags = IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL;
+        SubmitStopCancel();
+    }
+
+    private bool _stopCancelPending; // the stop's cancel got no SQE: DrainAfterStop retries it
+
+    /// <summary>Cancels every request on the ring (including the wakeup READ); each still posts its final CQE.</summary>
+    private void SubmitStopCancel()
+    {
+        io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindCancel);
+        _stopCancelPending = sqe == null;
+        if (sqe != null)
+        {
+            sqe->opcode = IORING_OP_ASYNC_CANCEL;
+            sqe->cancel_flags = IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL;
+        }
     }
 
     /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the deadline.</summary>
@@ -98,6 +109,10 @@ public sealed unsafe partial class EventLoop
     {
         while ((HasRequestsToWaitFor || HasPostedWork) && !ShutdownDeadlinePassed)
         {
+            if (_stopCancelPending)
+            {
+                SubmitStopCancel();
+            }
             RunOnce();
         }
     }

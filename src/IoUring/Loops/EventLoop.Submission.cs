@@ -69,7 +69,7 @@ public sealed unsafe partial class EventLoop
     [MethodImpl(MethodImplOptions.NoInlining)]
     private void RefuseIfInjected(RingOwner owner)
     {
-        if (owner != _loopRingOwner && _faults!.TakeSqeRefusal())
+        if (owner == _loopRingOwner ? _faults!.TakeLoopSqeRefusal() : _faults!.TakeSqeRefusal())
         {
             throw new InvalidOperationException("The submission queue stays full after io_uring_enter (refused by a test's FaultInjector).");
         }
@@ -131,8 +131,8 @@ public sealed unsafe partial class EventLoop
     /// <param name="holdBack">SQEs at the tail to leave queued for a later submit.</param>
     private void SubmitAndWait(bool wait, uint holdBack = 0)
     {
-        __kernel_timespec timeout = new() { tv_nsec = 100_000_000 };
-        // While stopping, bound each wait so the shutdown deadline is checked.
+        // While stopping, bound each wait so the shutdown deadline is checked; without the wakeup READ, so posts run.
+        __kernel_timespec timeout = new() { tv_nsec = _wakeupDisarmed ? DisarmedSleep : 100_000_000 };
         FaultInjector? faults = _faults;
         int result;
         if (faults is not null && faults.TakeEnterFailure() is int injected and not 0)
@@ -142,7 +142,7 @@ public sealed unsafe partial class EventLoop
         else
         {
             faults?.Apply(_ring);
-            result = _ring.Enter(wait ? 1u : 0u, wait && _stopping ? &timeout : null, holdBack);
+            result = _ring.Enter(wait ? 1u : 0u, wait && (_stopping || _wakeupDisarmed) ? &timeout : null, holdBack);
         }
         _counters.Syscalls++;
         if (result >= 0 || result is -Errno.EINTR or -Errno.ETIME)

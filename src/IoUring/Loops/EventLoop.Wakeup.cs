@@ -141,15 +141,28 @@ public sealed unsafe partial class EventLoop
         ArmWakeup();
     }
 
+    /// <summary>
+    /// Arms the READ on the eventfd. Without an SQE for it (the SQ stayed full after an early submit) the loop would sleep
+    /// deaf to posts: it is reported, retried every iteration, and until it is armed the loop sleeps at most
+    /// <see cref="DisarmedSleep"/> at a time, so posts still run.
+    /// </summary>
     private void ArmWakeup()
     {
-        io_uring_sqe* sqe = NewSqe(_loopRingOwner, LoopRingOwner.KindWakeup);
+        io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindWakeup);
+        _wakeupDisarmed = sqe == null;
+        if (sqe == null)
+        {
+            return;
+        }
         sqe->opcode = IORING_OP_READ;
         sqe->fd = _eventFd;
         sqe->addr = (ulong)_eventFdValue;
         sqe->len = sizeof(ulong);
         sqe->off = ulong.MaxValue; // read at the current position (eventfd has none)
     }
+
+    private bool _wakeupDisarmed; // the eventfd's READ could not be re-armed: retry, and sleep bounded meanwhile
+    private const long DisarmedSleep = 10_000_000; // ns
 
     /// <summary>Loop teardown. <paramref name="drained"/>: no request is in flight, so the READ's target can be freed.</summary>
     private void CloseWakeup(bool drained)

@@ -279,6 +279,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         DrainCompletions();
         RunPostedWork();
+        if (_wakeupDisarmed && !_stopping)
+        {
+            ArmWakeup();
+        }
 
         // Block for a completion unless stopping with nothing left to wait for.
         bool wait = (!_stopping || HasRequestsToWaitFor) && PrepareToSleep();

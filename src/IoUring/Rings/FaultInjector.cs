@@ -59,6 +59,22 @@ internal sealed class FaultInjector
     /// <summary>How many requests were refused so far.</summary>
     public int SqesRefused => Volatile.Read(ref _sqesRefused);
 
+    private int _loopSqesToRefuse;
+
+    /// <summary>The loop's own next <paramref name="count"/> requests (its wakeup READ's re-arm, the stop's cancel-all) are refused the same way.</summary>
+    public void RefuseLoopSqes(int count) => Volatile.Write(ref _loopSqesToRefuse, count);
+
+    /// <summary>Loop thread, asked for one of its own requests: whether to refuse it.</summary>
+    public bool TakeLoopSqeRefusal()
+    {
+        if (Volatile.Read(ref _loopSqesToRefuse) <= 0 || Interlocked.Decrement(ref _loopSqesToRefuse) < 0)
+        {
+            return false;
+        }
+        Interlocked.Increment(ref _sqesRefused);
+        return true;
+    }
+
     /// <summary>Loop thread, asked for an owner's request: whether to refuse it.</summary>
     public bool TakeSqeRefusal()
     {

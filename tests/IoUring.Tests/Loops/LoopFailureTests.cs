@@ -214,4 +214,70 @@ public sealed class BrokenRingTests
         await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(5));
         Assert.Contains(reported, e => e.Message == "from a Stopping handler");
     }
+
+    [Fact]
+    public async Task A_wakeup_read_the_loop_could_not_rearm_does_not_leave_it_deaf_to_posts()
+    {
+        // The loop sleeps in io_uring_enter and other threads wake it through an eventfd it keeps a READ armed on. If
+        // that READ cannot be re-armed (no SQE: the SQ stayed full after an early submit), a sleeping loop used to stay
+        // asleep through every later post.
+        var reported = new ConcurrentQueue<Exception>();
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        var loop = new EventLoop(new EventLoopOptions { Hooks = new() { Faults = faults }, UnhandledException = reported.Enqueue });
+        try
+        {
+            await RunOnLoopAsync(loop); // started and idle
+
+            faults.RefuseLoopSqes(1);
+            for (int i = 0; i < 100 && faults.SqesRefused == 0; i++)
+            {
+                await Task.Delay(20); // asleep: this post's wake-up completes the READ, whose re-arm is refused
+                await RunOnLoopAsync(loop).WaitAsync(TimeSpan.FromSeconds(10));
+            }
+            Assert.Equal(1, faults.SqesRefused);
+            for (int i = 0; i < 3; i++)
+            {
+                await Task.Delay(50); // the loop is asleep again
+                await RunOnLoopAsync(loop).WaitAsync(TimeSpan.FromSeconds(10)); // hang guard
+            }
+            Assert.Contains(reported, ex => ex is InvalidOperationException);
+        }
+        finally
+        {
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(10)); // a deaf loop would not hear the stop either
+        }
+    }
+
+    [Fact]
+    public async Task A_stop_whose_cancel_the_loop_could_not_submit_still_cancels_what_is_in_flight()
+    {
+        // The stop cancels every request (one ASYNC_CANCEL, ANY | ALL). Without an SQE for it, the stop used to wait
+        // out its 10 s deadline and leave with the requests never cancelled (the ring's close then dropped them).
+        var reported = new ConcurrentQueue<Exception>();
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        var loop = new EventLoop(new EventLoopOptions { Hooks = new() { Faults = faults }, UnhandledException = reported.Enqueue });
+        var handler = new RecordingHandler(loop);
+        (int reader, int writer) = SocketPairs.Create();
+        try
+        {
+            var poll = new io_uring_sqe { opcode = IoUringConstants.IORING_OP_POLL_ADD, fd = reader, poll32_events = 1 /* POLLIN: never */ };
+            await handler.OnLoopAsync(h => h.Submit(poll, 7));
+            faults.RefuseLoopSqes(2); // the stop's cancel (and the wakeup's re-arm, if the stop's post woke the loop)
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(30)); // hang guard
+            Assert.Contains(handler.Completions, c => c.Value == 7 && c.Result == -Errno.ECANCELED);
+            Assert.True(faults.SqesRefused >= 1);
+        }
+        finally
+        {
+            Libc.close(reader);
+            Libc.close(writer);
+        }
+    }
+
+    private static Task RunOnLoopAsync(EventLoop loop)
+    {
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        loop.Schedule(static s => ((TaskCompletionSource)s!).SetResult(), done);
+        return done.Task;
+    }
 }

@@ -17,7 +17,8 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it inline.</summary>
     /// <remarks>
-    /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead, and does not
+    /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead (or on the loop
+    /// thread, if it races that thread's last look at its queue as it leaves), and does not
     /// throw here: this is the loop's <see cref="System.IO.Pipelines.PipeScheduler"/> entry point, which pipes call from
     /// the application's calls (completing a pipe, say) and which must not throw at them. Ring access from such an action
     /// throws <see cref="ObjectDisposedException"/> (a <see cref="RingHandler"/>'s Submit, <see cref="InvalidOperationException"/>:

@@ -1,3 +1,4 @@
+using System.Net;
 using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Loops;
@@ -253,7 +254,8 @@ internal sealed unsafe class Acceptor : RingOwner
         }
         var connection = new IoUringConnection(Loop, fd, _isTcp, _settings, _pipeOptions);
         // The listener set TCP_NODELAY (IoUringListener); receiving starts when the application accepts it.
-        connection.Start(noDelayInherited: true, receive: false);
+        EndPoint? local = _listener.AcceptedLocalEndPoint is { } bound ? new IPEndPoint(bound.Address, bound.Port) : null; // its own copy: IPEndPoint is mutable
+        connection.Start(noDelayInherited: true, receive: false, local);
         _listener.Enqueue(connection);
     }
 

@@ -220,7 +220,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
     /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
-    internal void Start(bool noDelayInherited = false, bool receive = true)
+    /// <param name="localEndPoint">The local endpoint when the caller knows it (a listener bound to one address), else read.</param>
+    internal void Start(bool noDelayInherited = false, bool receive = true, EndPoint? localEndPoint = null)
     {
         _owner.Loop.AssertOnLoopThread();
         if (_settings.NoDelay && _isTcp && !noDelayInherited)
@@ -229,7 +230,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         _settings.Registry?.Add(this);
         // Read now: after close the fd number may belong to another socket.
-        _localEndPoint = SocketAddresses.GetLocal(_fd);
+        _localEndPoint = localEndPoint ?? SocketAddresses.GetLocal(_fd);
         _remoteEndPoint = SocketAddresses.GetRemote(_fd);
         if (receive)
         {

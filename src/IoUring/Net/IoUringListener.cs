@@ -60,6 +60,14 @@ public sealed class IoUringListener : IAsyncDisposable
     /// <summary>The bound endpoint (with the port the kernel chose when asked for port 0).</summary>
     public EndPoint LocalEndPoint { get; }
 
+    /// <summary>
+    /// Every accepted connection's local endpoint when the listener is bound to one IP address (then it is
+    /// <see cref="LocalEndPoint"/>, and no getsockname per connection is needed, as System.Net.Sockets does); null when
+    /// bound to a wildcard address, where each connection's local address is the one the client reached.
+    /// </summary>
+    internal IPEndPoint? AcceptedLocalEndPoint => LocalEndPoint is IPEndPoint ip
+        && !ip.Address.Equals(IPAddress.Any) && !ip.Address.Equals(IPAddress.IPv6Any) ? ip : null;
+
     /// <summary>Fds that accept could not get (EMFILE/ENFILE), summed over the loops.</summary>
     public int FdExhaustions => _acceptors.Sum(a => a.FdExhaustions);
 

@@ -258,6 +258,32 @@ public sealed class LifetimeTests : IAsyncLifetime
         }
     }
 
+    [Theory]
+    [InlineData("any")]
+    [InlineData("dual")]
+    [InlineData("loopback")]
+    public async Task An_accepted_connection_reports_the_local_address_the_client_reached(string bind)
+    {
+        // A listener bound to one address gives its connections that endpoint without asking the kernel; one bound to a
+        // wildcard must not: each connection's local address is the one the client connected to.
+        IPEndPoint endPoint = bind switch
+        {
+            "any" => new IPEndPoint(IPAddress.Any, 0),
+            "dual" => new IPEndPoint(IPAddress.IPv6Any, 0),
+            _ => new IPEndPoint(IPAddress.Loopback, 0),
+        };
+        await using IoUringListener listener = _network.Listen(endPoint);
+        int port = ((IPEndPoint)listener.LocalEndPoint).Port;
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await client.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
+        await using IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+        var local = Assert.IsType<IPEndPoint>(server.LocalEndPoint);
+        Assert.Equal(port, local.Port);
+        Assert.Equal(bind == "dual" ? IPAddress.Loopback.MapToIPv6() : IPAddress.Loopback, local.Address);
+        Assert.Equal(client.LocalEndPoint, server.RemoteEndPoint is IPEndPoint remote && remote.Address.IsIPv4MappedToIPv6
+            ? new IPEndPoint(remote.Address.MapToIPv4(), remote.Port) : server.RemoteEndPoint);
+    }
+
     [Fact]
     public async Task The_peers_fin_and_reset_are_observable_without_reading_input()
     {

@@ -92,17 +92,20 @@ internal sealed class ConnectionReceiver
     /// Closing: cancels each of this side's requests in flight by its user_data (a cancel by fd would make the kernel walk
     /// every pending request of the ring: a cost that grows with the loop's open connections).
     /// </summary>
-    public void CancelForClose()
+    /// <returns>False when the loop had no SQE for one of them: call again.</returns>
+    public bool CancelForClose()
     {
-        Cancel();
+        bool submitted = Cancel();
         if (_hangUpArmed)
         {
-            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.HangUpPoll));
+            submitted &= _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.HangUpPoll));
         }
         if (_backingOff)
         {
-            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.ReceiveBackoff)); // a TIMEOUT: no fd, but it would hold the close 10 ms
+            // A TIMEOUT: no fd, but it would hold the close 10 ms.
+            submitted &= _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.ReceiveBackoff));
         }
+        return submitted;
     }
 
     /// <summary>The connection is closing (its requests are being cancelled): Input ends with <paramref name="reason"/>.</summary>
@@ -253,13 +256,15 @@ internal sealed class ConnectionReceiver
         return room > 0 ? (uint)room : 0;
     }
 
-    private void Cancel()
+    /// <returns>False when the RECV needed a cancel and the loop had no SQE for it.</returns>
+    private bool Cancel()
     {
         if (_armed && !_cancelling)
         {
-            _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
-            _cancelling = true;
+            _cancelling = _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
+            return _cancelling;
         }
+        return true;
     }
 
     // The armed RECV may be waiting for a wakeup that will not come: cancel it; its ECANCELED arms a new one.

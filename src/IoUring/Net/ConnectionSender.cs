@@ -266,13 +266,8 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     }
 
     /// <summary>Closing: cancels the send the kernel has, if any (it may wait for room the peer never makes).</summary>
-    public void CancelForClose()
-    {
-        if (_sendInFlight != 0)
-        {
-            _connection.CancelRequest(_sendInFlight);
-        }
-    }
+    /// <returns>False when the loop had no SQE for the cancel: call again.</returns>
+    public bool CancelForClose() => _sendInFlight == 0 || _connection.CancelRequest(_sendInFlight);
 
     public void OnSendCompleted(int result)
     {

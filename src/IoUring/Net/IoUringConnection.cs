@@ -307,8 +307,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         if (_owner.InFlight > _sender.NotificationsPending)
         {
             // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the fd.
-            _receiver.CancelForClose();
-            _sender.CancelForClose();
+            CancelForClose();
         }
         else
         {
@@ -331,23 +330,62 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
     }
 
-    private unsafe void SubmitClose()
+    // A cancel the loop had no SQE for (the SQ stayed full after an early submit) is tried again next iteration, or the
+    // close would wait for ever; cancelling a request twice is harmless (the second finds nothing).
+    private void CancelForClose()
+    {
+        if (!(_receiver.CancelForClose() & _sender.CancelForClose()))
+        {
+            RetryOnLoop(static c => c.CancelForClose());
+        }
+    }
+
+    private void SubmitClose()
     {
         MoveTo(ConnectionState.ClosingFd);
         ReleaseSocket();
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Close);
+        SubmitCloseRequest();
+    }
+
+    private unsafe void SubmitCloseRequest()
+    {
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Close);
+        if (sqe == null)
+        {
+            RetryOnLoop(static c => c.SubmitCloseRequest());
+            return;
+        }
         sqe->opcode = IORING_OP_CLOSE;
         sqe->fd = _fd;
     }
 
+    /// <summary>Runs <paramref name="retry"/> in the loop's next iteration (not once the loop is gone: its stop closes everything).</summary>
+    private void RetryOnLoop(Action<IoUringConnection> retry)
+        => _owner.Loop.Schedule(static s =>
+        {
+            var (connection, retry) = ((IoUringConnection, Action<IoUringConnection>))s!;
+            if (connection._owner.Loop.IsOnLoopThread)
+            {
+                retry(connection);
+            }
+        }, (this, retry));
+
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
 
-    /// <summary>Cancels this connection's request whose user_data is <paramref name="userData"/> (found by hash: no walk).</summary>
-    internal unsafe void CancelRequest(ulong userData)
+    /// <summary>
+    /// Cancels this connection's request whose user_data is <paramref name="userData"/> (found by hash: no walk). False
+    /// when the loop had no SQE for it (reported).
+    /// </summary>
+    internal unsafe bool CancelRequest(ulong userData)
     {
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Cancel);
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Cancel);
+        if (sqe == null)
+        {
+            return false;
+        }
         sqe->opcode = IORING_OP_ASYNC_CANCEL;
         sqe->addr = userData;
+        return true;
     }
 
     /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is closed.</summary>

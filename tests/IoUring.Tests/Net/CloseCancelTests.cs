@@ -116,4 +116,35 @@ public sealed class CloseCancelTests : IAsyncLifetime
 
         Assert.Equal(0, _observer.FdCancels);
     }
+
+    [Theory]
+    [InlineData(1)]
+    [InlineData(2)]
+    [InlineData(3)]
+    [InlineData(4)]
+    public async Task A_close_whose_cancels_or_close_the_loop_refuses_an_sqe_for_still_completes(int refused)
+    {
+        // The loop refuses the next requests asked for (as when the SQ stays full after an early submit): the close's
+        // cancels of the receive and the hang-up poll, then its CLOSE. Each is retried; the close used to wait for ever.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        try
+        {
+            await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+            (Socket client, IoUringConnection server) = await LoopbackPairs.ConnectAsync(listener);
+            using (client)
+            {
+                await Task.Delay(50); // receiving has started (it starts once accepted)
+                faults.RefuseSqes(refused);
+                server.Abort();
+                await Closed(server); // hang guard
+                Assert.Equal(refused, faults.SqesRefused);
+            }
+        }
+        finally
+        {
+            faults.RefuseSqes(0);
+            await network.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)); // it waits for its connections
+        }
+    }
 }

@@ -29,10 +29,12 @@ namespace IoUring.Loops;
 internal sealed class ReceiveBuffers : IDisposable
 {
     private readonly BufferRing _ring;
+    private readonly ReceiveBlockPool _spares;
     private bool _disposed;
 
-    public ReceiveBuffers(Ring ring, int count, int bufferSize)
+    public ReceiveBuffers(Ring ring, int count, int bufferSize, bool poisonReturnedBlocks = false)
     {
+        _spares = new ReceiveBlockPool(bufferSize, poisonReturnedBlocks);
         ushort groupId = BufferGroupIds.Rent();
         try
         {
@@ -44,6 +46,19 @@ internal sealed class ReceiveBuffers : IDisposable
             throw;
         }
     }
+
+    /// <summary>Bytes per buffer.</summary>
+    public int BufferSize => _ring.BufferSize;
+
+    /// <summary>Where blocks taken with <see cref="Take"/> go back to, from any thread.</summary>
+    public ReceiveBlockPool Spares => _spares;
+
+    /// <summary>
+    /// Keeps buffer <paramref name="bid"/> of the completion being delivered (see <see cref="ReceivedBytes.Enumerator.CurrentBufferId"/>):
+    /// its memory becomes the caller's, a spare block takes its place in the ring, and the buffer id still goes back
+    /// after the delivery. The caller returns the block to <see cref="Spares"/> when done with it.
+    /// </summary>
+    public ReceiveBlock Take(ushort bid) => _ring.Exchange(bid, _spares.Rent());
 
     /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
     public ushort GroupId => _ring.GroupId;

@@ -40,11 +40,15 @@ internal readonly ref struct ReceivedBytes
 
         public ReadOnlySpan<byte> Current { get; private set; }
 
+        /// <summary>The id of the buffer <see cref="Current"/> lies in (to take it: <see cref="ReceiveBuffers.Take"/>).</summary>
+        public ushort CurrentBufferId { get; private set; }
+
         public bool MoveNext()
         {
             if (_entries.TryNext(out ushort bid, out int length))
             {
                 Current = _ring.GetBuffer(bid, length);
+                CurrentBufferId = bid;
                 return true;
             }
             if (_entries.Broken)

@@ -1,4 +1,3 @@
-using System.IO.Pipelines;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -8,14 +7,15 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The receiving half of an <see cref="IoUringConnection"/>: one multishot RECV that selects buffers from the loop's
-/// <see cref="ReceiveBuffers"/>; the loop hands each completion's bytes here, they are copied into Input, and Input's
-/// flush is the backpressure: while it is pending, receiving is paused (the RECV cancelled) and resumes when it completes.
+/// <see cref="ReceiveBuffers"/>; the loop hands each completion here and its buffers go to <see cref="Input"/> (a
+/// <see cref="ConnectionInput"/>, which keeps bulk ones without a copy). Input's backlog is the backpressure: once it
+/// reaches the pause threshold receiving pauses (the RECV cancelled), and resumes when the reader has caught up.
 /// Where the kernel can cap a multishot RECV's total (<see cref="IoUringCapabilities.HasReceiveLimit"/>), each RECV is
 /// armed for no more than Input can take before it pauses, so a paused connection holds at most its pause threshold
 /// plus one ring buffer (without the cap, whatever the RECV took before its cancellation took effect lands too).
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer; it tells the
+/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer side; it tells the
 /// connection when the peer closed, when receiving ended, and when it failed.</para>
 /// <para>A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but
 /// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on to
@@ -33,17 +33,13 @@ internal sealed class ConnectionReceiver
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
-    private readonly Pipe _inputPipe;
-    private readonly PipeWriter _input;
+    private readonly ConnectionInput _input;
     private readonly long _pauseThreshold; // Input's pause threshold when each RECV is capped by what Input can take; 0: not capped
     private readonly bool _bundles;         // each receive may fill several ring buffers (IORING_RECVSEND_BUNDLE)
-    private Action? _onFlushCompleted; // made at the first pause: most connections never pause
-    private ValueTask<FlushResult> _pendingFlush;
     private bool _armed;            // a RECV is in flight (until its final CQE)
     private bool _cancelling;       // that RECV's cancel is in flight too: one is enough
-    private bool _paused;           // Input's flush did not complete: backpressure
+    private bool _paused;           // Input's backlog reached its pause threshold: backpressure
     private bool _ended;            // FIN, error, the reader went away, or closing
-    private bool _unflushed;        // bytes written to Input since the last flush
     private bool _backingOff;       // a backoff TIMEOUT is in flight: re-arm when it ends
     private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
     private bool _hangUpArmed;      // the hang-up poll is in flight
@@ -51,21 +47,24 @@ internal sealed class ConnectionReceiver
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
-    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into <paramref name="input"/>, with
-    /// <paramref name="owner"/>'s requests; each RECV is capped by what Input can take before <paramref name="pauseThreshold"/>
-    /// (null or 0: no threshold) where <paramref name="capabilities"/> and the pipe allow.</summary>
-    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, Pipe input, long? pauseThreshold, IoUringCapabilities capabilities)
+    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into a new <see cref="Input"/>, with
+    /// <paramref name="owner"/>'s requests; Input pauses receiving at <paramref name="pauseThreshold"/> bytes (null or 0:
+    /// never), and where <paramref name="capabilities"/> allow each RECV is capped by what Input can take before that.
+    /// <paramref name="inlineContinuations"/>: the reader's continuations run on the loop thread.</summary>
+    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, long? pauseThreshold, bool inlineContinuations, IoUringCapabilities capabilities)
     {
         _connection = connection;
         _owner = owner;
         _fd = fd;
-        _inputPipe = input;
-        _input = input.Writer;
+        _input = new ConnectionInput(this, owner.Loop, pauseThreshold ?? 0, inlineContinuations);
         // The kernel counts the cap down as an int (min_t(int, ...)): larger thresholds go uncapped.
-        bool canCap = capabilities.HasReceiveLimit && PipeBacklog.IsAvailable && pauseThreshold is > 0 and <= int.MaxValue;
+        bool canCap = capabilities.HasReceiveLimit && pauseThreshold is > 0 and <= int.MaxValue;
         _pauseThreshold = canCap ? pauseThreshold!.Value : 0;
         _bundles = capabilities.HasReceiveBundles;
     }
+
+    /// <summary>What the peer sent (<see cref="IoUringConnection.Input"/>).</summary>
+    public ConnectionInput Input => _input;
 
     /// <summary>FIN, error, the reader went away, or the connection is closing: no more bytes go into Input.</summary>
     public bool Ended => _ended;
@@ -112,15 +111,38 @@ internal sealed class ConnectionReceiver
     public void OnClosing(Exception? reason)
     {
         _ended = true;
-        _input.Complete(reason);
+        _input.CompleteWriter(reason);
+    }
+
+    /// <summary>Input's reader completed while receiving was paused (posted by <see cref="ConnectionInput.Complete"/>).</summary>
+    public void OnInputReaderGone()
+    {
+        if (_paused)
+        {
+            _paused = false;
+            RaiseBackpressure(paused: false);
+        }
+        OnReaderGone();
+    }
+
+    /// <summary>Input's backlog fell below its resume threshold (posted by the reader): receive again, unless it paused since.</summary>
+    public void OnInputResumed()
+    {
+        if (!_paused || _input.WriterPaused)
+        {
+            return;
+        }
+        _paused = false;
+        RaiseBackpressure(paused: false);
+        MaybeRearm();
     }
 
     /// <summary>The application will read no more: stop receiving; the connection stays open for sending.</summary>
     public void OnReaderGone()
     {
-        if (_connection.IsClosing)
+        if (_ended || _connection.IsClosing)
         {
-            return;
+            return; // already ended (FIN, error, or an earlier call): the connection was told then
         }
         _ended = true;
         _connection.OnDirectionEnded(); // closes now if sending ended too, which cancels the receive with the rest
@@ -139,17 +161,21 @@ internal sealed class ConnectionReceiver
         }
         if (!_ended)
         {
-            foreach (ReadOnlySpan<byte> bytes in data)
+            switch (_input.Write(data))
             {
-                WriteToInput(bytes);
+                case ConnectionInput.InputWrite.Paused when !_paused:
+                    // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
+                    _paused = true;
+                    RaiseBackpressure(paused: true);
+                    Cancel();
+                    break;
+                case ConnectionInput.InputWrite.ReaderGone:
+                    OnReaderGone();
+                    break;
             }
         }
         _bytesReceived += data.Length;
         _owner.Loop.OnBytesReceived(data.Length);
-        if (!_ended && !_paused)
-        {
-            Flush();
-        }
         MaybeRearm();
         if (_peerHungUp && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
         {
@@ -252,7 +278,7 @@ internal sealed class ConnectionReceiver
     /// </summary>
     private uint ReceiveLimit()
     {
-        long room = _pauseThreshold - PipeBacklog.Of(_inputPipe);
+        long room = _pauseThreshold - _input.Unconsumed;
         return room > 0 ? (uint)room : 0;
     }
 
@@ -286,66 +312,6 @@ internal sealed class ConnectionReceiver
         _backingOff = true;
     }
 
-    private void WriteToInput(ReadOnlySpan<byte> data)
-    {
-        PipeWriter writer = _input;
-        while (!data.IsEmpty)
-        {
-            Span<byte> target = writer.GetSpan();
-            int count = Math.Min(target.Length, data.Length);
-            data[..count].CopyTo(target);
-            writer.Advance(count);
-            data = data[count..];
-        }
-        _unflushed = true;
-    }
-
-    private void Flush()
-    {
-        _unflushed = false;
-        ValueTask<FlushResult> flush = _input.FlushAsync();
-        if (flush.IsCompletedSuccessfully)
-        {
-            if (flush.Result.IsCompleted)
-            {
-                OnReaderGone();
-            }
-            return;
-        }
-        // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
-        _paused = true;
-        _pendingFlush = flush;
-        RaiseBackpressure(paused: true);
-        Cancel();
-        flush.GetAwaiter().UnsafeOnCompleted(_onFlushCompleted ??= OnFlushCompleted); // runs on the loop (Input's writer scheduler)
-    }
-
-    private void OnFlushCompleted()
-    {
-        FlushResult result;
-        try
-        {
-            result = _pendingFlush.GetAwaiter().GetResult();
-        }
-        catch (Exception)
-        {
-            result = new FlushResult(isCanceled: false, isCompleted: true);
-        }
-        _pendingFlush = default;
-        _paused = false;
-        RaiseBackpressure(paused: false);
-        if (result.IsCompleted)
-        {
-            OnReaderGone();
-            return;
-        }
-        if (_unflushed && !_ended)
-        {
-            Flush();
-        }
-        MaybeRearm();
-    }
-
     private void RaiseBackpressure(bool paused)
     {
         if (_backpressureCallback is var (callback, state) && callback is not null)
@@ -361,7 +327,7 @@ internal sealed class ConnectionReceiver
             return;
         }
         _ended = true;
-        _input.Complete(error);
+        _input.CompleteWriter(error);
         _connection.OnDirectionEnded();
     }
 }

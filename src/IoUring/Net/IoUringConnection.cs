@@ -26,7 +26,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionSettings _settings;
     private readonly int _fd;
     private readonly bool _isTcp;
-    private readonly Pipe _input;
     private readonly Pipe _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
@@ -79,14 +78,13 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         pipeOptions ??= new ConnectionPipeOptions(loop, settings);
         Debug.Assert(pipeOptions.Loop == loop);
         MemoryPool = pipeOptions.Pool;
-        _input = new Pipe(pipeOptions.Input);
         _output = new Pipe(pipeOptions.Output);
-        _receiver = new ConnectionReceiver(this, _owner, fd, _input, settings.MaxReadBufferSize, settings.Capabilities);
+        _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
-    public PipeReader Input => _input.Reader;
+    public PipeReader Input => _receiver.Input;
 
     /// <summary>What to send. Complete it to send FIN after the data.</summary>
     public PipeWriter Output => _output.Writer;
@@ -207,7 +205,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     {
         try
         {
-            _input.Reader.Complete();
+            _receiver.Input.Complete();
             _output.Writer.Complete();
             ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.OnReaderGone());
         }
@@ -392,7 +390,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private void OnClosed()
     {
         _settings.Registry?.Remove(this);
-        _input.Writer.Complete();
+        _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
         _closed.TrySetResult();

@@ -12,9 +12,12 @@ namespace IoUring.Rings;
 /// bytes that the kernel picks from for requests with IOSQE_BUFFER_SELECT and this <see cref="GroupId"/>.
 /// </summary>
 /// <remarks>
-/// Memory: the entry ring and the buffers are page-aligned native allocations owned by this object. They are
-/// registered with the kernel in the constructor and must stay alive until no request that may select a buffer
-/// is in flight; the loop disposes this only after its last completion. Buffers never move (native memory).
+/// Memory: the entry ring is a page-aligned native allocation owned by this object, registered with the kernel in the
+/// constructor and freed at dispose, which the loop does only after its last completion. The buffers are blocks of
+/// pinned managed arrays (<see cref="ReceiveBlock"/>; the pinned object heap never moves them): one page-aligned slab
+/// made here, and whatever <see cref="Exchange"/> puts in place of a block it hands out. A block is the kernel's while
+/// its entry is in the ring and until the completion that names it; a block handed out is the taker's, and since it
+/// is a managed array a reader that keeps it too long reads stale bytes, never freed memory.
 /// Thread: only the ring's thread touches it.
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
@@ -26,7 +29,7 @@ internal sealed unsafe class BufferRing : IDisposable
     private readonly Ring _ring;
     private readonly uint _mask;
     private io_uring_buf* _entries;
-    private byte* _buffers;
+    private readonly ReceiveBlock[] _blocks; // per buffer id: the memory its entry hands to the kernel
     private ushort _tail;           // local tail: entries written, not necessarily published
     private ushort _publishedTail;
     private uint _position;         // the local tail, not wrapped at 65,536: the ring position of the next entry written
@@ -45,11 +48,18 @@ internal sealed unsafe class BufferRing : IDisposable
         BufferSize = bufferSize;
         _mask = (uint)count - 1;
         _positionOf = new uint[count];
+        _blocks = new ReceiveBlock[count];
 
         nuint entriesSize = (nuint)(count * sizeof(io_uring_buf));
         _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), s_pageSize);
         NativeMemory.Clear(_entries, entriesSize);
-        _buffers = (byte*)NativeMemory.AlignedAlloc(RoundUpToPage((nuint)count * (nuint)bufferSize), s_pageSize);
+        // One slab, its first block on a page boundary (the pinned heap aligns arrays to 8 bytes only).
+        byte[] slab = GC.AllocateUninitializedArray<byte>(checked(count * bufferSize + (int)s_pageSize), pinned: true);
+        int start = (int)(((nuint)s_pageSize - (nuint)ReceiveBlock.AddressOf(slab, 0) % s_pageSize) % s_pageSize);
+        for (int bid = 0; bid < count; bid++)
+        {
+            _blocks[bid] = new ReceiveBlock(slab, start + bid * bufferSize);
+        }
 
         io_uring_buf_reg reg = new() { ring_addr = (ulong)_entries, ring_entries = (uint)count, bgid = groupId };
         int result = ring.TryRegister(IORING_REGISTER_PBUF_RING, &reg, 1);
@@ -93,7 +103,21 @@ internal sealed unsafe class BufferRing : IDisposable
     public Span<byte> GetBuffer(ushort bid, int length)
     {
         Debug.Assert(bid < Count && (uint)length <= (uint)BufferSize);
-        return new Span<byte>(_buffers + (nint)bid * BufferSize, length);
+        return _blocks[bid].Array.AsSpan(_blocks[bid].Offset, length);
+    }
+
+    /// <summary>
+    /// Takes buffer <paramref name="bid"/>'s memory out of the ring (its completion was handled: the kernel is done with
+    /// it) and puts <paramref name="replacement"/>, of <see cref="BufferSize"/> bytes, in its place; the buffer id goes
+    /// back to the kernel with the new memory at its next <see cref="Recycle"/>.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public ReceiveBlock Exchange(ushort bid, ReceiveBlock replacement)
+    {
+        Debug.Assert(bid < Count && replacement.Array.Length - replacement.Offset >= BufferSize);
+        ReceiveBlock taken = _blocks[bid];
+        _blocks[bid] = replacement;
+        return taken;
     }
 
     /// <summary>Hands buffer <paramref name="bid"/> back to the kernel; takes effect at the next <see cref="Publish"/>.</summary>
@@ -103,7 +127,7 @@ internal sealed unsafe class BufferRing : IDisposable
         Debug.Assert(bid < Count);
         io_uring_buf* entry = &_entries[_tail & _mask];
         // Field by field: entry 0's resv is the ring tail, which only Publish writes.
-        entry->addr = (ulong)(_buffers + (nint)bid * BufferSize);
+        entry->addr = (ulong)_blocks[bid].Address;
         entry->len = (uint)BufferSize;
         entry->bid = bid;
         _positionOf[bid] = _position++;
@@ -156,9 +180,7 @@ internal sealed unsafe class BufferRing : IDisposable
     private void FreeMemory()
     {
         NativeMemory.AlignedFree(_entries);
-        NativeMemory.AlignedFree(_buffers);
         _entries = null;
-        _buffers = null;
     }
 
     private static nuint RoundUpToPage(nuint size) => (size + s_pageSize - 1) & ~(s_pageSize - 1);

@@ -22,6 +22,7 @@ internal sealed class PoolMeter : IDisposable
     private long _peakRented;
 
     private readonly IoUring.Net.PinnedBlockMemoryPool[] _loopPools;
+    private readonly IoUring.Loops.ReceiveBlockPool[] _receiveBlocks; // what io_uring connections' Inputs hold (ring buffers kept without a copy)
 
     public PoolMeter(TestServer server)
         : this(server.App.Services)
@@ -31,11 +32,16 @@ internal sealed class PoolMeter : IDisposable
             && network.MemoryPool is IoUring.Net.PinnedBlockMemoryPool // the loops' own pools, not Kestrel's
             ? network.Loops.Select(l => (IoUring.Net.PinnedBlockMemoryPool)l.MemoryPool).ToArray()
             : [];
+        _receiveBlocks = server.Transport == TransportKind.IoUring
+            && server.App.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().OfType<IoUringTransportFactory>().LastOrDefault()?.Network is { } n
+            ? n.Loops.Select(l => l.ReceiveBuffers.Spares).ToArray()
+            : [];
     }
 
     public PoolMeter(IServiceProvider services)
     {
         _loopPools = [];
+        _receiveBlocks = [];
         IMeterFactory factory = services.GetRequiredService<IMeterFactory>();
         _listener.InstrumentPublished = (instrument, listener) =>
         {
@@ -55,7 +61,8 @@ internal sealed class PoolMeter : IDisposable
         {
             lock (_lock)
             {
-                return _allocated - _evicted + _loopPools.Sum(p => (long)(p.RentedBlocks + p.RetainedBlocks) * p.BlockBytes);
+                return _allocated - _evicted + _loopPools.Sum(p => (long)(p.RentedBlocks + p.RetainedBlocks) * p.BlockBytes)
+                    + _receiveBlocks.Sum(p => (long)p.Allocated * p.BlockSize);
             }
         }
     }
@@ -67,7 +74,8 @@ internal sealed class PoolMeter : IDisposable
         {
             lock (_lock)
             {
-                return _allocated - _evicted - _pooled + _loopPools.Sum(p => (long)p.RentedBlocks * p.BlockBytes);
+                return _allocated - _evicted - _pooled + _loopPools.Sum(p => (long)p.RentedBlocks * p.BlockBytes)
+                    + _receiveBlocks.Sum(p => p.HeldBlocks * p.BlockSize);
             }
         }
     }
@@ -80,7 +88,8 @@ internal sealed class PoolMeter : IDisposable
             lock (_lock)
             {
                 // The loop pools' peaks add up to at least the combined peak: a bound on it, never below it.
-                return _peakRented + _loopPools.Sum(p => (long)p.PeakRentedBlocks * p.BlockBytes);
+                return _peakRented + _loopPools.Sum(p => (long)p.PeakRentedBlocks * p.BlockBytes)
+                    + _receiveBlocks.Sum(p => p.PeakHeldBlocks * p.BlockSize);
             }
         }
     }
@@ -94,6 +103,10 @@ internal sealed class PoolMeter : IDisposable
         foreach (IoUring.Net.PinnedBlockMemoryPool pool in _loopPools)
         {
             pool.ResetPeak();
+        }
+        foreach (IoUring.Loops.ReceiveBlockPool blocks in _receiveBlocks)
+        {
+            blocks.ResetPeak();
         }
     }
 

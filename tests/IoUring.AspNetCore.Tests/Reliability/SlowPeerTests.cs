@@ -186,7 +186,7 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
             Assert.All(sent, s => Assert.True(s > MaxReadBufferSize, $"a client could send only {s} bytes"));
             // Sockets stops at MaxReadBufferSize (its last receive fills at most one block). io_uring arms each receive
             // for what the input can still take where the kernel can cap a multishot receive, so it holds at most one
-            // 8 KiB ring buffer more: with the 16 KiB blocks of its pool, one block per connection. Without the cap it
+            // 8 KiB ring buffer more (Input keeps the ring buffers themselves, each at least half full). Without the cap it
             // also keeps what the receive had already taken when the pause began (0 to ~410 KiB a connection measured
             // with 8 KiB ring buffers): that bound allows 1 MiB of it, a quarter of what each client pushed.
             long excess = Transport == TransportKind.IoUring && !IoUring.Rings.IoUringCapabilities.Current.HasReceiveLimit ? 1 << 20 : 16 * 1024;

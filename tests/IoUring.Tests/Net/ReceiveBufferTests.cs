@@ -18,27 +18,6 @@ namespace IoUring.Tests.Net;
 /// <summary>The loop's provided buffer ring under failures and starvation: no buffer is lost, no receive spins.</summary>
 public sealed class ReceiveBufferTests(ITestOutputHelper output)
 {
-    /// <summary>A pool whose Rent throws while <see cref="FailRents"/> is positive.</summary>
-    private sealed class FailingPool : MemoryPool<byte>
-    {
-        private readonly PinnedBlockMemoryPool _inner = new(trim: false);
-        public int FailRents;
-
-        public override int MaxBufferSize => _inner.MaxBufferSize;
-
-        public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
-        {
-            if (Interlocked.Decrement(ref FailRents) >= 0)
-            {
-                throw new OutOfMemoryException("injected by the test");
-            }
-            return _inner.Rent(minBufferSize);
-        }
-
-        protected override void Dispose(bool disposing) => _inner.Dispose();
-    }
-
-
     private static async Task<string> ReadAsync(IoUringConnection server, int length)
     {
         ReadResult read = await server.Input.ReadAtLeastAsync(length).AsTask().WaitAsync(TimeSpan.FromSeconds(5));
@@ -51,17 +30,18 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
     public async Task A_throw_while_writing_received_bytes_to_input_still_returns_the_buffer()
     {
         var reported = new ConcurrentQueue<Exception>();
-        using var pool = new FailingPool();
         // One ring buffer: if the failing receive kept it, no connection of the loop could receive again.
         await using var network = new IoUringNetwork(
-            new IoUringNetworkOptions { LoopCount = 1, MemoryPool = pool, Loop = { BufferCount = 1, BufferSize = 1024, UnhandledException = reported.Enqueue } });
+            new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = 1, BufferSize = 1024, UnhandledException = reported.Enqueue } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         var (failingClient, failing) = await LoopbackPairs.ConnectAsync(listener);
         var (otherClient, other) = await LoopbackPairs.ConnectAsync(listener);
         using (failingClient)
         using (otherClient)
         {
-            pool.FailRents = 1;
+            // Input copies a small receive into a block of its own: that block's allocation fails.
+            EventLoop loop = network.Loops[0];
+            await LoopFailureTests.RunOnLoopAsync(loop, () => loop.ReceiveBuffers.Spares.FailRents = 1);
             await failingClient.SendAsync("doomed"u8.ToArray());
             // The connection whose input could not take the bytes is aborted, and the error reported.
             await Assert.ThrowsAsync<OutOfMemoryException>(async () => await failing.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5)));

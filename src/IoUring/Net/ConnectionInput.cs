@@ -1,0 +1,508 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using System.Runtime.ExceptionServices;
+using System.Threading.Tasks.Sources;
+using IoUring.Loops;
+using IoUring.Rings;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// A connection's <see cref="IoUringConnection.Input"/>: a <see cref="PipeReader"/> over the loop's receive buffers
+/// themselves. A ring buffer the kernel filled at least half is kept as it is (the ring gets a spare block in its place,
+/// <see cref="ReceiveBuffers.Take"/>), so bulk bytes are never copied in user space; smaller receives are copied onto the
+/// end of the last block, so a trickle of small receives cannot hold a block each. Blocks go back to the loop's spares
+/// as the reader consumes them.
+/// </summary>
+/// <remarks>
+/// <para>The contract is <see cref="Pipe"/>'s reader's: a read completes when there are bytes the reader has not
+/// examined (at least <c>minimumSize</c> unconsumed ones for ReadAtLeastAsync), when the writer completed (its error
+/// is thrown by every read from then on), or when cancelled; one read at a time, each followed by one AdvanceTo.
+/// Backpressure is the pipe's too: once the unconsumed bytes reach the pause threshold, <see cref="Write"/> says so and
+/// the receiver stops receiving; when the reader brings them below the resume threshold (half of it), the receiver is
+/// told on the loop (<see cref="ConnectionReceiver.OnInputResumed"/>).</para>
+/// <para>Threads: the writer side (<see cref="Write"/>, <see cref="CompleteWriter"/>) runs on the loop thread, the
+/// reader side on the application's; both take one lock, once per completion or call. Read continuations run on the
+/// thread pool (inline when the settings prefer inline scheduling), never under the lock.</para>
+/// </remarks>
+internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
+{
+    private static readonly Action<object?> s_onResumed = static r => ((ConnectionReceiver)r!).OnInputResumed();
+    private static readonly Action<object?> s_onReaderGone = static r => ((ConnectionReceiver)r!).OnInputReaderGone();
+    private static readonly Action<object?, CancellationToken> s_onReadCancelled = static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
+
+    private readonly object _sync = new();
+    private readonly ConnectionReceiver _receiver;
+    private readonly EventLoop _loop;
+    private readonly ReceiveBuffers _buffers;
+    private readonly int _blockSize;
+    private readonly long _pauseThreshold;  // 0: never pauses
+    private readonly long _resumeThreshold;
+    private ManualResetValueTaskSourceCore<ReadResult> _readCompletion;
+
+    // Guarded by _sync.
+    private Segment? _head;           // the oldest unconsumed bytes' block (null: nothing held)
+    private int _headIndex;
+    private Segment? _tail;           // the newest block, still written to while it has room
+    private Segment? _spareSegments;  // released segment objects, reused
+    private long _written;            // bytes appended since the start
+    private long _consumed;           // bytes the reader consumed since the start
+    private long _examined;           // how far the reader examined: a read waits for bytes past it
+    private bool _reading;            // a read returned a result and AdvanceTo has not been called yet
+    private bool _readPending;        // a read waits (_readCompletion will complete it)
+    private int _pendingMinimum;      // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
+    private CancellationToken _pendingToken;
+    private CancellationTokenRegistration _pendingRegistration;
+    private bool _cancelNextRead;     // CancelPendingRead with no read waiting
+    private bool _writerCompleted;
+    private Exception? _writerError;
+    private bool _readerCompleted;
+    private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
+
+    public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
+    {
+        _receiver = receiver;
+        _loop = loop;
+        _buffers = loop.ReceiveBuffers;
+        _blockSize = _buffers.BufferSize;
+        _pauseThreshold = pauseThreshold;
+        _resumeThreshold = pauseThreshold / 2;
+        _readCompletion.RunContinuationsAsynchronously = !inlineContinuations;
+    }
+
+    /// <summary>Bytes received and not yet consumed by the reader (any thread; a snapshot).</summary>
+    public long Unconsumed
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return _written - _consumed;
+            }
+        }
+    }
+
+    /// <summary>Memory held for the unconsumed bytes: the blocks of the sequence a read would return (tests).</summary>
+    internal long HeldBytes
+    {
+        get
+        {
+            lock (_sync)
+            {
+                long blocks = 0;
+                for (Segment? segment = _head; segment is not null; segment = (Segment?)segment.Next)
+                {
+                    blocks++;
+                }
+                return blocks * _blockSize;
+            }
+        }
+    }
+
+    /// <summary>Whether receiving must stay paused (the reader has not brought the backlog below the resume threshold).</summary>
+    public bool WriterPaused
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return _writerPaused;
+            }
+        }
+    }
+
+    // ---- Writer side: the loop thread ----
+
+    /// <summary>
+    /// Appends a completion's bytes, keeping the ring buffers filled at least half (see the class summary), and completes
+    /// a waiting read that can now complete. <see cref="InputWrite.Paused"/>: the backlog reached the pause threshold,
+    /// stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>. <see cref="InputWrite.ReaderGone"/>: the
+    /// reader completed, the bytes are dropped (as a pipe's flush reports it: a reader completing while receiving goes on
+    /// is noticed here, at the next receive; one completing while paused is posted).
+    /// </summary>
+    public InputWrite Write(ReceivedBytes data)
+    {
+        ReadResult result = default;
+        CancellationTokenRegistration registration = default;
+        bool complete, paused;
+        lock (_sync)
+        {
+            if (_readerCompleted || _writerCompleted)
+            {
+                return _readerCompleted ? InputWrite.ReaderGone : InputWrite.Accepted;
+            }
+            ReceivedBytes.Enumerator buffers = data.GetEnumerator();
+            while (buffers.MoveNext())
+            {
+                Append(buffers.Current, buffers.CurrentBufferId);
+            }
+            complete = _readPending && CanCompleteRead(_pendingMinimum);
+            if (complete)
+            {
+                registration = EndPendingRead();
+                TakeResult(out result, canceled: false);
+            }
+            long backlog = _written - _consumed;
+            if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
+            {
+                _writerPaused = true;
+            }
+            paused = _writerPaused;
+        }
+        if (complete)
+        {
+            registration.Unregister();
+            _readCompletion.SetResult(result);
+        }
+        return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
+    }
+
+    /// <summary>No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on.</summary>
+    public void CompleteWriter(Exception? error)
+    {
+        ReadResult result = default;
+        CancellationTokenRegistration registration;
+        lock (_sync)
+        {
+            if (_writerCompleted || !_readPending)
+            {
+                _writerCompleted = true;
+                _writerError ??= error;
+                return;
+            }
+            _writerCompleted = true;
+            _writerError = error;
+            registration = EndPendingRead();
+            if (error is null)
+            {
+                TakeResult(out result, canceled: false);
+            }
+        }
+        registration.Unregister();
+        if (error is null)
+        {
+            _readCompletion.SetResult(result);
+        }
+        else
+        {
+            _readCompletion.SetException(error);
+        }
+    }
+
+    private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
+    {
+        int length = bytes.Length;
+        Segment? tail = _tail;
+        if (length >= _blockSize / 2)
+        {
+            // Worth a block of its own: keep the ring's buffer (the bytes are at its start), a spare takes its place.
+            AppendSegment(_buffers.Take(bufferId)).SetEnd(length);
+        }
+        else
+        {
+            if (tail is null || _blockSize - tail.End < length)
+            {
+                tail = AppendSegment(_buffers.Spares.Rent());
+            }
+            bytes.CopyTo(tail.Block.Array.AsSpan(tail.Block.Offset + tail.End));
+            tail.SetEnd(tail.End + length);
+        }
+        _written += length;
+    }
+
+    private Segment AppendSegment(ReceiveBlock block)
+    {
+        Segment segment = _spareSegments ?? new Segment();
+        _spareSegments = (Segment?)segment.Next;
+        segment.Reset(block, runningIndex: _written);
+        if (_tail is null)
+        {
+            _head = segment;
+            _headIndex = 0;
+        }
+        else
+        {
+            _tail.SetNext(segment);
+        }
+        _tail = segment;
+        return segment;
+    }
+
+    // ---- Reader side: the application ----
+
+    public override ValueTask<ReadResult> ReadAsync(CancellationToken cancellationToken = default) => Read(0, cancellationToken);
+
+    protected override ValueTask<ReadResult> ReadAtLeastAsyncCore(int minimumSize, CancellationToken cancellationToken) => Read(minimumSize, cancellationToken);
+
+    private ValueTask<ReadResult> Read(int minimumSize, CancellationToken cancellationToken)
+    {
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ValueTask.FromCanceled<ReadResult>(cancellationToken);
+        }
+        bool resume = false;
+        short version;
+        lock (_sync)
+        {
+            ThrowIfCannotRead();
+            if (_cancelNextRead)
+            {
+                _cancelNextRead = false;
+                TakeResult(out ReadResult canceled, canceled: true);
+                return new ValueTask<ReadResult>(canceled);
+            }
+            if (_writerCompleted && _writerError is { } error)
+            {
+                return ValueTask.FromException<ReadResult>(error);
+            }
+            if (CanCompleteRead(minimumSize) && TakeResult(out ReadResult ready, canceled: false))
+            {
+                return new ValueTask<ReadResult>(ready);
+            }
+            _readPending = true;
+            _pendingMinimum = minimumSize;
+            _pendingToken = cancellationToken;
+            _readCompletion.Reset();
+            version = _readCompletion.Version;
+            if (_writerPaused && minimumSize > _written - _consumed)
+            {
+                _writerPaused = false; // it wants more than the threshold let in: receive until it has it
+                resume = true;
+            }
+        }
+        if (resume)
+        {
+            _loop.Schedule(s_onResumed, _receiver);
+        }
+        if (cancellationToken.CanBeCanceled)
+        {
+            CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onReadCancelled, this);
+            lock (_sync)
+            {
+                if (_readPending && _readCompletion.Version == version)
+                {
+                    _pendingRegistration = registration;
+                    registration = default;
+                }
+            }
+            registration.Unregister(); // the read completed already
+        }
+        return new ValueTask<ReadResult>(this, version);
+    }
+
+    public override bool TryRead(out ReadResult result)
+    {
+        lock (_sync)
+        {
+            ThrowIfCannotRead();
+            if (_cancelNextRead)
+            {
+                _cancelNextRead = false;
+                return TakeResult(out result, canceled: true);
+            }
+            if (_writerCompleted && _writerError is { } error)
+            {
+                ExceptionDispatchInfo.Throw(error);
+            }
+            if (_written > _consumed || _writerCompleted)
+            {
+                return TakeResult(out result, canceled: false);
+            }
+        }
+        result = default;
+        return false;
+    }
+
+    public override void AdvanceTo(SequencePosition consumed) => AdvanceTo(consumed, consumed);
+
+    public override void AdvanceTo(SequencePosition consumed, SequencePosition examined)
+    {
+        bool resume = false;
+        lock (_sync)
+        {
+            if (_readerCompleted)
+            {
+                throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
+            }
+            if (!_reading)
+            {
+                throw new InvalidOperationException("No read to advance: AdvanceTo must follow a read's result.");
+            }
+            long consumedAt = IndexOf(consumed);
+            long examinedAt = IndexOf(examined);
+            if (consumedAt < _consumed || consumedAt > _written || examinedAt < consumedAt || examinedAt > _written)
+            {
+                throw new InvalidOperationException("The positions passed to AdvanceTo are not of the last read's buffer, or examined is before consumed.");
+            }
+            _reading = false;
+            _examined = examinedAt;
+            _consumed = consumedAt;
+            ReleaseConsumed();
+            if (_writerPaused && _written - _consumed < _resumeThreshold)
+            {
+                _writerPaused = false;
+                resume = true;
+            }
+        }
+        if (resume)
+        {
+            _loop.Schedule(s_onResumed, _receiver);
+        }
+    }
+
+    public override void CancelPendingRead()
+    {
+        ReadResult result;
+        CancellationTokenRegistration registration;
+        lock (_sync)
+        {
+            if (!_readPending)
+            {
+                _cancelNextRead = true;
+                return;
+            }
+            registration = EndPendingRead();
+            TakeResult(out result, canceled: true);
+        }
+        registration.Unregister();
+        _readCompletion.SetResult(result);
+    }
+
+    public override void Complete(Exception? exception = null)
+    {
+        bool wasPaused;
+        lock (_sync)
+        {
+            if (_readerCompleted)
+            {
+                return;
+            }
+            _readerCompleted = true;
+            _reading = false;
+            wasPaused = _writerPaused;
+            _writerPaused = false;
+            _consumed = _written;
+            ReleaseConsumed();
+        }
+        if (wasPaused)
+        {
+            _loop.Schedule(s_onReaderGone, _receiver); // a paused receiver would not notice by itself
+        }
+    }
+
+    private void OnReadCancelled(CancellationToken token)
+    {
+        lock (_sync)
+        {
+            if (!_readPending || _pendingToken != token)
+            {
+                return;
+            }
+            _ = EndPendingRead(); // this is its callback: nothing to unregister
+        }
+        _readCompletion.SetException(new OperationCanceledException(token));
+    }
+
+    // ---- Shared, under _sync ----
+
+    private bool CanCompleteRead(int minimumSize)
+        => _writerCompleted || (minimumSize > 0 ? _written - _consumed >= minimumSize : _written > _examined);
+
+    /// <summary>The pending read is being completed by the caller: returns its cancellation registration to unregister outside the lock.</summary>
+    private CancellationTokenRegistration EndPendingRead()
+    {
+        CancellationTokenRegistration registration = _pendingRegistration;
+        _readPending = false;
+        _pendingMinimum = 0;
+        _pendingToken = default;
+        _pendingRegistration = default;
+        return registration;
+    }
+
+    /// <summary>Makes the result of the read now completing: the bytes held, and the reader now owes an AdvanceTo. Always true.</summary>
+    private bool TakeResult(out ReadResult result, bool canceled)
+    {
+        ReadOnlySequence<byte> buffer = _head is null ? default : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
+        result = new ReadResult(buffer, canceled, isCompleted: _writerCompleted);
+        _reading = true;
+        return true;
+    }
+
+    private void ThrowIfCannotRead()
+    {
+        if (_readerCompleted)
+        {
+            throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
+        }
+        if (_readPending || _reading)
+        {
+            throw new InvalidOperationException("Reading is already in progress: a read must be followed by AdvanceTo before the next.");
+        }
+    }
+
+    private long IndexOf(SequencePosition position)
+    {
+        // A default position is the start of an empty buffer: nothing was held when the read returned.
+        return position.GetObject() is Segment segment ? segment.RunningIndex + position.GetInteger() : _consumed;
+    }
+
+    // Gives back every block whose bytes are all consumed (the last one too: an idle connection holds no memory).
+    private void ReleaseConsumed()
+    {
+        while (_head is { } head && head.RunningIndex + head.End <= _consumed && (head != _tail || _consumed == _written))
+        {
+            _head = (Segment?)head.Next;
+            if (head == _tail)
+            {
+                _tail = null;
+            }
+            _buffers.Spares.Return(head.Block);
+            head.Reset(default, 0);
+            head.SetNext(_spareSegments);
+            _spareSegments = head;
+        }
+        _headIndex = _head is null ? 0 : (int)(_consumed - _head.RunningIndex);
+    }
+
+    ReadResult IValueTaskSource<ReadResult>.GetResult(short token) => _readCompletion.GetResult(token);
+
+    ValueTaskSourceStatus IValueTaskSource<ReadResult>.GetStatus(short token) => _readCompletion.GetStatus(token);
+
+    void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _readCompletion.OnCompleted(continuation, state, token, flags & ~ValueTaskSourceOnCompletedFlags.UseSchedulingContext); // as a pipe without a synchronization context
+
+    /// <summary>What <see cref="Write"/> asks of the receiver.</summary>
+    public enum InputWrite
+    {
+        Accepted,
+        Paused,
+        ReaderGone,
+    }
+
+    /// <summary>One block of the sequence a read returns: bytes [0, End) of its <see cref="ReceiveBlock"/>.</summary>
+    private sealed class Segment : ReadOnlySequenceSegment<byte>
+    {
+        public ReceiveBlock Block { get; private set; }
+
+        public int End { get; private set; }
+
+        public void Reset(ReceiveBlock block, long runningIndex)
+        {
+            Block = block;
+            End = 0;
+            Memory = default;
+            Next = null;
+            RunningIndex = runningIndex;
+        }
+
+        public void SetEnd(int end)
+        {
+            Debug.Assert(end >= End);
+            End = end;
+            Memory = Block.Array.AsMemory(Block.Offset, end);
+        }
+
+        public void SetNext(Segment? next) => Next = next;
+    }
+}

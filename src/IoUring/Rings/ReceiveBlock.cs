@@ -1,0 +1,21 @@
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace IoUring.Rings;
+
+/// <summary>
+/// One receive buffer's memory: a slice of a pinned managed array (allocated on the pinned object heap, so its address
+/// never changes and a reader holding it keeps it alive). Its length is the ring's buffer size, known to the ring.
+/// </summary>
+internal readonly struct ReceiveBlock(byte[] array, int offset)
+{
+    public byte[] Array { get; } = array;
+
+    public int Offset { get; } = offset;
+
+    /// <summary>The block's address, valid for as long as the array lives (pinned: it never moves).</summary>
+    public unsafe nint Address => AddressOf(Array, Offset);
+
+    public static unsafe nint AddressOf(byte[] pinnedArray, int offset)
+        => (nint)Unsafe.AsPointer(ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(pinnedArray), offset));
+}

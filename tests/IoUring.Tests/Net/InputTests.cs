@@ -1,0 +1,235 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using IoUring.Tests.Support;
+using Xunit.Abstractions;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// <see cref="IoUringConnection.Input"/>, which keeps the loop's ring buffers instead of copying them: the pipe reader's
+/// contract (examined and consumed, cancellation, ReadAtLeast past the pause threshold, one read at a time), bytes held
+/// by the reader never overwritten by later receives, and small receives not holding a block each.
+/// </summary>
+public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
+{
+    private const int BufferSize = 8192, MaxRead = 64 * 1024;
+    private IoUringNetwork _network = null!;
+    private IoUringListener _listener = null!;
+
+    public async Task InitializeAsync()
+    {
+        _network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MaxReadBufferSize = MaxRead,
+            // Blocks given back are overwritten: a reader still seeing them would read 0xDD.
+            Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { PoisonReturnedMemory = true } },
+        });
+        _listener = _network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        await Task.CompletedTask;
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _listener.DisposeAsync();
+        await _network.DisposeAsync();
+    }
+
+    private static byte[] Pattern(int length, int seed)
+    {
+        var bytes = new byte[length];
+        new Random(seed).NextBytes(bytes);
+        return bytes;
+    }
+
+    private static async Task SendAllAsync(Socket client, byte[] data, int seed)
+    {
+        var random = new Random(seed);
+        for (int offset = 0; offset < data.Length;)
+        {
+            // Sizes from 1 byte to several ring buffers: small ones are copied, large ones kept.
+            int size = Math.Min(data.Length - offset, random.Next(4) == 0 ? random.Next(1, 200) : random.Next(1, 40_000));
+            offset += await client.SendAsync(data.AsMemory(offset, size));
+        }
+    }
+
+    [Fact]
+    public async Task Bytes_arrive_intact_whatever_the_reader_consumes_and_examines()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            byte[] sent = Pattern(4 << 20, seed: 1);
+            Task sending = SendAllAsync(client, sent, seed: 2).ContinueWith(_ => client.Shutdown(SocketShutdown.Send));
+            var received = new MemoryStream();
+            var random = new Random(3);
+            while (true)
+            {
+                ReadResult result = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                ReadOnlySequence<byte> buffer = result.Buffer;
+                // Consume a random part, examine a random part beyond it (or everything). Past half the pause threshold
+                // leave less than a quarter of it: a reader that examined everything and holds the threshold waits for
+                // ever, with any pipe.
+                long consume = result.IsCompleted ? buffer.Length
+                    : buffer.Length >= MaxRead / 2 ? buffer.Length - random.Next(0, MaxRead / 4)
+                    : random.Next(0, (int)buffer.Length + 1);
+                foreach (ReadOnlyMemory<byte> segment in buffer.Slice(0, consume))
+                {
+                    received.Write(segment.Span);
+                }
+                SequencePosition examined = random.Next(2) == 0 ? buffer.End : buffer.GetPosition(consume + random.Next(0, (int)(buffer.Length - consume) + 1));
+                server.Input.AdvanceTo(buffer.GetPosition(consume), examined);
+                if (result.IsCompleted)
+                {
+                    break;
+                }
+            }
+            await sending;
+            Assert.Equal(sent.Length, received.Length);
+            Assert.True(sent.AsSpan().SequenceEqual(received.ToArray()), "the bytes differ");
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task Bytes_a_reader_holds_are_not_overwritten_by_later_receives()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            byte[] first = Pattern(3 * BufferSize, seed: 4);
+            await client.SendAsync(first);
+            ReadResult held = await server.Input.ReadAtLeastAsync(first.Length).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(first.AsSpan().SequenceEqual(held.Buffer.Slice(0, first.Length).ToArray()));
+            server.Input.AdvanceTo(held.Buffer.Start, held.Buffer.End); // examined, not consumed: still the reader's
+
+            // The ring's 16 buffers go round several times while the first bytes are held.
+            byte[] more = Pattern(4 * MaxRead, seed: 5);
+            Task sending = client.SendAsync(more);
+            ReadResult later = await server.Input.ReadAtLeastAsync(first.Length + more.Length).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(first.AsSpan().SequenceEqual(held.Buffer.Slice(0, first.Length).ToArray()), "held bytes changed");
+            Assert.True(more.AsSpan().SequenceEqual(later.Buffer.Slice(first.Length, more.Length).ToArray()));
+            server.Input.AdvanceTo(later.Buffer.End);
+            await sending;
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task A_trickle_of_small_receives_does_not_hold_a_block_each()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            client.NoDelay = true;
+            const int Sends = 300;
+            for (int i = 0; i < Sends; i++)
+            {
+                await client.SendAsync(new[] { (byte)i });
+                await Eventually.WaitForAsync(() => server.BytesReceived == i + 1); // one receive each
+            }
+            long held = server.Receiver.Input.HeldBytes;
+            output.WriteLine($"{Sends} one-byte receives held in {held} B");
+            Assert.Equal(BufferSize, held); // one block, the bytes copied into it
+            ReadResult result = await server.Input.ReadAtLeastAsync(Sends).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal(Enumerable.Range(0, Sends).Select(i => (byte)i).ToArray(), result.Buffer.ToArray());
+            server.Input.AdvanceTo(result.Buffer.End);
+            Assert.Equal(0, server.Receiver.Input.HeldBytes); // all consumed: nothing held
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task A_read_waits_for_bytes_past_what_was_examined()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            await client.SendAsync("abc"u8.ToArray());
+            ReadResult result = await server.Input.ReadAtLeastAsync(3).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            server.Input.AdvanceTo(result.Buffer.Start, result.Buffer.End);
+            ValueTask<ReadResult> next = server.Input.ReadAsync();
+            await Task.Delay(100);
+            Assert.False(next.IsCompleted, "a read completed with nothing new past what was examined");
+            await client.SendAsync("d"u8.ToArray());
+            result = await next.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal("abcd"u8.ToArray(), result.Buffer.ToArray());
+
+            // Examined only part: the next read returns at once with the same bytes.
+            server.Input.AdvanceTo(result.Buffer.GetPosition(1), result.Buffer.GetPosition(2));
+            result = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal("bcd"u8.ToArray(), result.Buffer.ToArray());
+            server.Input.AdvanceTo(result.Buffer.End);
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task Reads_can_be_cancelled_and_reading_goes_on_after()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            ValueTask<ReadResult> pending = server.Input.ReadAsync();
+            server.Input.CancelPendingRead();
+            ReadResult canceled = await pending.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(canceled.IsCanceled);
+            server.Input.AdvanceTo(canceled.Buffer.End);
+
+            server.Input.CancelPendingRead(); // no read waiting: the next one returns canceled
+            ReadResult next = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(next.IsCanceled);
+            server.Input.AdvanceTo(next.Buffer.End);
+
+            using var source = new CancellationTokenSource();
+            ValueTask<ReadResult> withToken = server.Input.ReadAsync(source.Token);
+            source.Cancel();
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await withToken.AsTask().WaitAsync(TimeSpan.FromSeconds(10)));
+
+            await client.SendAsync("after"u8.ToArray());
+            ReadResult result = await server.Input.ReadAtLeastAsync(5).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.False(result.IsCanceled);
+            Assert.Equal("after"u8.ToArray(), result.Buffer.ToArray());
+            server.Input.AdvanceTo(result.Buffer.End);
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task A_read_of_at_least_more_than_the_pause_threshold_completes()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            byte[] sent = Pattern(4 * MaxRead, seed: 6);
+            Task sending = client.SendAsync(sent);
+            ReadResult result = await server.Input.ReadAtLeastAsync(sent.Length).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(sent.AsSpan().SequenceEqual(result.Buffer.Slice(0, sent.Length).ToArray()));
+            server.Input.AdvanceTo(result.Buffer.End);
+            await sending;
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task Misuse_gets_a_clear_error()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            Assert.Throws<InvalidOperationException>(() => server.Input.AdvanceTo(default)); // no read yet
+            ValueTask<ReadResult> pending = server.Input.ReadAsync();
+            Assert.Throws<InvalidOperationException>(() => { _ = server.Input.ReadAsync(); }); // one read at a time
+            await client.SendAsync("x"u8.ToArray());
+            ReadResult result = await pending.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Throws<InvalidOperationException>(() => { _ = server.Input.ReadAsync(); }); // AdvanceTo first
+            server.Input.AdvanceTo(result.Buffer.End);
+            server.Input.Complete();
+            Assert.Throws<InvalidOperationException>(() => { _ = server.Input.ReadAsync(); });
+            await server.DisposeAsync();
+        }
+    }
+}

@@ -22,6 +22,8 @@
 #   pipelined-256                               GET /plaintext, 16 requests per write (TechEmpower plaintext)
 #   json-256                                    GET /json
 #   download-64k download-1m                    GET /download?size=65536 / 1048576, 64 connections
+#   upload-64k upload-1m                        POST /upload with a 64 KiB / 1 MiB body the sample reads to its end,
+#                                               64 connections (bulk receive)
 #   churn-64                                    GET /plaintext with Connection: close: a new connection per request
 #   churnidle-10k                               churn-64 while 10,000 idle keep-alive connections stay open on the
 #                                               server (opened after the warm-up, held through every round): what a
@@ -36,7 +38,7 @@
 #                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
 #                                               maximum, measured in the same run (wrk, 64 connections, after its
 #                                               warm-up; or RATE_MAX req/s): each server's CPU and latency at that rate
-# Not in the default list (run them by name): the TLS, HTTP/2, rate and churnidle scenarios. TLS servers get a self-signed
+# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload and churnidle scenarios. TLS servers get a self-signed
 # certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, churnidle-N, idle-N (N or Nk), tls-N,
 # h2c-CxS, h2-CxS or rate-P also works.
 #
@@ -161,6 +163,14 @@ scenario() {
                 64k) S_PATH="/download?size=65536" ;;
                 1m)  S_PATH="/download?size=1048576" ;;
                 *) echo "unknown scenario $name (download-64k or download-1m)"; exit 2 ;;
+            esac ;;
+        upload)
+            # POST bodies the sample reads to their end (/upload): bulk receive, 64 connections
+            S_C=0 S_CONNS=64
+            case $arg in
+                64k) S_PATH="/upload?size=65536" ;;
+                1m)  S_PATH="/upload?size=1048576" ;;
+                *) echo "unknown scenario $name (upload-64k or upload-1m)"; exit 2 ;;
             esac ;;
         *) echo "unknown scenario $name"; exit 2 ;;
     esac

@@ -4,7 +4,8 @@
     probe.py HOST PORT PATH DEPTH [close] [s]
 
 Sends DEPTH requests for PATH in one write (as the generator does), reads DEPTH responses and checks each: status
-200, a Content-Length or chunked body equal to the expected one (/plaintext, /json, /download?size=N), and with
+200, a Content-Length or chunked body equal to the expected one (/plaintext, /json, /download?size=N; /upload?size=N
+is a POST of N bytes to /upload, answered with N), and with
 "close" a Connection: close header followed by the server closing the connection. Prints "ok BYTES" (bytes per
 response, headers included, which the report compares with the generator's bytes read per request) or "error ..."
 with exit code 1. "s" speaks TLS (the certificate is not checked: the harness made it).
@@ -20,6 +21,9 @@ def expected_body(path):
         return b"Hello, World!"
     if path == "/json":
         return b'{"message":"Hello, World!"}'
+    m = re.fullmatch(r"/upload\?size=(\d+)", path)
+    if m:
+        return m.group(1).encode()
     m = re.fullmatch(r"/download\?size=(\d+)", path)
     if m:
         chunk = bytes(ord("a") + i % 26 for i in range(64 * 1024))  # the sample's Download.Chunk, repeated
@@ -83,8 +87,11 @@ def main():
     close = "close" in sys.argv[5:]
     tls = "s" in sys.argv[5:]
     want = expected_body(path)
-    request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
+    upload = re.fullmatch(r"/upload\?size=(\d+)", path)
+    body = b"u" * int(upload.group(1)) if upload else b""
+    request = (f"{'POST /upload' if upload else 'GET ' + path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               + (f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n" if upload else "")
+               + f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode() + body
     try:
         with socket.create_connection((host, port), timeout=10) as plain:
             sock = plain

@@ -22,6 +22,7 @@ SCENARIO_TEXT = {
     "pipelined": "GET /plaintext, 16 requests per write (TechEmpower plaintext)",
     "json": "GET /json",
     "download": "GET /download?size=N, 64 connections",
+    "upload": "POST /upload with an N-byte body the app reads to its end, 64 connections",
     "churn": "GET /plaintext with `Connection: close`: one connection per request",
     "churnidle": "churn with 64 connections while N idle keep-alive connections stay open on the server",
     "idle": "keep-alive connections, one request each, then held idle",

@@ -1,4 +1,4 @@
-// Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket and a large download.
+// Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket, a large download and an upload.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
 //                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c]
@@ -20,6 +20,7 @@
 //   curl http://127.0.0.1:5000/json
 //   curl -o /dev/null http://127.0.0.1:5000/download?size=1000000000
 //   websocat ws://127.0.0.1:5000/ws
+using System.IO.Pipelines;
 using System.Net.WebSockets;
 using System.Security.Cryptography;
 using System.Security.Cryptography.X509Certificates;
@@ -117,6 +118,24 @@ app.MapGet("/download", async (HttpContext context, long size) =>
         await context.Response.BodyWriter.WriteAsync(chunk[..(int)Math.Min(chunk.Length, left)], context.RequestAborted);
     }
     return Results.Empty;
+});
+
+// Reads the request body to its end and answers with its length: bulk receive (the harness's upload scenarios).
+app.MapPost("/upload", async (HttpContext context) =>
+{
+    PipeReader body = context.Request.BodyReader;
+    long length = 0;
+    while (true)
+    {
+        ReadResult read = await body.ReadAsync(context.RequestAborted);
+        length += read.Buffer.Length;
+        body.AdvanceTo(read.Buffer.End);
+        if (read.IsCompleted)
+        {
+            break;
+        }
+    }
+    return Results.Text(length.ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain");
 });
 
 if (stats)

@@ -12,20 +12,21 @@ namespace IoUring.Benchmarks.Net;
 /// The loops' work per MiB received during <see cref="EchoBenchmarks"/>' IoUring echo (the same server and clients in
 /// one process): completions, buffer-ring exhaustions (ENOBUFS), io_uring_enter calls, SQEs and wake-ups, from the
 /// loops' counters over 30 measured rounds after 20 warm-up rounds, and the time per round. Run with
-/// <c>-- --echo-counters [message bytes] [connections] [ring buffers] [buffer bytes]</c> (defaults 1 MiB, 64, 512, 8192).
+/// <c>-- --echo-counters [message bytes] [connections] [ring buffers] [buffer bytes] [measured rounds]</c> (defaults 1 MiB,
+/// 64, 512, 8192, 30; more rounds give a profiler time to attach past the warm-up).
 /// </summary>
 public static class EchoCounters
 {
-    private const int WarmupRounds = 20, Rounds = 30;
+    private const int WarmupRounds = 20;
 
     public static void Run(string[] args)
     {
         int Arg(int index, int fallback) => args.Length > index ? int.Parse(args[index], CultureInfo.InvariantCulture) : fallback;
-        int size = Arg(0, 1 << 20), connections = Arg(1, 64), bufferCount = Arg(2, 512), bufferSize = Arg(3, 8192);
-        RunAsync(size, connections, bufferCount, bufferSize).GetAwaiter().GetResult();
+        int size = Arg(0, 1 << 20), connections = Arg(1, 64), bufferCount = Arg(2, 512), bufferSize = Arg(3, 8192), rounds = Arg(4, 30);
+        RunAsync(size, connections, bufferCount, bufferSize, rounds).GetAwaiter().GetResult();
     }
 
-    private static async Task RunAsync(int size, int connections, int bufferCount, int bufferSize)
+    private static async Task RunAsync(int size, int connections, int bufferCount, int bufferSize, int rounds)
     {
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { Loop = { BufferCount = bufferCount, BufferSize = bufferSize } });
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
@@ -48,7 +49,7 @@ public static class EchoCounters
         }
         EventLoopCounters before = Sum(network);
         var clock = Stopwatch.StartNew();
-        for (int i = 0; i < Rounds; i++)
+        for (int i = 0; i < rounds; i++)
         {
             await RoundAsync(clients, message).ConfigureAwait(false);
         }
@@ -56,7 +57,7 @@ public static class EchoCounters
         EventLoopCounters after = Sum(network);
         double mib = (double)(after.BytesReceived - before.BytesReceived) / (1 << 20); // the server's and the clients'
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"echo {size} B x {connections}, ring {bufferCount} x {bufferSize} B: {clock.Elapsed.TotalMilliseconds / Rounds:F1} ms per round; " +
+            $"echo {size} B x {connections}, ring {bufferCount} x {bufferSize} B: {clock.Elapsed.TotalMilliseconds / rounds:F1} ms per round; " +
             $"per MiB received: CQEs {(after.Cqes - before.Cqes) / mib:F1}, ENOBUFS {(after.BufferRingExhaustions - before.BufferRingExhaustions) / mib:F2}, " +
             $"enters {(after.Syscalls - before.Syscalls) / mib:F2}, SQEs {(after.Sqes - before.Sqes) / mib:F1}, wake-ups {(after.Wakeups - before.Wakeups) / mib:F2}"));
         foreach (IoUringConnection client in clients)

@@ -148,7 +148,7 @@ internal sealed class ConnectionReceiver
         _connection.OnDirectionEnded(); // closes now if sending ended too, which cancels the receive with the rest
         if (!_connection.IsClosing)
         {
-            Cancel();
+            CancelOrRetry();
         }
     }
 
@@ -167,7 +167,7 @@ internal sealed class ConnectionReceiver
                     // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
                     _paused = true;
                     RaiseBackpressure(paused: true);
-                    Cancel();
+                    CancelOrRetry();
                     break;
                 case ConnectionInput.InputWrite.ReaderGone:
                     OnReaderGone();
@@ -298,7 +298,30 @@ internal sealed class ConnectionReceiver
     {
         if (_armed && !_paused && !_ended && !_connection.IsClosing)
         {
-            Cancel();
+            CancelOrRetry();
+        }
+    }
+
+    /// <summary>
+    /// Cancels the RECV for a pause, the reader gone or a restart; if the loop has no SQE for it (the SQ still full after
+    /// an early submit), tries again next iteration for as long as the cancel is still wanted: without it a paused
+    /// connection would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
+    /// </summary>
+    private void CancelOrRetry()
+    {
+        if (!Cancel())
+        {
+            _owner.Loop.Schedule(s_retryCancel, this);
+        }
+    }
+
+    private static readonly Action<object?> s_retryCancel = static r => ((ConnectionReceiver)r!).RetryCancel();
+
+    private void RetryCancel()
+    {
+        if (_owner.Loop.IsOnLoopThread && !_connection.IsClosing && (_paused || _ended || _peerHungUp))
+        {
+            CancelOrRetry(); // Cancel itself does nothing if the RECV ended or its cancel went meanwhile
         }
     }
 

@@ -93,6 +93,52 @@ public sealed class BackpressureTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_pause_whose_cancel_the_loop_refuses_an_sqe_for_still_stops_receiving()
+    {
+        // Without the kernel's receive cap only the pause's cancel stops the multishot RECV. The loop refuses the first
+        // SQE asked for once data flows (while the RECV runs and the ring has buffers, that is the pause's cancel, as
+        // when the SQ stays full after an early submit): the cancel must be retried, or the RECV takes everything the
+        // peer sends.
+        const int MaxRead = 64 * 1024, BufferSize = 8192, RingBuffers = 512;
+        IoUringCapabilities caps = Kernel(receiveLimit: false);
+        var faults = new FaultInjector([IoUring.Interop.IoUringConstants.IORING_OP_NOP], [IoUring.Interop.Errno.ECONNRESET], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MaxReadBufferSize = MaxRead,
+            Loop = { BufferCount = RingBuffers, BufferSize = BufferSize, Hooks = new() { Capabilities = caps, Faults = faults } },
+        });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        (Socket client, IoUringConnection server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        {
+            await Task.Delay(50); // receiving has started
+            faults.RefuseSqes(1);
+            client.Blocking = false;
+            byte[] chunk = new byte[64 * 1024];
+            long sent = 0;
+            var deadline = DateTime.UtcNow.AddSeconds(1);
+            while (DateTime.UtcNow < deadline)
+            {
+                try
+                {
+                    sent += client.Send(chunk);
+                }
+                catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
+                {
+                    await Task.Delay(20);
+                }
+            }
+            faults.RefuseSqes(0);
+            long buffered = server.BytesReceived;
+            output.WriteLine($"refused {faults.SqesRefused}; buffered {buffered} B of {sent} B sent");
+            Assert.Equal(1, faults.SqesRefused);
+            Assert.InRange(buffered, MaxRead, HeldBound(caps, MaxRead, RingBuffers, BufferSize));
+            server.Abort();
+        }
+    }
+
+    [Fact]
     public async Task Completing_a_paused_connections_pipes_after_the_network_is_disposed_does_not_throw()
     {
         var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, MaxReadBufferSize = 64 * 1024 });

@@ -8,25 +8,29 @@ namespace IoUring.Loops;
 /// and the ring gets one of these in their place; the Input gives each block back here once its reader consumed it.
 /// </summary>
 /// <remarks>
-/// The loop thread rents (from its own stack, refilled from what readers gave back); any thread returns. Blocks are
-/// slices of pinned slabs allocated on demand and never freed while the loop lives: the pool grows to the most blocks
-/// the loop's Inputs held at once (each Input is held to its pause threshold by backpressure), and the garbage
-/// collector takes it all after the loop and every reader are gone.
+/// The loop thread rents (from its own stack, refilled from what readers gave back); any thread returns. Each block
+/// is a pinned array of its own, allocated on demand. Idle blocks are kept up to <c>maxIdle</c> on the loop's stack
+/// and as many again in the queue of returns; blocks returned past that are dropped to the garbage collector, so
+/// after a burst of uploads (each Input holds up to its pause threshold) the pool keeps at most twice
+/// <c>maxIdle</c> idle blocks, not the burst's peak.
 /// </remarks>
-internal sealed class ReceiveBlockPool(int blockSize, bool poisonReturned = false)
+internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false)
 {
-    private const int BlocksPerSlab = 16;
     private readonly Stack<ReceiveBlock> _free = new();
     private readonly ConcurrentQueue<ReceiveBlock> _returned = new();
-
-    public int BlockSize { get; } = blockSize;
-
+    private int _queued;    // blocks in _returned (Interlocked)
     private long _rents;    // loop thread
     private long _returns;  // any thread (Interlocked)
     private long _peakHeld; // loop thread
+    private long _dropped;  // any thread (Interlocked)
+
+    public int BlockSize { get; } = blockSize;
 
     /// <summary>Blocks allocated so far (tests and diagnostics).</summary>
-    public int Allocated { get; private set; }
+    public long Allocated { get; private set; }
+
+    /// <summary>Blocks this pool allocated and has not dropped: held by Inputs or idle here (tests and diagnostics).</summary>
+    public long RetainedBlocks => Allocated - Volatile.Read(ref _dropped);
 
     /// <summary>Blocks rented and not returned: what connections' Inputs hold (the ring's own are not counted). Any thread; a snapshot.</summary>
     public long HeldBlocks => Volatile.Read(ref _rents) - Volatile.Read(ref _returns);
@@ -48,31 +52,26 @@ internal sealed class ReceiveBlockPool(int blockSize, bool poisonReturned = fals
             FailRents--;
             throw new OutOfMemoryException("A receive block could not be allocated (injected by a test).");
         }
+        if (!_free.TryPop(out ReceiveBlock block))
+        {
+            while (_free.Count < maxIdle && _returned.TryDequeue(out block))
+            {
+                Interlocked.Decrement(ref _queued);
+                _free.Push(block);
+            }
+            if (!_free.TryPop(out block))
+            {
+                block = new ReceiveBlock(GC.AllocateUninitializedArray<byte>(BlockSize, pinned: true), 0);
+                Allocated++;
+            }
+        }
         Volatile.Write(ref _rents, _rents + 1);
         long held = _rents - Volatile.Read(ref _returns);
         if (held > _peakHeld)
         {
             Volatile.Write(ref _peakHeld, held);
         }
-        if (_free.TryPop(out ReceiveBlock block))
-        {
-            return block;
-        }
-        while (_returned.TryDequeue(out block))
-        {
-            _free.Push(block);
-        }
-        if (_free.TryPop(out block))
-        {
-            return block;
-        }
-        byte[] slab = GC.AllocateUninitializedArray<byte>(BlockSize * BlocksPerSlab, pinned: true);
-        for (int i = 1; i < BlocksPerSlab; i++)
-        {
-            _free.Push(new ReceiveBlock(slab, i * BlockSize));
-        }
-        Allocated += BlocksPerSlab;
-        return new ReceiveBlock(slab, 0);
+        return block;
     }
 
     /// <summary>Gives a block back. Any thread; the caller no longer reads it.</summary>
@@ -82,7 +81,13 @@ internal sealed class ReceiveBlockPool(int blockSize, bool poisonReturned = fals
         {
             block.Array.AsSpan(block.Offset, BlockSize).Fill(0xDD); // a reader that kept it reads garbage, visibly
         }
-        _returned.Enqueue(block);
         Interlocked.Increment(ref _returns);
+        if (Volatile.Read(ref _queued) >= maxIdle)
+        {
+            Interlocked.Increment(ref _dropped); // enough idle already: the garbage collector takes it
+            return;
+        }
+        Interlocked.Increment(ref _queued);
+        _returned.Enqueue(block);
     }
 }

@@ -34,7 +34,7 @@ internal sealed class ReceiveBuffers : IDisposable
 
     public ReceiveBuffers(Ring ring, int count, int bufferSize, bool poisonReturnedBlocks = false)
     {
-        _spares = new ReceiveBlockPool(bufferSize, poisonReturnedBlocks);
+        _spares = new ReceiveBlockPool(bufferSize, maxIdle: count, poisonReturnedBlocks); // idle spares: at most twice the ring
         ushort groupId = BufferGroupIds.Rent();
         try
         {

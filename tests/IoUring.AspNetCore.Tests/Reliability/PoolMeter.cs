@@ -62,7 +62,7 @@ internal sealed class PoolMeter : IDisposable
             lock (_lock)
             {
                 return _allocated - _evicted + _loopPools.Sum(p => (long)(p.RentedBlocks + p.RetainedBlocks) * p.BlockBytes)
-                    + _receiveBlocks.Sum(p => (long)p.Allocated * p.BlockSize);
+                    + _receiveBlocks.Sum(p => p.RetainedBlocks * p.BlockSize);
             }
         }
     }

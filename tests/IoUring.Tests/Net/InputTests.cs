@@ -215,6 +215,45 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task After_a_burst_the_loop_keeps_few_idle_receive_blocks()
+    {
+        // Eight connections each hold 256 KiB unread (32 ring buffers' worth each, kept by Input: the ring took spares),
+        // then their readers consume it all: the pool keeps at most twice the ring's count idle, not the burst's peak.
+        const int Ring = 16, Connections = 8, Each = 256 * 1024;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MaxReadBufferSize = 1 << 20,
+            Loop = { BufferCount = Ring, BufferSize = BufferSize },
+        });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        IoUring.Loops.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
+        var pairs = new List<(Socket Client, IoUringConnection Server)>();
+        for (int i = 0; i < Connections; i++)
+        {
+            pairs.Add(await LoopbackPairs.ConnectAsync(listener));
+        }
+        byte[] data = Pattern(Each, seed: 7);
+        await Task.WhenAll(pairs.Select(p => p.Client.SendAsync(data)));
+        await Eventually.WaitForAsync(() => pairs.All(p => p.Server.BytesReceived == Each));
+        long peak = spares.HeldBlocks;
+        foreach ((Socket client, IoUringConnection server) in pairs)
+        {
+            ReadResult result = await server.Input.ReadAtLeastAsync(Each).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            server.Input.AdvanceTo(result.Buffer.End);
+        }
+        output.WriteLine($"held at the peak {peak} blocks; after: held {spares.HeldBlocks}, retained {spares.RetainedBlocks}, allocated {spares.Allocated}");
+        Assert.True(peak >= Connections * Each / BufferSize / 2, $"only {peak} blocks held: Input did not keep the ring's buffers");
+        Assert.Equal(0, spares.HeldBlocks);
+        Assert.InRange(spares.RetainedBlocks, 0, 2 * Ring);
+        foreach ((Socket client, IoUringConnection server) in pairs)
+        {
+            client.Dispose();
+            server.Abort();
+        }
+    }
+
+    [Fact]
     public async Task Misuse_gets_a_clear_error()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

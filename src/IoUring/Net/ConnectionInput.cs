@@ -39,7 +39,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private readonly int _blockSize;
     private readonly long _pauseThreshold;  // 0: never pauses
     private readonly long _resumeThreshold;
-    private ManualResetValueTaskSourceCore<ReadResult> _readCompletion;
+    private readonly bool _inlineContinuations;
 
     // Guarded by _sync.
     private Segment? _head;           // the oldest unconsumed bytes' block (null: nothing held)
@@ -49,11 +49,19 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private long _written;            // bytes appended since the start
     private long _consumed;           // bytes the reader consumed since the start
     private long _examined;           // how far the reader examined: a read waits for bytes past it
-    private bool _reading;            // a read returned a result and AdvanceTo has not been called yet
-    private bool _readPending;        // a read waits (_readCompletion will complete it)
+    private ReadState _readState;     // what the last result asks of the reader before its next read
+    private bool _readPending;        // a read waits: the ValueTask of version _readVersion, completed by the first of
+                                      // Write, CompleteWriter, CancelPendingRead and its token, all under _sync
     private int _pendingMinimum;      // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
     private CancellationToken _pendingToken;
     private CancellationTokenRegistration _pendingRegistration;
+    private short _readVersion;
+    private bool _readCompleted;      // the waiting read's outcome is set (_readResult or _readError)
+    private ReadResult _readResult;
+    private ExceptionDispatchInfo? _readError;
+    private Action<object?>? _continuation; // its awaiter's continuation, run once the outcome is set
+    private object? _continuationState;
+    private ExecutionContext? _continuationContext;
     private bool _cancelNextRead;     // CancelPendingRead with no read waiting
     private bool _writerCompleted;
     private Exception? _writerError;
@@ -68,7 +76,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         _blockSize = _buffers.BufferSize;
         _pauseThreshold = pauseThreshold;
         _resumeThreshold = pauseThreshold / 2;
-        _readCompletion.RunContinuationsAsynchronously = !inlineContinuations;
+        _inlineContinuations = inlineContinuations;
     }
 
     /// <summary>Bytes received and not yet consumed by the reader (any thread; a snapshot).</summary>
@@ -123,9 +131,8 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     /// </summary>
     public InputWrite Write(ReceivedBytes data)
     {
-        ReadResult result = default;
-        CancellationTokenRegistration registration = default;
-        bool complete, paused;
+        Completion completion = default;
+        bool paused;
         lock (_sync)
         {
             if (_readerCompleted || _writerCompleted)
@@ -137,57 +144,42 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 Append(buffers.Current, buffers.CurrentBufferId);
             }
-            complete = _readPending && CanCompleteRead(_pendingMinimum);
-            if (complete)
-            {
-                registration = EndPendingRead();
-                TakeResult(out result, canceled: false);
-            }
             long backlog = _written - _consumed;
             if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
             {
                 _writerPaused = true;
             }
             paused = _writerPaused;
+            if (_readPending && CanCompleteRead(_pendingMinimum))
+            {
+                completion = CompletePendingRead(canceled: false, error: null);
+            }
         }
-        if (complete)
-        {
-            registration.Unregister();
-            _readCompletion.SetResult(result);
-        }
+        completion.Run(this);
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
     }
 
-    /// <summary>No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on.</summary>
+    /// <summary>
+    /// No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on. The first
+    /// completion stands (as a pipe's): an abort after the peer's FIN leaves the bytes before it readable.
+    /// </summary>
     public void CompleteWriter(Exception? error)
     {
-        ReadResult result = default;
-        CancellationTokenRegistration registration;
+        Completion completion = default;
         lock (_sync)
         {
-            if (_writerCompleted || !_readPending)
+            if (_writerCompleted)
             {
-                _writerCompleted = true;
-                _writerError ??= error;
                 return;
             }
             _writerCompleted = true;
             _writerError = error;
-            registration = EndPendingRead();
-            if (error is null)
+            if (_readPending)
             {
-                TakeResult(out result, canceled: false);
+                completion = CompletePendingRead(canceled: false, error);
             }
         }
-        registration.Unregister();
-        if (error is null)
-        {
-            _readCompletion.SetResult(result);
-        }
-        else
-        {
-            _readCompletion.SetException(error);
-        }
+        completion.Run(this);
     }
 
     private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
@@ -263,8 +255,10 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             _readPending = true;
             _pendingMinimum = minimumSize;
             _pendingToken = cancellationToken;
-            _readCompletion.Reset();
-            version = _readCompletion.Version;
+            _readCompleted = false;
+            _readError = null;
+            _continuation = null;
+            version = ++_readVersion;
             if (_writerPaused && minimumSize > _written - _consumed)
             {
                 _writerPaused = false; // it wants more than the threshold let in: receive until it has it
@@ -280,7 +274,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onReadCancelled, this);
             lock (_sync)
             {
-                if (_readPending && _readCompletion.Version == version)
+                if (_readPending && _readVersion == version)
                 {
                     _pendingRegistration = registration;
                     registration = default;
@@ -309,6 +303,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 return TakeResult(out result, canceled: false);
             }
+            _readState = ReadState.Tentative; // as a pipe's: AdvanceTo may follow, need not
         }
         result = default;
         return false;
@@ -325,7 +320,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
             }
-            if (!_reading)
+            if (_readState == ReadState.None)
             {
                 throw new InvalidOperationException("No read to advance: AdvanceTo must follow a read's result.");
             }
@@ -335,7 +330,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 throw new InvalidOperationException("The positions passed to AdvanceTo are not of the last read's buffer, or examined is before consumed.");
             }
-            _reading = false;
+            _readState = ReadState.None;
             _examined = examinedAt;
             _consumed = consumedAt;
             ReleaseConsumed();
@@ -353,8 +348,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     public override void CancelPendingRead()
     {
-        ReadResult result;
-        CancellationTokenRegistration registration;
+        Completion completion;
         lock (_sync)
         {
             if (!_readPending)
@@ -362,11 +356,9 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 _cancelNextRead = true;
                 return;
             }
-            registration = EndPendingRead();
-            TakeResult(out result, canceled: true);
+            completion = CompletePendingRead(canceled: true, error: null);
         }
-        registration.Unregister();
-        _readCompletion.SetResult(result);
+        completion.Run(this);
     }
 
     public override void Complete(Exception? exception = null)
@@ -379,7 +371,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 return;
             }
             _readerCompleted = true;
-            _reading = false;
+            _readState = ReadState.None;
             wasPaused = _writerPaused;
             _writerPaused = false;
             _consumed = _written;
@@ -393,15 +385,17 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     private void OnReadCancelled(CancellationToken token)
     {
+        Completion completion;
         lock (_sync)
         {
             if (!_readPending || _pendingToken != token)
             {
                 return;
             }
-            _ = EndPendingRead(); // this is its callback: nothing to unregister
+            completion = CompletePendingRead(canceled: false, new OperationCanceledException(token));
+            completion.Registration = default; // this is its callback: nothing to unregister
         }
-        _readCompletion.SetException(new OperationCanceledException(token));
+        completion.Run(this);
     }
 
     // ---- Shared, under _sync ----
@@ -409,23 +403,42 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private bool CanCompleteRead(int minimumSize)
         => _writerCompleted || (minimumSize > 0 ? _written - _consumed >= minimumSize : _written > _examined);
 
-    /// <summary>The pending read is being completed by the caller: returns its cancellation registration to unregister outside the lock.</summary>
-    private CancellationTokenRegistration EndPendingRead()
+    /// <summary>
+    /// Sets the waiting read's outcome: the bytes held (the reader then owes an AdvanceTo, optional after a canceled
+    /// result, as with a pipe), or <paramref name="error"/>. Takes its awaiter's continuation, if it registered one, to
+    /// run after the lock, as the returned <see cref="Completion"/> does. Everything the awaiter and the next read see
+    /// changes here, under the lock: a read's completion cannot race the next read's start.
+    /// </summary>
+    private Completion CompletePendingRead(bool canceled, Exception? error)
     {
-        CancellationTokenRegistration registration = _pendingRegistration;
+        Debug.Assert(_readPending);
+        var completion = new Completion(_pendingRegistration, _continuation, _continuationState, _continuationContext);
         _readPending = false;
         _pendingMinimum = 0;
         _pendingToken = default;
         _pendingRegistration = default;
-        return registration;
+        _continuation = null;
+        _continuationState = null;
+        _continuationContext = null;
+        _readCompleted = true;
+        if (error is null)
+        {
+            TakeResult(out _readResult, canceled);
+        }
+        else
+        {
+            _readResult = default;
+            _readError = ExceptionDispatchInfo.Capture(error);
+        }
+        return completion;
     }
 
-    /// <summary>Makes the result of the read now completing: the bytes held, and the reader now owes an AdvanceTo. Always true.</summary>
+    /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled one). Always true.</summary>
     private bool TakeResult(out ReadResult result, bool canceled)
     {
         ReadOnlySequence<byte> buffer = _head is null ? default : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
         result = new ReadResult(buffer, canceled, isCompleted: _writerCompleted);
-        _reading = true;
+        _readState = canceled ? ReadState.Tentative : ReadState.Reading;
         return true;
     }
 
@@ -435,7 +448,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         {
             throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
         }
-        if (_readPending || _reading)
+        if (_readPending || _readState == ReadState.Reading)
         {
             throw new InvalidOperationException("Reading is already in progress: a read must be followed by AdvanceTo before the next.");
         }
@@ -465,12 +478,100 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         _headIndex = _head is null ? 0 : (int)(_consumed - _head.RunningIndex);
     }
 
-    ReadResult IValueTaskSource<ReadResult>.GetResult(short token) => _readCompletion.GetResult(token);
+    ReadResult IValueTaskSource<ReadResult>.GetResult(short token)
+    {
+        lock (_sync)
+        {
+            if (token != _readVersion || !_readCompleted)
+            {
+                throw new InvalidOperationException("The read's result was asked for before it completed, or twice.");
+            }
+            _readCompleted = false;
+            _readError?.Throw();
+            return _readResult;
+        }
+    }
 
-    ValueTaskSourceStatus IValueTaskSource<ReadResult>.GetStatus(short token) => _readCompletion.GetStatus(token);
+    ValueTaskSourceStatus IValueTaskSource<ReadResult>.GetStatus(short token)
+    {
+        lock (_sync)
+        {
+            if (token != _readVersion || !_readCompleted)
+            {
+                return ValueTaskSourceStatus.Pending;
+            }
+            return _readError is null ? ValueTaskSourceStatus.Succeeded
+                : _readError.SourceException is OperationCanceledException ? ValueTaskSourceStatus.Canceled
+                : ValueTaskSourceStatus.Faulted;
+        }
+    }
 
     void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => _readCompletion.OnCompleted(continuation, state, token, flags & ~ValueTaskSourceOnCompletedFlags.UseSchedulingContext); // as a pipe without a synchronization context
+    {
+        // The scheduling context is ignored, as by a pipe without a synchronization context.
+        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        lock (_sync)
+        {
+            if (token != _readVersion)
+            {
+                throw new InvalidOperationException("The read was awaited after a later read started.");
+            }
+            if (!_readCompleted)
+            {
+                _continuation = continuation;
+                _continuationState = state;
+                _continuationContext = context;
+                return;
+            }
+        }
+        new Completion(default, continuation, state, context).Run(this); // completed meanwhile: run it now
+    }
+
+    /// <summary>What completing a waiting read leaves to do outside the lock: drop its token's registration, run its continuation.</summary>
+    private struct Completion(CancellationTokenRegistration registration, Action<object?>? continuation, object? state, ExecutionContext? context)
+    {
+        public CancellationTokenRegistration Registration = registration;
+
+        public readonly void Run(ConnectionInput input)
+        {
+            Registration.Unregister(); // a cancellation racing this finds no read pending
+            if (continuation is null)
+            {
+                return;
+            }
+            if (context is not null)
+            {
+                // Rare (an awaiter that flows the execution context): the continuation runs inside it.
+                ExecutionContext flowed = context;
+                Action<object?> action = continuation;
+                Dispatch(input, s => ExecutionContext.Run(flowed, c => action(c), s), state);
+                return;
+            }
+            Dispatch(input, continuation, state);
+        }
+
+        private static void Dispatch(ConnectionInput input, Action<object?> action, object? state)
+        {
+            if (input._inlineContinuations)
+            {
+                action(state);
+            }
+            else
+            {
+                ThreadPool.UnsafeQueueUserWorkItem(action, state, preferLocal: false);
+            }
+        }
+    }
+
+    private enum ReadState
+    {
+        /// <summary>No result outstanding: the next read may start.</summary>
+        None,
+        /// <summary>A result was returned: AdvanceTo must come before the next read.</summary>
+        Reading,
+        /// <summary>A canceled result, or TryRead found nothing: AdvanceTo may come, need not.</summary>
+        Tentative,
+    }
 
     /// <summary>What <see cref="Write"/> asks of the receiver.</summary>
     public enum InputWrite

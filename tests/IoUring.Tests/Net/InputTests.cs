@@ -254,6 +254,45 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_stream_over_input_reads_on_after_a_cancelled_read()
+    {
+        // A canceled result needs no AdvanceTo (as with Pipe): PipeReader.AsStream throws at it without advancing.
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            Stream stream = server.Input.AsStream();
+            server.Input.CancelPendingRead();
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => _ = await stream.ReadAsync(new byte[16]));
+            await client.SendAsync("hello"u8.ToArray());
+            byte[] buffer = new byte[16];
+            int read = await stream.ReadAsync(buffer).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal("hello", System.Text.Encoding.ASCII.GetString(buffer, 0, read));
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task Bytes_before_the_peers_FIN_stay_readable_after_a_later_abort()
+    {
+        // The input ended cleanly at the FIN: a failure or abort after it does not turn the bytes into an exception.
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            var peerClosed = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            server.OnPeerClosed((_, _) => peerClosed.TrySetResult(), null);
+            await client.SendAsync("hello"u8.ToArray());
+            client.Shutdown(SocketShutdown.Send);
+            await peerClosed.Task.WaitAsync(TimeSpan.FromSeconds(10));
+            server.Abort(new IOException("a later failure"));
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            ReadResult result = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(result.IsCompleted);
+            Assert.Equal("hello"u8.ToArray(), result.Buffer.ToArray());
+            server.Input.AdvanceTo(result.Buffer.End);
+        }
+    }
+
+    [Fact]
     public async Task Misuse_gets_a_clear_error()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

@@ -32,7 +32,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private static readonly Action<object?> s_onReaderGone = static r => ((ConnectionReceiver)r!).OnInputReaderGone();
     private static readonly Action<object?, CancellationToken> s_onReadCancelled = static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
 
-    private readonly object _sync = new();
+    private readonly Lock _sync = new();
     private readonly ConnectionReceiver _receiver;
     private readonly EventLoop _loop;
     private readonly ReceiveBuffers _buffers;

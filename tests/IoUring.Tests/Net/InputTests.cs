@@ -95,6 +95,44 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Bytes_arrive_intact_with_continuations_inline_on_the_loop()
+    {
+        // UnsafePreferInlineScheduling: the reader's continuations run on the loop thread, right after Input's lock is
+        // released inside the receive's delivery; its AdvanceTo and next read happen there too.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MaxReadBufferSize = MaxRead,
+            UnsafePreferInlineScheduling = true,
+            Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { PoisonReturnedMemory = true } },
+        });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        {
+            byte[] sent = Pattern(2 << 20, seed: 8);
+            Task sending = SendAllAsync(client, sent, seed: 9).ContinueWith(_ => client.Shutdown(SocketShutdown.Send));
+            var received = new MemoryStream();
+            while (true)
+            {
+                ReadResult result = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                foreach (ReadOnlyMemory<byte> segment in result.Buffer)
+                {
+                    received.Write(segment.Span);
+                }
+                server.Input.AdvanceTo(result.Buffer.End);
+                if (result.IsCompleted)
+                {
+                    break;
+                }
+            }
+            await sending;
+            Assert.True(sent.AsSpan().SequenceEqual(received.ToArray()), "the bytes differ");
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
     public async Task Bytes_a_reader_holds_are_not_overwritten_by_later_receives()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

@@ -248,8 +248,9 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 return ValueTask.FromException<ReadResult>(error);
             }
-            if (CanCompleteRead(minimumSize) && TakeResult(out ReadResult ready, canceled: false))
+            if (CanCompleteRead(minimumSize))
             {
+                TakeResult(out ReadResult ready, canceled: false);
                 return new ValueTask<ReadResult>(ready);
             }
             _readPending = true;
@@ -293,7 +294,8 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             if (_cancelNextRead)
             {
                 _cancelNextRead = false;
-                return TakeResult(out result, canceled: true);
+                TakeResult(out result, canceled: true);
+                return true;
             }
             if (_writerCompleted && _writerError is { } error)
             {
@@ -301,7 +303,8 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             }
             if (_written > _consumed || _writerCompleted)
             {
-                return TakeResult(out result, canceled: false);
+                TakeResult(out result, canceled: false);
+                return true;
             }
             _readState = ReadState.Tentative; // as a pipe's: AdvanceTo may follow, need not
         }
@@ -433,13 +436,12 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         return completion;
     }
 
-    /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled one). Always true.</summary>
-    private bool TakeResult(out ReadResult result, bool canceled)
+    /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled one).</summary>
+    private void TakeResult(out ReadResult result, bool canceled)
     {
         ReadOnlySequence<byte> buffer = _head is null ? default : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
         result = new ReadResult(buffer, canceled, isCompleted: _writerCompleted);
         _readState = canceled ? ReadState.Tentative : ReadState.Reading;
-        return true;
     }
 
     private void ThrowIfCannotRead()

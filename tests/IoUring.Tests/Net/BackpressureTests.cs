@@ -25,6 +25,27 @@ public sealed class BackpressureTests(ITestOutputHelper output)
     private static long HeldBound(IoUringCapabilities caps, int maxRead, int ringBuffers, int bufferSize)
         => caps.HasReceiveLimit ? maxRead + bufferSize : maxRead + (long)ringBuffers * bufferSize;
 
+    /// <summary>Sends 64 KiB chunks without blocking for a second (waiting whenever TCP pushes back); returns the bytes sent. Leaves the socket non-blocking.</summary>
+    private static async Task<long> SendForASecondAsync(Socket client)
+    {
+        client.Blocking = false;
+        byte[] chunk = new byte[64 * 1024];
+        long sent = 0;
+        var deadline = DateTime.UtcNow.AddSeconds(1);
+        while (DateTime.UtcNow < deadline)
+        {
+            try
+            {
+                sent += client.Send(chunk);
+            }
+            catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
+            {
+                await Task.Delay(20);
+            }
+        }
+        return sent;
+    }
+
     /// <summary>This kernel, or this kernel acting as one without the receive cap. On a kernel that lacks it, the "with"
     /// cases run the fallback too (and hold it to the fallback's bound); CapabilitiesTests checks the probe itself.</summary>
     private static IoUringCapabilities Kernel(bool receiveLimit)
@@ -50,22 +71,8 @@ public sealed class BackpressureTests(ITestOutputHelper output)
         await client.ConnectAsync(listener.LocalEndPoint!);
         IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
 
-        client.Blocking = false;
-        byte[] chunk = new byte[64 * 1024];
-        long sent = 0;
-        var deadline = DateTime.UtcNow.AddSeconds(1);
         // Send until the kernel pushes back: the server must have stopped receiving.
-        while (DateTime.UtcNow < deadline)
-        {
-            try
-            {
-                sent += client.Send(chunk);
-            }
-            catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
-            {
-                await Task.Delay(20);
-            }
-        }
+        long sent = await SendForASecondAsync(client);
         long buffered = server.BytesReceived; // all of it sits in Input: the application consumed nothing
         long memory = server.Receiver.Input.HeldBytes;
         output.WriteLine($"ring {ringBuffers} x {BufferSize}, receive cap {caps.HasReceiveLimit}: buffered {buffered} B, Input's blocks {memory} B, sent {sent} B");
@@ -114,21 +121,7 @@ public sealed class BackpressureTests(ITestOutputHelper output)
         {
             await Task.Delay(50); // receiving has started
             faults.RefuseSqes(1);
-            client.Blocking = false;
-            byte[] chunk = new byte[64 * 1024];
-            long sent = 0;
-            var deadline = DateTime.UtcNow.AddSeconds(1);
-            while (DateTime.UtcNow < deadline)
-            {
-                try
-                {
-                    sent += client.Send(chunk);
-                }
-                catch (SocketException e) when (e.SocketErrorCode == SocketError.WouldBlock)
-                {
-                    await Task.Delay(20);
-                }
-            }
+            long sent = await SendForASecondAsync(client);
             faults.RefuseSqes(0);
             long buffered = server.BytesReceived;
             output.WriteLine($"refused {faults.SqesRefused}; buffered {buffered} B of {sent} B sent");

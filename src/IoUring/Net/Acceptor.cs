@@ -26,7 +26,6 @@ internal sealed unsafe class Acceptor : RingOwner
     private readonly IoUringListener _listener;
     private readonly int _listenFd;
     private readonly ConnectionSettings _settings;
-    private readonly ConnectionPipeOptions _pipeOptions; // shared by this loop's accepted connections
     private __kernel_timespec* _backoff;    // the backoff TIMEOUT's argument; freed once nothing is in flight
     private bool _stopped;
     private bool _failed;                   // the listening socket is broken: never re-arm
@@ -43,7 +42,6 @@ internal sealed unsafe class Acceptor : RingOwner
         _listener = listener;
         _listenFd = listenFd;
         _settings = settings;
-        _pipeOptions = new ConnectionPipeOptions(loop, settings);
     }
 
     /// <summary>Accept calls that failed for lack of fds (for tests and counters).</summary>
@@ -252,7 +250,7 @@ internal sealed unsafe class Acceptor : RingOwner
             _listener.OnDropped();
             return;
         }
-        var connection = new IoUringConnection(Loop, fd, _isTcp, _settings, _pipeOptions);
+        var connection = new IoUringConnection(Loop, fd, _isTcp, _settings);
         // The listener set TCP_NODELAY (IoUringListener); receiving starts when the application accepts it.
         EndPoint? local = _listener.AcceptedLocalEndPoint is { } bound ? new IPEndPoint(bound.Address, bound.Port) : null; // its own copy: IPEndPoint is mutable
         connection.Start(noDelayInherited: true, receive: false, local);

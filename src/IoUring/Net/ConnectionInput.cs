@@ -50,18 +50,9 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private long _consumed;           // bytes the reader consumed since the start
     private long _examined;           // how far the reader examined: a read waits for bytes past it
     private ReadState _readState;     // what the last result asks of the reader before its next read
-    private bool _readPending;        // a read waits: the ValueTask of version _readVersion, completed by the first of
-                                      // Write, CompleteWriter, CancelPendingRead and its token, all under _sync
+    private Waiter<ReadResult> _read; // a read waiting, completed by the first of Write, CompleteWriter,
+                                      // CancelPendingRead and its token (mutable struct: never readonly)
     private int _pendingMinimum;      // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
-    private CancellationToken _pendingToken;
-    private CancellationTokenRegistration _pendingRegistration;
-    private short _readVersion;
-    private bool _readCompleted;      // the waiting read's outcome is set (_readResult or _readError)
-    private ReadResult _readResult;
-    private ExceptionDispatchInfo? _readError;
-    private Action<object?>? _continuation; // its awaiter's continuation, run once the outcome is set
-    private object? _continuationState;
-    private ExecutionContext? _continuationContext;
     private bool _cancelNextRead;     // CancelPendingRead with no read waiting
     private bool _writerCompleted;
     private Exception? _writerError;
@@ -131,7 +122,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     /// </summary>
     public InputWrite Write(ReceivedBytes data)
     {
-        Completion completion = default;
+        AwaiterCompletion completion = default;
         bool paused;
         lock (_sync)
         {
@@ -150,12 +141,12 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 _writerPaused = true;
             }
             paused = _writerPaused;
-            if (_readPending && CanCompleteRead(_pendingMinimum))
+            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum))
             {
                 completion = CompletePendingRead(canceled: false, error: null);
             }
         }
-        completion.Run(this);
+        completion.Run();
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
     }
 
@@ -165,7 +156,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     /// </summary>
     public void CompleteWriter(Exception? error)
     {
-        Completion completion = default;
+        AwaiterCompletion completion = default;
         lock (_sync)
         {
             if (_writerCompleted)
@@ -174,12 +165,12 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             }
             _writerCompleted = true;
             _writerError = error;
-            if (_readPending)
+            if (_read.IsWaiting)
             {
                 completion = CompletePendingRead(canceled: false, error);
             }
         }
-        completion.Run(this);
+        completion.Run();
     }
 
     private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
@@ -253,13 +244,8 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 TakeResult(out ReadResult ready, canceled: false);
                 return new ValueTask<ReadResult>(ready);
             }
-            _readPending = true;
             _pendingMinimum = minimumSize;
-            _pendingToken = cancellationToken;
-            _readCompleted = false;
-            _readError = null;
-            _continuation = null;
-            version = ++_readVersion;
+            version = _read.Begin(cancellationToken);
             if (_writerPaused && minimumSize > _written - _consumed)
             {
                 _writerPaused = false; // it wants more than the threshold let in: receive until it has it
@@ -273,15 +259,15 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         if (cancellationToken.CanBeCanceled)
         {
             CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onReadCancelled, this);
+            bool kept;
             lock (_sync)
             {
-                if (_readPending && _readVersion == version)
-                {
-                    _pendingRegistration = registration;
-                    registration = default;
-                }
+                kept = _read.TryKeepRegistration(version, registration);
             }
-            registration.Unregister(); // the read completed already
+            if (!kept)
+            {
+                registration.Unregister(); // the read completed already
+            }
         }
         return new ValueTask<ReadResult>(this, version);
     }
@@ -351,17 +337,17 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     public override void CancelPendingRead()
     {
-        Completion completion;
+        AwaiterCompletion completion;
         lock (_sync)
         {
-            if (!_readPending)
+            if (!_read.IsWaiting)
             {
                 _cancelNextRead = true;
                 return;
             }
             completion = CompletePendingRead(canceled: true, error: null);
         }
-        completion.Run(this);
+        completion.Run();
     }
 
     public override void Complete(Exception? exception = null)
@@ -388,17 +374,17 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     private void OnReadCancelled(CancellationToken token)
     {
-        Completion completion;
+        AwaiterCompletion completion;
         lock (_sync)
         {
-            if (!_readPending || _pendingToken != token)
+            if (!_read.IsWaiting || _read.Token != token)
             {
                 return;
             }
             completion = CompletePendingRead(canceled: false, new OperationCanceledException(token));
             completion.Registration = default; // this is its callback: nothing to unregister
         }
-        completion.Run(this);
+        completion.Run();
     }
 
     // ---- Shared, under _sync ----
@@ -409,31 +395,18 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     /// <summary>
     /// Sets the waiting read's outcome: the bytes held (the reader then owes an AdvanceTo, optional after a canceled
     /// result, as with a pipe), or <paramref name="error"/>. Takes its awaiter's continuation, if it registered one, to
-    /// run after the lock, as the returned <see cref="Completion"/> does. Everything the awaiter and the next read see
+    /// run after the lock, as the returned <see cref="AwaiterCompletion"/> does. Everything the awaiter and the next read see
     /// changes here, under the lock: a read's completion cannot race the next read's start.
     /// </summary>
-    private Completion CompletePendingRead(bool canceled, Exception? error)
+    private AwaiterCompletion CompletePendingRead(bool canceled, Exception? error)
     {
-        Debug.Assert(_readPending);
-        var completion = new Completion(_pendingRegistration, _continuation, _continuationState, _continuationContext);
-        _readPending = false;
         _pendingMinimum = 0;
-        _pendingToken = default;
-        _pendingRegistration = default;
-        _continuation = null;
-        _continuationState = null;
-        _continuationContext = null;
-        _readCompleted = true;
+        ReadResult result = default;
         if (error is null)
         {
-            TakeResult(out _readResult, canceled);
+            TakeResult(out result, canceled);
         }
-        else
-        {
-            _readResult = default;
-            _readError = ExceptionDispatchInfo.Capture(error);
-        }
-        return completion;
+        return _read.Complete(result, error, _inlineContinuations);
     }
 
     /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled one).</summary>
@@ -450,7 +423,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         {
             throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
         }
-        if (_readPending || _readState == ReadState.Reading)
+        if (_read.IsWaiting || _readState == ReadState.Reading)
         {
             throw new InvalidOperationException("Reading is already in progress: a read must be followed by AdvanceTo before the next.");
         }
@@ -484,13 +457,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     {
         lock (_sync)
         {
-            if (token != _readVersion || !_readCompleted)
-            {
-                throw new InvalidOperationException("The read's result was asked for before it completed, or twice.");
-            }
-            _readCompleted = false;
-            _readError?.Throw();
-            return _readResult;
+            return _read.GetResult(token);
         }
     }
 
@@ -498,13 +465,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     {
         lock (_sync)
         {
-            if (token != _readVersion || !_readCompleted)
-            {
-                return ValueTaskSourceStatus.Pending;
-            }
-            return _readError is null ? ValueTaskSourceStatus.Succeeded
-                : _readError.SourceException is OperationCanceledException ? ValueTaskSourceStatus.Canceled
-                : ValueTaskSourceStatus.Faulted;
+            return _read.GetStatus(token);
         }
     }
 
@@ -512,56 +473,14 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     {
         // The scheduling context is ignored, as by a pipe without a synchronization context.
         ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        bool kept;
         lock (_sync)
         {
-            if (token != _readVersion)
-            {
-                throw new InvalidOperationException("The read was awaited after a later read started.");
-            }
-            if (!_readCompleted)
-            {
-                _continuation = continuation;
-                _continuationState = state;
-                _continuationContext = context;
-                return;
-            }
+            kept = _read.TryKeepContinuation(token, continuation, state, context);
         }
-        new Completion(default, continuation, state, context).Run(this); // completed meanwhile: run it now
-    }
-
-    /// <summary>What completing a waiting read leaves to do outside the lock: drop its token's registration, run its continuation.</summary>
-    private struct Completion(CancellationTokenRegistration registration, Action<object?>? continuation, object? state, ExecutionContext? context)
-    {
-        public CancellationTokenRegistration Registration = registration;
-
-        public readonly void Run(ConnectionInput input)
+        if (!kept)
         {
-            Registration.Unregister(); // a cancellation racing this finds no read pending
-            if (continuation is null)
-            {
-                return;
-            }
-            if (context is not null)
-            {
-                // Rare (an awaiter that flows the execution context): the continuation runs inside it.
-                ExecutionContext flowed = context;
-                Action<object?> action = continuation;
-                Dispatch(input, s => ExecutionContext.Run(flowed, c => action(c), s), state);
-                return;
-            }
-            Dispatch(input, continuation, state);
-        }
-
-        private static void Dispatch(ConnectionInput input, Action<object?> action, object? state)
-        {
-            if (input._inlineContinuations)
-            {
-                action(state);
-            }
-            else
-            {
-                ThreadPool.UnsafeQueueUserWorkItem(action, state, preferLocal: false);
-            }
+            new AwaiterCompletion(default, continuation, state, context, _inlineContinuations).Run(); // completed meanwhile: run it now
         }
     }
 

@@ -1,8 +1,6 @@
 using System.Buffers;
-using System.IO.Pipelines;
 using System.Numerics;
 using System.Runtime.InteropServices;
-using System.Threading.Tasks.Sources;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -11,17 +9,17 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// The sending half of an <see cref="IoUringConnection"/>: reads Output on the loop and sends every readable segment in
-/// one SEND (one segment) or SENDMSG (gather). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
+/// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
+/// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a time,
+/// the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/>. Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
 /// loop at once, the memory stays pinned until the later notification CQE, and if the kernel reports it copied anyway
 /// (loopback) the connection returns to plain sends.
 /// </summary>
 /// <remarks>
-/// Loop thread only. Owns the send state: the pending send (this is its <see cref="IValueTaskSource{T}"/>, completed
-/// inline from the CQE), the pins of the memory the kernel reads, the gather message (native memory, freed by
+/// Loop thread only. Owns the send state: whether a send is in flight, the pins of the memory the kernel reads, the gather message (native memory, freed by
 /// <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy pin sets and notifications.
 /// </remarks>
-internal sealed class ConnectionSender : IValueTaskSource<int>
+internal sealed class ConnectionSender
 {
     private const int MaxIovecs = 64;
     private const int PinSets = 8; // zero-copy sends whose notification may be outstanding at once
@@ -29,11 +27,14 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
-    private readonly PipeReader _output;
+    private readonly ConnectionOutput _output;
     private readonly ConnectionSettings _settings;
-    private ManualResetValueTaskSourceCore<int> _source; // mutable struct: never readonly
-    private MemoryHandle[] _pins = [];          // grown on first use: most connections only ever send one segment
+    private bool _sending;                      // a send is in flight (its result CQE has not come)
+    private bool _finished;                     // the send loop ended (Output's sender side completed)
+    private MemoryHandle _singlePin;            // a plain send's one segment
+    private MemoryHandle[] _pins = [];          // a plain gather's segments, made at the first: most connections never gather
     private int _pinCount;
+    private bool _pinsInArray;
     private unsafe Libc.msghdr* _message;       // msghdr followed by MaxIovecs iovecs, made on first gather
     private bool _ended;
     private long _bytesSent;
@@ -52,7 +53,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     private int _pinSetsBusy;                   // bit per set awaiting its notification
     private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
 
-    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, PipeReader output, ConnectionSettings settings)
+    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, ConnectionOutput output, ConnectionSettings settings)
     {
         _connection = connection;
         _owner = owner;
@@ -61,7 +62,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         _settings = settings;
         // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
         IoUringCapabilities caps = settings.Capabilities;
-        // Only our pool's blocks outlive the pipe's AdvanceTo while pinned (null: the loop's own pool).
+        // Only our pool's blocks outlive Output's Consume while pinned (null: the loop's own pool).
         _zeroCopy = isTcp && settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
             && settings.MemoryPool is null or PinnedBlockMemoryPool
             && caps.HasZeroCopySend;
@@ -85,100 +86,122 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
 
     public bool ZeroCopyReverted { get; private set; }
 
-    public async Task RunAsync()
+    /// <summary>Starts sending (loop thread): whatever Output has flushed, then each time a flush posts <see cref="OnOutputFlushed"/>.</summary>
+    public void Start() => SendNext();
+
+    /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by Output).</summary>
+    public void OnOutputFlushed() => SendNext();
+
+    /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its completion.</summary>
+    public void OnClosing()
     {
-        // Runs on the loop: Output's reader scheduler is the loop, and sends complete inline from their CQE.
-        PipeReader reader = _output;
-        Exception? error = null;
-        bool peerReset = false;
+        if (!_sending)
+        {
+            Finish(null, peerReset: false);
+        }
+    }
+
+    /// <summary>Sends what Output has flushed, unless a send is in flight; ends when Output completed and all is sent.</summary>
+    private void SendNext()
+    {
+        if (_sending || _finished)
+        {
+            return;
+        }
+        if (_connection.IsClosing)
+        {
+            Finish(null, peerReset: false);
+            return;
+        }
         try
         {
-            while (true)
+            switch (_output.TryTake(out ConnectionOutput.Sendable bytes, out Exception? writerError))
             {
-                ReadResult result = await reader.ReadAsync().ConfigureAwait(false);
-                if (result.IsCanceled)
-                {
-                    break; // closing
-                }
-                ReadOnlySequence<byte> buffer = result.Buffer;
-                if (!buffer.IsEmpty)
-                {
-                    int sent = await SendAsync(buffer).ConfigureAwait(false);
-                    if (sent < 0)
-                    {
-                        if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
-                        {
-                            // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
-                            RevertZeroCopy();
-                            reader.AdvanceTo(buffer.Start);
-                            continue;
-                        }
-                        if (sent is -Errno.ENOMEM or -Errno.ENOBUFS && _lastSendZeroCopy && !_connection.IsClosing)
-                        {
-                            // The kernel could not charge the pages to RLIMIT_MEMLOCK (a process without
-                            // CAP_IPC_LOCK, e.g. any service not run as root, or root in a container): nothing was
-                            // sent. Send the same bytes the copying way; later large sends try zero-copy again.
-                            _copyNextSend = true;
-                            reader.AdvanceTo(buffer.Start);
-                            continue;
-                        }
-                        if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_connection.IsClosing)
-                        {
-                            reader.AdvanceTo(buffer.Start); // transient: nothing was sent, send the same bytes again
-                            continue;
-                        }
-                        reader.AdvanceTo(buffer.End);
-                        peerReset = sent is -Errno.EPIPE or -Errno.ECONNRESET;
-                        if (sent == -Errno.ECONNRESET)
-                        {
-                            // This send took the socket's one reset error (it goes to whichever request reads it first):
-                            // the receive will see only an end of stream, so the reset is told from here. The input
-                            // fails as a reset through End below.
-                            _connection.NotifyPeerClosed(reset: true);
-                        }
-                        error = sent switch
-                        {
-                            -Errno.ECANCELED when _connection.IsClosing => null,
-                            -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
-                            _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent)),
-                        };
-                        break;
-                    }
-                    // After the completion, never before: the kernel read these bytes until now.
-                    reader.AdvanceTo(buffer.GetPosition(sent));
-                    if (sent < buffer.Length)
-                    {
-                        continue; // partial send: the rest is readable at once
-                    }
-                }
-                else
-                {
-                    reader.AdvanceTo(buffer.End);
-                }
-                if (result.IsCompleted)
-                {
+                case ConnectionOutput.OutputTake.Bytes:
+                    Submit(bytes);
+                    _sending = true;
                     break;
-                }
+                case ConnectionOutput.OutputTake.Completed:
+                    Finish(writerError, peerReset: false);
+                    break;
+                default:
+                    break; // the next flush posts OnOutputFlushed
             }
         }
         catch (Exception ex)
         {
-            error = ex;
+            Finish(ex, peerReset: false); // no SQE (the loop could not submit to make room): the connection fails
         }
-        // A peer that reset or stopped reading is not the application's fault: its writes see the output completed
-        // (FlushResult.IsCompleted), as with Kestrel's Sockets transport, instead of an exception Kestrel logs as an
-        // application error. The input still reports the reset, and the connection still closes abortively.
-        reader.Complete(peerReset ? null : error);
+    }
+
+    /// <summary>A send's result (loop thread): consume what went, then send on; or end on an error.</summary>
+    private void OnSendResult(int sent)
+    {
+        _sending = false;
+        if (sent < 0)
+        {
+            if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
+            {
+                // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
+                RevertZeroCopy();
+                SendNext();
+                return;
+            }
+            if (sent is -Errno.ENOMEM or -Errno.ENOBUFS && _lastSendZeroCopy && !_connection.IsClosing)
+            {
+                // The kernel could not charge the pages to RLIMIT_MEMLOCK (a process without CAP_IPC_LOCK, e.g. any
+                // service not run as root, or root in a container): nothing was sent. Send the same bytes the copying
+                // way; later large sends try zero-copy again.
+                _copyNextSend = true;
+                SendNext();
+                return;
+            }
+            if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_connection.IsClosing)
+            {
+                SendNext(); // transient: nothing was sent, send the same bytes again
+                return;
+            }
+            if (sent == -Errno.ECONNRESET)
+            {
+                // This send took the socket's one reset error (it goes to whichever request reads it first): the
+                // receive will see only an end of stream, so the reset is told from here. The input fails as a reset
+                // through the close below.
+                _connection.NotifyPeerClosed(reset: true);
+            }
+            Exception? error = sent switch
+            {
+                -Errno.ECANCELED when _connection.IsClosing => null,
+                -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
+                _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent)),
+            };
+            Finish(error, peerReset: sent is -Errno.EPIPE or -Errno.ECONNRESET);
+            return;
+        }
+        // After the completion, never before: the kernel read these bytes until now.
+        _output.Consume(sent);
+        SendNext(); // the rest of a partial send, what was flushed meanwhile, or the end
+    }
+
+    /// <summary>
+    /// The send loop ends: Output's flushes see it (a peer that reset or stopped reading is not the application's
+    /// fault: its writes see the output completed, FlushResult.IsCompleted, as with Kestrel's Sockets transport, instead
+    /// of an exception Kestrel logs as an application error; the input still reports the reset, and the connection
+    /// still closes abortively). Then FIN after the data, or the connection fails on <paramref name="error"/>.
+    /// </summary>
+    private void Finish(Exception? error, bool peerReset)
+    {
+        if (_finished)
+        {
+            return;
+        }
+        _finished = true;
+        _output.CompleteSender(peerReset ? null : error);
         End(error);
     }
 
-    private unsafe ValueTask<int> SendAsync(in ReadOnlySequence<byte> buffer)
+    /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls <see cref="OnSendResult"/>.</summary>
+    private unsafe void Submit(in ConnectionOutput.Sendable buffer)
     {
-        if (_connection.IsClosing)
-        {
-            return new ValueTask<int>(-Errno.ECANCELED);
-        }
-        _source.Reset();
         // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
         // response written in one piece) never need it, and it would be resident memory for each.
         if (_message == null && !buffer.IsSingleSegment)
@@ -186,25 +209,41 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
         }
 
-        // Zero-copy pays off only for large sends, and only when the memory can be held past AdvanceTo
+        // Zero-copy pays off only for large sends, and only when the memory can be held past Consume
         // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
         int pinSet = -1;
         int fixedBuffer = -1;
         int segmentLimit = MaxIovecs;
-        if (_pins.Length < MaxIovecs && !(buffer.IsSingleSegment && _pins.Length == 1))
-        {
-            _pins = new MemoryHandle[buffer.IsSingleSegment ? 1 : MaxIovecs];
-        }
-        MemoryHandle[] pins = _pins;
         bool copy = _copyNextSend;
         _copyNextSend = false;
-        if (_zeroCopy && !copy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment)
-            && (pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit)) >= 0)
+        if (_zeroCopy && !copy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment))
         {
-            pins = _pinSets[pinSet];
+            pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit);
         }
         _lastSendZeroCopy = pinSet >= 0;
 
+        // The SQE before any pin: if the loop has none (it throws), nothing is held.
+        io_uring_sqe* sqe;
+        try
+        {
+            sqe = pinSet >= 0
+                ? _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet)
+                : _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
+        }
+        catch
+        {
+            if (pinSet >= 0)
+            {
+                ReleasePinSet((uint)pinSet);
+            }
+            throw;
+        }
+
+        // Plain sends pin one segment in _singlePin (most sends), a gather in _pins (made at the first); zero-copy
+        // sends in their pin set.
+        MemoryHandle[]? pins = pinSet >= 0 ? _pinSets[pinSet]
+            : buffer.IsSingleSegment ? null
+            : _pins.Length == 0 ? _pins = new MemoryHandle[MaxIovecs] : _pins;
         iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
         iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_message + 1);
         int count = 0;
@@ -214,19 +253,25 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             {
                 continue;
             }
-            pins[count] = segment.Pin();
-            iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
+            MemoryHandle pin = segment.Pin();
+            if (pins is null)
+            {
+                _singlePin = pin;
+            }
+            else
+            {
+                pins[count] = pin;
+            }
+            iovecs[count] = new iovec { iov_base = (nuint)pin.Pointer, iov_len = (nuint)segment.Length };
             if (++count == segmentLimit)
             {
                 break; // the rest goes in the next send
             }
         }
 
-        io_uring_sqe* sqe;
         if (pinSet >= 0)
         {
             _pinSetCounts[pinSet] = count;
-            sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
             _sendInFlight = _owner.UserDataOf(ConnectionRequestKind.SendZeroCopy, (uint)pinSet);
             sqe->ioprio = _zeroCopyFlags;
             if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
@@ -245,7 +290,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         else
         {
             _pinCount = count;
-            sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
+            _pinsInArray = pins is not null;
             _sendInFlight = _owner.UserDataOf(ConnectionRequestKind.Send);
         }
         sqe->fd = _fd;
@@ -262,7 +307,6 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             sqe->opcode = pinSet >= 0 ? IORING_OP_SENDMSG_ZC : IORING_OP_SENDMSG;
             sqe->addr = (ulong)_message;
         }
-        return new ValueTask<int>(this, _source.Version);
     }
 
     /// <summary>Closing: cancels the send the kernel has, if any (it may wait for room the peer never makes).</summary>
@@ -272,7 +316,14 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     public void OnSendCompleted(int result)
     {
         _sendInFlight = 0;
-        ReleasePins(_pins, _pinCount);
+        if (_pinsInArray)
+        {
+            ReleasePins(_pins, _pinCount);
+        }
+        else if (_pinCount == 1)
+        {
+            _singlePin.Dispose();
+        }
         _pinCount = 0;
         Complete(result);
     }
@@ -330,7 +381,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
             _bytesSent += result;
             _owner.Loop.OnBytesSent(result);
         }
-        _source.SetResult(result); // continues RunAsync inline, which may queue the next send
+        OnSendResult(result); // may submit the next send
     }
 
     private static void ReleasePins(MemoryHandle[] pins, int count)
@@ -369,12 +420,12 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
     }
 
     /// <summary>
-    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive AdvanceTo while pinned); else -1.
+    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive Consume while pinned); else -1.
     /// <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span several
     /// regions but the leading ones in one registered region make at least the threshold (and gathers may be fixed),
     /// only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next send.
     /// </summary>
-    private int RentPinSet(in ReadOnlySequence<byte> buffer, out int fixedBuffer, out int segmentLimit)
+    private int RentPinSet(in ConnectionOutput.Sendable buffer, out int fixedBuffer, out int segmentLimit)
     {
         fixedBuffer = -1;
         segmentLimit = MaxIovecs;
@@ -385,7 +436,7 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         {
             if (segment.IsEmpty)
             {
-                continue; // as in SendAsync: counted alike, so segmentLimit means the same there
+                continue; // as in Submit: counted alike, so segmentLimit means the same there
             }
             if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? block))
             {
@@ -446,12 +497,4 @@ internal sealed class ConnectionSender : IValueTaskSource<int>
         _pinSetCounts[set] = 0;
         _pinSetsBusy &= ~(1 << (int)set);
     }
-
-    // IValueTaskSource<int>: the pending send's result; completed inline on the loop thread.
-    int IValueTaskSource<int>.GetResult(short token) => _source.GetResult(token);
-
-    ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => _source.GetStatus(token);
-
-    void IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => _source.OnCompleted(continuation, state, token, flags);
 }

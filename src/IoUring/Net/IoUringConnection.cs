@@ -14,8 +14,9 @@ namespace IoUring.Net;
 /// </summary>
 /// <remarks>
 /// <para>The connection lives on one <see cref="EventLoop"/> for its whole life. Receiving is one multishot RECV
-/// that takes buffers from the loop's buffer ring; the bytes are copied into <see cref="Input"/> and the buffer goes
-/// back at once. Sending reads <see cref="Output"/> on the loop and sends every readable segment in one SEND/SENDMSG.</para>
+/// that takes buffers from the loop's buffer ring; <see cref="Input"/> keeps the buffers the kernel filled (or copies
+/// small receives), see <see cref="ConnectionInput"/>. Sending takes what <see cref="Output"/> has flushed on the loop
+/// and sends it from the blocks it was written to in one SEND/SENDMSG, see <see cref="ConnectionOutput"/>.</para>
 /// <para>Completing <see cref="Output"/> sends FIN after the data. When the peer's FIN arrives, <see cref="Input"/>
 /// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
 /// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection (RST).</para>
@@ -26,7 +27,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionSettings _settings;
     private readonly int _fd;
     private readonly bool _isTcp;
-    private readonly Pipe _output;
+    private readonly ConnectionOutput _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
@@ -67,27 +68,27 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
     /// <summary>A connection on <paramref name="loop"/> over the connected socket <paramref name="fd"/> (TCP when
-    /// <paramref name="isTcp"/>), with <paramref name="settings"/>; <paramref name="pipeOptions"/> are the pipe options of
-    /// that loop's connections (a listener's share one), or null to make them.</summary>
-    internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings, ConnectionPipeOptions? pipeOptions = null)
+    /// <paramref name="isTcp"/>), with <paramref name="settings"/>.</summary>
+    internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
         _fd = fd;
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        pipeOptions ??= new ConnectionPipeOptions(loop, settings);
-        Debug.Assert(pipeOptions.Loop == loop);
-        MemoryPool = pipeOptions.Pool;
-        _output = new Pipe(pipeOptions.Output);
+        // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
+        // sends from them go zero-copy from fixed buffers.
+        MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
+        _output = new ConnectionOutput(loop, MemoryPool, settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling);
         _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
-        _sender = new ConnectionSender(this, _owner, fd, isTcp, _output.Reader, settings);
+        _sender = new ConnectionSender(this, _owner, fd, isTcp, _output, settings);
+        _output.SetSender(_sender);
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
     public PipeReader Input => _receiver.Input;
 
     /// <summary>What to send. Complete it to send FIN after the data.</summary>
-    public PipeWriter Output => _output.Writer;
+    public PipeWriter Output => _output;
 
     /// <summary>The loop this connection runs on.</summary>
     public EventLoop Loop => _owner.Loop;
@@ -132,7 +133,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     internal ConnectionSender Sender => _sender;
 
-    /// <summary>The pool the connection's pipes rent from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the network was given one.</summary>
+    /// <summary>The pool <see cref="Output"/> rents from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the network was given one.</summary>
     public MemoryPool<byte> MemoryPool { get; }
 
     internal ConnectionSettings Settings => _settings;
@@ -206,7 +207,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         try
         {
             _receiver.Input.Complete();
-            _output.Writer.Complete();
+            _output.Complete();
             ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.OnReaderGone());
         }
         catch (Exception ex)
@@ -235,7 +236,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
             _receiver.Start();
         }
         _receiver.ArmHangUpPoll(); // also for a connection not accepted yet: a reset before the application takes it is noticed
-        _ = _sender.RunAsync();
+        _sender.Start();
     }
 
     /// <summary>
@@ -301,7 +302,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
             _ = Libc.setsockopt(_fd, Libc.SOL_SOCKET, Libc.SO_LINGER, &linger, (uint)sizeof(Libc.linger));
         }
         _receiver.OnClosing(reason);
-        _output.Reader.CancelPendingRead();
+        _sender.OnClosing();
         if (_owner.InFlight > _sender.NotificationsPending)
         {
             // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the fd.

@@ -43,7 +43,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         _options.Validate();
         IoUringCapabilities.Current.EnsureSupported();
 
-        // No pool given: each loop's own, registered with its ring (ConnectionPipeOptions).
+        // No pool given: each loop's own, registered with its ring (IoUringConnection.MemoryPool).
         ConnectionSettings settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry);
         Settings = _options.Loop.Hooks?.Capabilities is { } capabilities ? settings with { Capabilities = capabilities } : settings;
 

@@ -1,0 +1,543 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using System.Threading.Tasks.Sources;
+using IoUring.Loops;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// A connection's <see cref="IoUringConnection.Output"/>: a <see cref="PipeWriter"/> whose flushed bytes the
+/// connection's <see cref="ConnectionSender"/> sends from the very blocks they were written to, then gives back.
+/// </summary>
+/// <remarks>
+/// <para>The contract is <see cref="Pipe"/>'s writer's: bytes written (GetMemory/GetSpan, Advance) are sent only once
+/// flushed (or at Complete, which commits them too); a flush waits while the unsent bytes are at least the pause threshold
+/// (MaxWriteBufferSize) until the sender brings them below the resume threshold (half of it); CancelPendingFlush ends the
+/// waiting flush, or the next one, with IsCanceled; once the sender is gone (the connection closed, the peer reset or
+/// stopped reading) flushes return IsCompleted, or throw the send error that ended it, and unsent bytes are dropped.
+/// Completing with an exception fails the connection (abortive close) instead of sending what is left.</para>
+/// <para>Threads: the writer side runs on the application's threads (one writer at a time), the sender side
+/// (<see cref="TryTake"/>, <see cref="Consume"/>, <see cref="CompleteSender"/>) on the loop thread; they share one lock,
+/// taken once per flush, per send completion and for each block the writer starts (not per GetMemory within one: the
+/// block the writer writes in is never released under it). A flush that gives the sender bytes while it waits for some
+/// posts it to the loop (<see cref="ConnectionSender.OnOutputFlushed"/>). Flush continuations run on the thread pool
+/// (inline when the settings prefer inline scheduling), never under the lock.</para>
+/// <para>Memory: blocks from the connection's pool (larger writes than its blocks: <see cref="ArrayPool{T}"/> arrays),
+/// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
+/// holds none.</para>
+/// </remarks>
+internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
+{
+    private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
+    private static readonly Action<object?, CancellationToken> s_onFlushCancelled = static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
+
+    private readonly Lock _sync = new();
+    private readonly EventLoop _loop;
+    private readonly MemoryPool<byte> _pool;
+    private readonly long _pauseThreshold;  // 0: flushes never wait
+    private readonly long _resumeThreshold;
+    private readonly bool _inlineContinuations;
+    private ConnectionSender? _sender;
+
+    // The writer's own (its thread, one writer at a time).
+    private Memory<byte> _writable;   // the free rest of _tail's block, while _writing
+    private long _unflushed;          // bytes advanced since the last commit
+
+    // Guarded by _sync.
+    private bool _writing;            // the writer holds memory of _tail (GetMemory until the next commit): _tail stays
+    private Segment? _head;           // the oldest unsent bytes' block (null: nothing held)
+    private int _headIndex;
+    private Segment? _tail;           // the block the writer writes in
+    private Segment? _commitFrom;     // the tail at the last commit: blocks before it are all committed (null: from _head)
+    private Segment? _spareSegments;  // released segment objects, reused
+    private long _committed;          // bytes flushed since the start: the sender may send up to here
+    private long _sent;               // bytes the sender is done with (or dropped)
+    private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
+    private Waiter<FlushResult> _flush; // a flush waiting for the sender to catch up (mutable struct: never readonly)
+    private bool _cancelNextFlush;    // CancelPendingFlush with no flush waiting
+    private bool _writerCompleted;
+    private Exception? _writerError;
+    private bool _senderCompleted;
+    private Exception? _senderError;
+
+    public ConnectionOutput(EventLoop loop, MemoryPool<byte> pool, long pauseThreshold, bool inlineContinuations)
+    {
+        _loop = loop;
+        _pool = pool;
+        _pauseThreshold = pauseThreshold;
+        _resumeThreshold = pauseThreshold / 2;
+        _inlineContinuations = inlineContinuations;
+    }
+
+    /// <summary>The sender this output feeds (set once, before the connection starts).</summary>
+    public void SetSender(ConnectionSender sender) => _sender = sender;
+
+    /// <summary>Bytes flushed and not yet sent (any thread; a snapshot).</summary>
+    public long Unsent
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return _committed - _sent;
+            }
+        }
+    }
+
+    /// <summary>Blocks held (tests).</summary>
+    internal int HeldBlocks
+    {
+        get
+        {
+            lock (_sync)
+            {
+                int blocks = 0;
+                for (Segment? segment = _head; segment is not null; segment = segment.Next)
+                {
+                    blocks++;
+                }
+                return blocks;
+            }
+        }
+    }
+
+    // ---- Writer side: the application ----
+
+    public override bool CanGetUnflushedBytes => true;
+
+    public override long UnflushedBytes => _unflushed;
+
+    public override Memory<byte> GetMemory(int sizeHint = 0)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(sizeHint);
+        // _writing is only ever cleared by this writer (a commit): while set, _writable stays this writer's.
+        if (!_writing || _writable.Length < Math.Max(sizeHint, 1))
+        {
+            StartWriting(sizeHint);
+        }
+        return _writable;
+    }
+
+    public override Span<byte> GetSpan(int sizeHint = 0) => GetMemory(sizeHint).Span;
+
+    public override void Advance(int bytes)
+    {
+        if (!_writing)
+        {
+            if (bytes == 0)
+            {
+                return;
+            }
+            throw new InvalidOperationException("Advance without memory from GetMemory or GetSpan since the last flush.");
+        }
+        if ((uint)bytes > (uint)_writable.Length)
+        {
+            throw new ArgumentOutOfRangeException(nameof(bytes), bytes, "More bytes than the memory GetMemory returned.");
+        }
+        _tail!.Written += bytes;
+        _writable = _writable.Slice(bytes);
+        _unflushed += bytes;
+    }
+
+    public override ValueTask<FlushResult> FlushAsync(CancellationToken cancellationToken = default)
+    {
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ValueTask.FromCanceled<FlushResult>(cancellationToken);
+        }
+        bool postSender;
+        short version;
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                throw new InvalidOperationException("Writing is not allowed after the writer was completed.");
+            }
+            if (_flush.IsWaiting)
+            {
+                throw new InvalidOperationException("A flush is already in progress: await it before the next.");
+            }
+            Commit();
+            if (_senderCompleted)
+            {
+                return _senderError is { } error ? ValueTask.FromException<FlushResult>(error)
+                    : new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: true));
+            }
+            postSender = TakeSenderWaiting();
+            if (_cancelNextFlush)
+            {
+                _cancelNextFlush = false;
+                PostSender(postSender);
+                return new ValueTask<FlushResult>(new FlushResult(isCanceled: true, isCompleted: false));
+            }
+            if (_pauseThreshold == 0 || _committed - _sent < _pauseThreshold)
+            {
+                PostSender(postSender);
+                return default; // not canceled, not completed
+            }
+            version = _flush.Begin(cancellationToken);
+        }
+        PostSender(postSender);
+        if (cancellationToken.CanBeCanceled)
+        {
+            CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onFlushCancelled, this);
+            bool kept;
+            lock (_sync)
+            {
+                kept = _flush.TryKeepRegistration(version, registration);
+            }
+            if (!kept)
+            {
+                registration.Unregister(); // the flush completed already
+            }
+        }
+        return new ValueTask<FlushResult>(this, version);
+    }
+
+    public override void CancelPendingFlush()
+    {
+        AwaiterCompletion completion;
+        lock (_sync)
+        {
+            if (!_flush.IsWaiting)
+            {
+                _cancelNextFlush = true;
+                return;
+            }
+            completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null, _inlineContinuations);
+        }
+        completion.Run();
+    }
+
+    /// <summary>
+    /// No more writes: what was written is sent (committed as by a flush), then FIN; with <paramref name="exception"/> the
+    /// connection fails instead (abortive close: the peer must not take the stream for complete).
+    /// </summary>
+    public override void Complete(Exception? exception = null)
+    {
+        bool postSender;
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                return;
+            }
+            Commit();
+            _writerCompleted = true;
+            _writerError = exception;
+            postSender = _senderWaiting; // the sender learns of the end even with nothing left to send
+            _senderWaiting = false;
+        }
+        PostSender(postSender);
+    }
+
+    /// <summary>Under the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes _writable.</summary>
+    private void StartWriting(int sizeHint)
+    {
+        int needed = Math.Max(sizeHint, 1);
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                throw new InvalidOperationException("Writing is not allowed after the writer was completed.");
+            }
+            Segment? tail = _tail;
+            if (tail is null || tail.Memory.Length - tail.Written < needed)
+            {
+                Segment segment = _spareSegments ?? new Segment();
+                _spareSegments = segment.Next;
+                segment.Next = null;
+                segment.Rent(_pool, needed, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
+                if (tail is null)
+                {
+                    _head = segment;
+                    _headIndex = 0;
+                }
+                else
+                {
+                    tail.Next = segment;
+                }
+                _tail = tail = segment;
+            }
+            _writing = true; // before any release: the block written in now stays
+            _writable = tail.Memory.Slice(tail.Written);
+            ReleaseSent(); // the block the writer moved on from may be sent already
+        }
+    }
+
+    /// <summary>Under the lock, by the writer: what it advanced becomes the sender's to send (or is dropped once the sender is gone).</summary>
+    private void Commit()
+    {
+        for (Segment? segment = _commitFrom ?? _head; segment is not null; segment = segment.Next)
+        {
+            segment.Committed = segment.Written;
+        }
+        _commitFrom = _tail;
+        _committed += _unflushed;
+        _unflushed = 0;
+        _writing = false;
+        _writable = default;
+        if (_senderCompleted)
+        {
+            _sent = _committed;
+            ReleaseSent();
+        }
+    }
+
+    private bool TakeSenderWaiting()
+    {
+        if (_senderWaiting && _committed > _sent)
+        {
+            _senderWaiting = false;
+            return true;
+        }
+        return false;
+    }
+
+    private void PostSender(bool post)
+    {
+        if (post)
+        {
+            _loop.Schedule(s_onFlushed, _sender);
+        }
+    }
+
+    private void OnFlushCancelled(CancellationToken token)
+    {
+        AwaiterCompletion completion;
+        lock (_sync)
+        {
+            if (!_flush.IsWaiting || _flush.Token != token)
+            {
+                return;
+            }
+            completion = _flush.Complete(default, new OperationCanceledException(token), _inlineContinuations);
+            completion.Registration = default; // this is its callback: nothing to unregister
+        }
+        completion.Run();
+    }
+
+    // ---- Sender side: the loop thread ----
+
+    /// <summary>
+    /// What the sender is to do: <see cref="OutputTake.Bytes"/> (<paramref name="bytes"/> to send, which stay in place
+    /// until <see cref="Consume"/>), <see cref="OutputTake.Completed"/> (the writer completed and everything is sent;
+    /// <paramref name="writerError"/> when it completed with one, unsent bytes or not), or <see cref="OutputTake.Waiting"/>
+    /// (nothing yet: the next flush posts <see cref="ConnectionSender.OnOutputFlushed"/>).
+    /// </summary>
+    public OutputTake TryTake(out Sendable bytes, out Exception? writerError)
+    {
+        lock (_sync)
+        {
+            writerError = _writerError;
+            if (_writerCompleted && (writerError is not null || _committed == _sent))
+            {
+                bytes = default;
+                return OutputTake.Completed;
+            }
+            if (_committed > _sent)
+            {
+                bytes = new Sendable(_head!, _headIndex, _committed - _sent);
+                return OutputTake.Bytes;
+            }
+            _senderWaiting = true;
+            bytes = default;
+            return OutputTake.Waiting;
+        }
+    }
+
+    /// <summary>The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back; a waiting flush may go on.</summary>
+    public void Consume(int bytes)
+    {
+        AwaiterCompletion completion = default;
+        lock (_sync)
+        {
+            Debug.Assert(bytes >= 0 && bytes <= _committed - _sent);
+            _sent += bytes;
+            ReleaseSent();
+            if (_flush.IsWaiting && _committed - _sent < _resumeThreshold)
+            {
+                completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: false), null, _inlineContinuations);
+            }
+        }
+        completion.Run();
+    }
+
+    /// <summary>
+    /// The sender is gone (closing, the peer gone, a send error): unsent bytes are dropped and flushes return IsCompleted
+    /// from now on, or throw <paramref name="error"/>.
+    /// </summary>
+    public void CompleteSender(Exception? error)
+    {
+        AwaiterCompletion completion = default;
+        lock (_sync)
+        {
+            if (_senderCompleted)
+            {
+                return;
+            }
+            _senderCompleted = true;
+            _senderError = error;
+            _senderWaiting = false;
+            _sent = _committed;
+            ReleaseSent();
+            if (_flush.IsWaiting)
+            {
+                completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: error is null), error, _inlineContinuations);
+            }
+        }
+        completion.Run();
+    }
+
+    // ---- Shared, under _sync ----
+
+    // Gives back every block all of whose bytes are sent: the last one too unless the writer is writing in it, so a
+    // connection with nothing to send holds no memory.
+    private void ReleaseSent()
+    {
+        while (_head is { } head && (head != _tail || !_writing) && head.RunningIndex + head.Written <= _sent)
+        {
+            _head = head.Next;
+            if (head == _tail)
+            {
+                _tail = null;
+            }
+            if (head == _commitFrom)
+            {
+                _commitFrom = null;
+            }
+            head.Release();
+            head.Next = _spareSegments;
+            _spareSegments = head;
+        }
+        _headIndex = _head is null ? 0 : (int)(_sent - _head.RunningIndex);
+    }
+
+    FlushResult IValueTaskSource<FlushResult>.GetResult(short token)
+    {
+        lock (_sync)
+        {
+            return _flush.GetResult(token);
+        }
+    }
+
+    ValueTaskSourceStatus IValueTaskSource<FlushResult>.GetStatus(short token)
+    {
+        lock (_sync)
+        {
+            return _flush.GetStatus(token);
+        }
+    }
+
+    void IValueTaskSource<FlushResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+    {
+        // The scheduling context is ignored, as by a pipe without a synchronization context.
+        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        bool kept;
+        lock (_sync)
+        {
+            kept = _flush.TryKeepContinuation(token, continuation, state, context);
+        }
+        if (!kept)
+        {
+            new AwaiterCompletion(default, continuation, state, context, _inlineContinuations).Run(); // completed meanwhile
+        }
+    }
+
+    /// <summary>What <see cref="TryTake"/> gives the sender.</summary>
+    public enum OutputTake
+    {
+        Waiting,
+        Bytes,
+        Completed,
+    }
+
+    /// <summary>
+    /// Flushed bytes to send, in place in the output's blocks: <see cref="Length"/> bytes from the head block's
+    /// <c>headIndex</c> on. Valid on the loop thread until the next <see cref="Consume"/>: every block before the last
+    /// is complete (the writer moved on from it), and the last one's bytes up to here were committed, so nothing this
+    /// reads changes under it.
+    /// </summary>
+    public readonly struct Sendable(Segment head, int headIndex, long length)
+    {
+        public long Length => length;
+
+        public bool IsSingleSegment => head.Committed - headIndex >= length;
+
+        public Enumerator GetEnumerator() => new(head, headIndex, length);
+
+        public struct Enumerator(Segment head, int headIndex, long length)
+        {
+            private Segment? _next = head;
+            private int _start = headIndex;
+            private long _remaining = length;
+
+            public ReadOnlyMemory<byte> Current { get; private set; }
+
+            public bool MoveNext()
+            {
+                if (_remaining == 0 || _next is not { } segment)
+                {
+                    return false;
+                }
+                int count = (int)Math.Min(segment.Committed - _start, _remaining);
+                Current = segment.Memory.Slice(_start, count);
+                _remaining -= count;
+                _start = 0;
+                _next = _remaining == 0 ? null : segment.Next; // not past the last: the writer may be linking its next
+                return true;
+            }
+        }
+    }
+
+    /// <summary>One block of the output: bytes [0, Written) written, [0, Committed) of them flushed.</summary>
+    public sealed class Segment
+    {
+        private IMemoryOwner<byte>? _owner; // a pool's block
+        private byte[]? _array;             // or, for a write larger than the pool's blocks, an ArrayPool array
+
+        public Memory<byte> Memory { get; private set; }
+
+        /// <summary>The stream offset of the block's first byte.</summary>
+        public long RunningIndex { get; private set; }
+
+        /// <summary>Bytes written (by the writer; final once it moved on to the next block).</summary>
+        public int Written { get; set; }
+
+        /// <summary>Bytes flushed (set under the lock at each commit).</summary>
+        public int Committed { get; set; }
+
+        public Segment? Next { get; set; }
+
+        public void Rent(MemoryPool<byte> pool, int minimumSize, long runningIndex)
+        {
+            if (minimumSize <= pool.MaxBufferSize)
+            {
+                _owner = pool.Rent(minimumSize);
+                Memory = _owner.Memory;
+            }
+            else
+            {
+                _array = ArrayPool<byte>.Shared.Rent(minimumSize);
+                Memory = _array;
+            }
+            RunningIndex = runningIndex;
+            Written = 0;
+            Committed = 0;
+        }
+
+        /// <summary>Gives the block back (a pinned pool block goes back to its pool only once unpinned: zero-copy sends).</summary>
+        public void Release()
+        {
+            _owner?.Dispose();
+            if (_array is not null)
+            {
+                ArrayPool<byte>.Shared.Return(_array);
+            }
+            _owner = null;
+            _array = null;
+            Memory = default;
+        }
+    }
+}

@@ -1,0 +1,154 @@
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
+using System.Threading.Tasks.Sources;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// What completing a waiting read (<see cref="ConnectionInput"/>) or flush (<see cref="ConnectionOutput"/>) leaves to do
+/// once its lock is released: drop the wait's token registration, then run its awaiter's continuation, if it registered
+/// one, on the thread pool (inline when the connection's settings prefer inline scheduling), inside the execution context
+/// the awaiter captured, if any. Taken under the lock, run outside it: a continuation never runs under a pipe's lock.
+/// </summary>
+internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation, object? state, ExecutionContext? context, bool inline)
+{
+    /// <summary>Set to default by a token's own callback: a registration cannot be dropped from inside its callback.</summary>
+    public CancellationTokenRegistration Registration = registration;
+
+    public readonly void Run()
+    {
+        Registration.Unregister(); // a cancellation racing this finds nothing waiting
+        if (continuation is null)
+        {
+            return;
+        }
+        if (context is not null)
+        {
+            // Rare (an awaiter that flows the execution context): the continuation runs inside it.
+            ExecutionContext flowed = context;
+            Action<object?> action = continuation;
+            Dispatch(s => ExecutionContext.Run(flowed, c => action(c), s), state, inline);
+            return;
+        }
+        Dispatch(continuation, state, inline);
+    }
+
+    private static void Dispatch(Action<object?> action, object? state, bool inline)
+    {
+        if (inline)
+        {
+            action(state);
+        }
+        else
+        {
+            ThreadPool.UnsafeQueueUserWorkItem(action, state, preferLocal: false);
+        }
+    }
+}
+
+/// <summary>
+/// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
+/// flush) and the state of the ValueTask it returned: its version, its outcome, its awaiter's continuation and its
+/// token's registration. A mutable struct kept in a field of its owner (never copied); every member is called under the
+/// owner's lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
+/// </summary>
+internal struct Waiter<TResult>
+{
+    private short _version;
+    private bool _completed;          // the outcome is set (_result or _error) and not yet taken
+    private TResult _result;
+    private ExceptionDispatchInfo? _error;
+    private Action<object?>? _continuation;
+    private object? _continuationState;
+    private ExecutionContext? _continuationContext;
+    private CancellationTokenRegistration _registration;
+
+    /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
+    public bool IsWaiting { get; private set; }
+
+    /// <summary>The waiting operation's token.</summary>
+    public CancellationToken Token { get; private set; }
+
+    /// <summary>An operation starts waiting; returns its ValueTask's version.</summary>
+    public short Begin(CancellationToken token)
+    {
+        IsWaiting = true;
+        Token = token;
+        _completed = false;
+        _error = null;
+        _continuation = null;
+        return ++_version;
+    }
+
+    /// <summary>
+    /// The waiting operation's token registration, made after <see cref="Begin"/> outside the lock: kept while that
+    /// operation (<paramref name="version"/>) still waits; false when it completed meanwhile (the caller drops it).
+    /// </summary>
+    public bool TryKeepRegistration(short version, CancellationTokenRegistration registration)
+    {
+        if (!IsWaiting || _version != version)
+        {
+            return false;
+        }
+        _registration = registration;
+        return true;
+    }
+
+    /// <summary>Sets the waiting operation's outcome and takes what is left to do after the lock (run it then).</summary>
+    public AwaiterCompletion Complete(TResult result, Exception? error, bool inlineContinuations)
+    {
+        Debug.Assert(IsWaiting);
+        var completion = new AwaiterCompletion(_registration, _continuation, _continuationState, _continuationContext, inlineContinuations);
+        IsWaiting = false;
+        Token = default;
+        _registration = default;
+        _continuation = null;
+        _continuationState = null;
+        _continuationContext = null;
+        _completed = true;
+        _result = result;
+        _error = error is null ? null : ExceptionDispatchInfo.Capture(error);
+        return completion;
+    }
+
+    public TResult GetResult(short token)
+    {
+        if (token != _version || !_completed)
+        {
+            throw new InvalidOperationException("An operation's result was asked for before it completed, or twice.");
+        }
+        _completed = false;
+        _error?.Throw();
+        TResult result = _result;
+        _result = default!;
+        return result;
+    }
+
+    public readonly ValueTaskSourceStatus GetStatus(short token)
+    {
+        if (token != _version || !_completed)
+        {
+            return ValueTaskSourceStatus.Pending;
+        }
+        return _error is null ? ValueTaskSourceStatus.Succeeded
+            : _error.SourceException is OperationCanceledException ? ValueTaskSourceStatus.Canceled
+            : ValueTaskSourceStatus.Faulted;
+    }
+
+    /// <summary>Keeps the awaiter's continuation to run at completion; false when the outcome is set already (run it now, after the lock).</summary>
+    public bool TryKeepContinuation(short token, Action<object?> continuation, object? state, ExecutionContext? context)
+    {
+        if (token != _version)
+        {
+            throw new InvalidOperationException("An operation was awaited after a later one started.");
+        }
+        if (_completed)
+        {
+            return false;
+        }
+        _continuation = continuation;
+        _continuationState = state;
+        _continuationContext = context;
+        return true;
+    }
+}

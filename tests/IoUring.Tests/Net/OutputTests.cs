@@ -1,0 +1,308 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+using IoUring.Tests.Support;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// <see cref="IoUringConnection.Output"/>, a pipe writer whose flushed bytes are sent from the blocks they were written
+/// to: the writer's contract (flush, backpressure at MaxWriteBufferSize, CancelPendingFlush, tokens, completion), bytes
+/// never sent before their flush nor after their block went back (blocks are poisoned when returned), and an output with
+/// nothing to send holding no memory.
+/// </summary>
+public sealed class OutputTests : IAsyncLifetime
+{
+    private const int BlockSize = 4096, MaxWrite = 64 * 1024;
+    private IoUringNetwork _network = null!;
+    private IoUringListener _listener = null!;
+
+    public Task InitializeAsync()
+    {
+        _network = Network(inline: false, zeroCopy: false);
+        _listener = _network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        return Task.CompletedTask;
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _listener.DisposeAsync();
+        await _network.DisposeAsync();
+    }
+
+    private static IoUringNetwork Network(bool inline, bool zeroCopy) => new(new IoUringNetworkOptions
+    {
+        LoopCount = 1,
+        MaxWriteBufferSize = MaxWrite,
+        UnsafePreferInlineScheduling = inline,
+        // Zero-copy sends (their memory held until the kernel's notification) even over loopback, where the kernel copies.
+        ZeroCopySendThreshold = zeroCopy ? BlockSize : null,
+        // Small blocks: more of them per write; returned blocks are poisoned, so bytes sent after their return show up.
+        Loop = { MemoryBlockSize = BlockSize, Hooks = new() { PoisonReturnedMemory = true, IgnoreZeroCopyCopied = zeroCopy } },
+    });
+
+    private static ConnectionOutput OutputOf(IoUringConnection connection) => (ConnectionOutput)connection.Output;
+
+    private static byte[] Pattern(int length, int seed)
+    {
+        var bytes = new byte[length];
+        new Random(seed).NextBytes(bytes);
+        return bytes;
+    }
+
+    private static async Task<byte[]> ReceiveAllAsync(Socket client)
+    {
+        var received = new MemoryStream();
+        var buffer = new byte[64 * 1024];
+        int n;
+        while ((n = await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(20))) > 0)
+        {
+            received.Write(buffer, 0, n);
+        }
+        return received.ToArray();
+    }
+
+    /// <summary>Writes <paramref name="data"/> in random pieces: random size hints (past a block too), partial advances, random flushes.</summary>
+    private static async Task WriteRandomlyAsync(PipeWriter output, byte[] data, int seed)
+    {
+        var random = new Random(seed);
+        for (int offset = 0; offset < data.Length;)
+        {
+            int hint = random.Next(5) switch { 0 => 0, 1 => random.Next(1, 100), 2 => BlockSize * 3, _ => random.Next(1, BlockSize) };
+            Memory<byte> memory = output.GetMemory(hint);
+            Assert.True(memory.Length >= Math.Max(hint, 1));
+            int size = Math.Min(data.Length - offset, random.Next(1, memory.Length + 1));
+            data.AsMemory(offset, size).CopyTo(memory);
+            output.Advance(size);
+            offset += size;
+            Assert.True(output.UnflushedBytes > 0);
+            if (random.Next(3) == 0)
+            {
+                FlushResult flushed = await output.FlushAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                Assert.False(flushed.IsCompleted || flushed.IsCanceled, $"completed {flushed.IsCompleted}, canceled {flushed.IsCanceled}");
+                Assert.Equal(0, output.UnflushedBytes);
+            }
+        }
+    }
+
+    [Theory]
+    [InlineData(false, false)]
+    [InlineData(true, false)]
+    [InlineData(false, true)]
+    public async Task Bytes_written_in_random_pieces_arrive_intact(bool inline, bool zeroCopy)
+    {
+        await using IoUringNetwork network = Network(inline, zeroCopy);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        {
+            byte[] sent = Pattern(3 << 20, seed: 1);
+            Task<byte[]> receiving = ReceiveAllAsync(client);
+            // On a thread-pool thread: with inline scheduling a flush's continuation runs on the loop, as the app's would.
+            await Task.Run(() => WriteRandomlyAsync(server.Output, sent, seed: 2));
+            await server.Output.CompleteAsync(); // FIN after the data
+            byte[] received = await receiving;
+            EchoTests.AssertSameBytes(sent, received);
+            if (zeroCopy)
+            {
+                Assert.True(server.ZeroCopySends > 0, "no send went zero-copy");
+            }
+            await server.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task Nothing_is_sent_before_its_flush()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            byte[] first = Pattern(10_000, seed: 3);
+            server.Output.Write(first);
+            Assert.Equal(first.Length, server.Output.UnflushedBytes);
+            await Task.Delay(200);
+            Assert.Equal(0, client.Available);
+            Assert.Equal(0, server.BytesSent);
+            await server.Output.FlushAsync();
+            var buffer = new byte[first.Length];
+            int received = 0;
+            while (received < buffer.Length)
+            {
+                received += await client.ReceiveAsync(buffer.AsMemory(received)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            }
+            Assert.Equal(first, buffer);
+        }
+    }
+
+    [Fact]
+    public async Task A_flush_waits_at_the_pause_threshold_until_the_peer_reads_below_half_of_it()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            ShrinkSocketBuffers(client, server);
+            (ValueTask<FlushResult> flush, _) = await FillUntilAFlushWaitsAsync(server.Output);
+            Assert.False(flush.IsCompleted, "no flush waited");
+            Assert.True(OutputOf(server).Unsent >= MaxWrite);
+            await Task.Delay(200);
+            Assert.False(flush.IsCompleted);
+
+            // Reading drains the kernel's buffers, the loop sends, and the flush completes below half the threshold.
+            var buffer = new byte[256 * 1024];
+            long received = 0;
+            Task<FlushResult> flushed = flush.AsTask();
+            while (!flushed.IsCompleted)
+            {
+                received += await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            }
+            FlushResult result = await flushed;
+            Assert.False(result.IsCompleted || result.IsCanceled);
+            Assert.True(OutputOf(server).Unsent < MaxWrite / 2);
+        }
+    }
+
+    [Fact]
+    public async Task CancelPendingFlush_ends_a_waiting_flush_or_else_the_next_one_and_a_token_cancels_one()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            // Not waiting: the next flush returns IsCanceled (as a pipe's), the one after it is plain.
+            server.Output.CancelPendingFlush();
+            Assert.True((await server.Output.FlushAsync()).IsCanceled);
+            Assert.False((await server.Output.FlushAsync()).IsCanceled);
+
+            ShrinkSocketBuffers(client, server);
+            (ValueTask<FlushResult> flush, long written) = await FillUntilAFlushWaitsAsync(server.Output);
+            server.Output.CancelPendingFlush();
+            FlushResult canceled = await flush.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(canceled.IsCanceled);
+
+            using var cts = new CancellationTokenSource();
+            server.Output.Write(new byte[MaxWrite]);
+            written += MaxWrite;
+            ValueTask<FlushResult> tokenFlush = server.Output.FlushAsync(cts.Token);
+            Assert.False(tokenFlush.IsCompleted);
+            cts.Cancel();
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => tokenFlush.AsTask().WaitAsync(TimeSpan.FromSeconds(10)));
+
+            // The bytes of the cancelled flushes still go, in order, once the peer reads.
+            server.Output.Complete();
+            byte[] received = await ReceiveAllAsync(client);
+            Assert.Equal(written, received.Length);
+        }
+    }
+
+    /// <summary>Small fixed socket buffers (no autotuning): the kernel takes little before sends stop, and no more later.</summary>
+    private static void ShrinkSocketBuffers(Socket client, IoUringConnection server)
+    {
+        client.ReceiveBufferSize = 4096;
+        server.Socket.SendBufferSize = 4096;
+    }
+
+    /// <summary>
+    /// Writes and flushes until a flush stays waiting (the peer's and our socket buffers full, the unsent bytes at the
+    /// threshold): a flush that waits only until the loop's send in flight completes goes on to the next write.
+    /// </summary>
+    private static async Task<(ValueTask<FlushResult> Flush, long Written)> FillUntilAFlushWaitsAsync(PipeWriter output)
+    {
+        var chunk = new byte[16 * 1024];
+        long written = 0;
+        for (int i = 0; i < 10_000; i++)
+        {
+            output.Write(chunk);
+            written += chunk.Length;
+            ValueTask<FlushResult> flush = output.FlushAsync();
+            if (!flush.IsCompleted)
+            {
+                Task<FlushResult> waiting = flush.AsTask();
+                if (await Task.WhenAny(waiting, Task.Delay(300)) != waiting)
+                {
+                    return (new ValueTask<FlushResult>(waiting), written);
+                }
+                await waiting;
+            }
+        }
+        throw new InvalidOperationException("No flush waited.");
+    }
+
+    [Fact]
+    public async Task A_peer_reset_completes_a_waiting_flush_and_later_ones_and_gives_the_blocks_back()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        {
+            ShrinkSocketBuffers(client, server);
+            (ValueTask<FlushResult> flush, _) = await FillUntilAFlushWaitsAsync(server.Output);
+            Assert.True(OutputOf(server).HeldBlocks > 0);
+            client.LingerState = new LingerOption(true, 0);
+            client.Dispose(); // RST
+            FlushResult result = await flush.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(result.IsCompleted);
+            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+            server.Output.Write(new byte[100]);
+            Assert.True((await server.Output.FlushAsync()).IsCompleted);
+            Assert.Equal(0, OutputOf(server).HeldBlocks); // dropped at the flush
+        }
+    }
+
+    [Fact]
+    public async Task An_output_with_nothing_to_send_holds_no_block_and_one_being_written_keeps_its_block()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            var buffer = new byte[BlockSize * 4];
+            for (int round = 0; round < 20; round++)
+            {
+                byte[] response = Pattern(round * 700 + 1, seed: round);
+                server.Output.Write(response);
+                await server.Output.FlushAsync();
+                int received = 0;
+                while (received < response.Length)
+                {
+                    received += await client.ReceiveAsync(buffer.AsMemory(received)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+                }
+                Assert.Equal(response, buffer[..response.Length]);
+                await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+            }
+
+            // A write in progress (memory asked for, not yet flushed) keeps its block while earlier bytes go.
+            Memory<byte> memory = server.Output.GetMemory(10);
+            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            "abc"u8.CopyTo(memory.Span);
+            server.Output.Advance(3);
+            await Task.Delay(100);
+            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            await server.Output.FlushAsync();
+            int got = await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal("abc"u8.ToArray(), buffer[..got]);
+            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+        }
+    }
+
+    [Fact]
+    public async Task Writing_after_complete_throws_and_complete_with_an_error_resets_the_connection()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            server.Output.Write(new byte[10]);
+            server.Output.Complete(new InvalidOperationException("the application failed"));
+            Assert.Throws<InvalidOperationException>(() => server.Output.GetMemory());
+            await Assert.ThrowsAsync<InvalidOperationException>(async () => await server.Output.FlushAsync());
+            // The peer must not take the stream for complete: RST (no data, no FIN).
+            var buffer = new byte[100];
+            SocketException reset = await Assert.ThrowsAsync<SocketException>(
+                async () => await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(10)));
+            Assert.Equal(SocketError.ConnectionReset, reset.SocketErrorCode);
+        }
+    }
+}

@@ -18,6 +18,7 @@ internal sealed unsafe class Acceptor : RingOwner
     private const uint KindCancel = 2;
     private const uint KindBackoff = 3;
     private static readonly TimeSpan s_backoff = TimeSpan.FromMilliseconds(50);
+    private static readonly Action<object?> s_startHandedOff = static a => ((Acceptor)a!).StartHandedOff();
 
     // accept(2) errnos not in Errno: per-connection ones (retry at once) and a broken listening socket.
     private const int ENONET = 64, EPROTO = 71, ENOTSOCK = 88, ENOPROTOOPT = 92, ENETDOWN = 100, ENETUNREACH = 101;
@@ -35,6 +36,7 @@ internal sealed unsafe class Acceptor : RingOwner
     private int _paused;                    // 1 while the listener's queue is full; cleared by the listener (any thread)
 
     private readonly bool _isTcp;
+    private readonly System.Collections.Concurrent.ConcurrentQueue<int> _handedOff = new(); // fds other loops accepted for this one
 
     public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, bool isTcp, ConnectionSettings settings) : base(loop)
     {
@@ -232,13 +234,28 @@ internal sealed unsafe class Acceptor : RingOwner
             StartConnection(fd);
             return;
         }
+        // The fd goes through the target's queue and the post carries only the target: nothing allocated per connection.
+        target._handedOff.Enqueue(fd);
         try
         {
-            target.Loop.Post(static s => { var (acceptor, fd) = ((Acceptor, int))s!; acceptor.StartConnection(fd); }, (target, fd));
+            target.Loop.Post(s_startHandedOff, target);
         }
         catch (ObjectDisposedException)
         {
-            StartConnection(fd); // that loop has stopped: keep it here
+            // That loop has stopped: serve one of its queued fds here (this one, or one the other loop queued first).
+            if (target._handedOff.TryDequeue(out int queued))
+            {
+                StartConnection(queued);
+            }
+        }
+    }
+
+    /// <summary>One post per fd another loop's acceptor queued in <see cref="_handedOff"/>.</summary>
+    private void StartHandedOff()
+    {
+        if (_handedOff.TryDequeue(out int fd))
+        {
+            StartConnection(fd);
         }
     }
 

@@ -32,7 +32,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private static readonly Action<object?> s_onReaderGone = static r => ((ConnectionReceiver)r!).OnInputReaderGone();
     private static readonly Action<object?, CancellationToken> s_onReadCancelled = static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
 
-    private readonly Lock _sync = new();
+    private readonly object _sync;    // the receiver: internal, locked by nothing else (no lock object per connection)
     private readonly ConnectionReceiver _receiver;
     private readonly EventLoop _loop;
     private readonly ReceiveBuffers _buffers;
@@ -62,6 +62,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
         _receiver = receiver;
+        _sync = receiver;
         _loop = loop;
         _buffers = loop.ReceiveBuffers;
         _blockSize = _buffers.BufferSize;

@@ -32,7 +32,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
     private static readonly Action<object?, CancellationToken> s_onFlushCancelled = static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
 
-    private readonly Lock _sync = new();
+    private readonly object _sync;    // an internal object of the connection locked by nothing else (no lock object per connection)
     private readonly EventLoop _loop;
     private readonly MemoryPool<byte> _pool;
     private readonly long _pauseThreshold;  // 0: flushes never wait
@@ -61,8 +61,14 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private bool _senderCompleted;
     private Exception? _senderError;
 
-    public ConnectionOutput(EventLoop loop, MemoryPool<byte> pool, long pauseThreshold, bool inlineContinuations)
+    /// <param name="syncRoot">The lock: an internal object of the connection that nothing else locks.</param>
+    /// <param name="loop">The loop whose thread sends.</param>
+    /// <param name="pool">Where the blocks come from.</param>
+    /// <param name="pauseThreshold">Unsent bytes at which a flush waits (MaxWriteBufferSize), 0 for never.</param>
+    /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
+    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, long pauseThreshold, bool inlineContinuations)
     {
+        _sync = syncRoot;
         _loop = loop;
         _pool = pool;
         _pauseThreshold = pauseThreshold;

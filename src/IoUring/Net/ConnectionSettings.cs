@@ -1,5 +1,4 @@
 using System.Buffers;
-using System.Collections.Concurrent;
 using System.Net.Sockets;
 using IoUring.Rings;
 
@@ -59,16 +58,67 @@ internal sealed record ConnectionSettings
     }
 }
 
-/// <summary>The live connections of a network, so that disposing it can close them.</summary>
+/// <summary>
+/// The live connections of a network, so that disposing it (or a loop's stop) can close them: a doubly linked list
+/// through the connections themselves (<see cref="IoUringConnection.RegistryPrevious"/>, <see cref="IoUringConnection.RegistryNext"/>),
+/// so registering one allocates nothing. Added and removed on the loops' threads, under one lock.
+/// </summary>
 internal sealed class ConnectionRegistry
 {
-    private readonly ConcurrentDictionary<IoUringConnection, byte> _connections = new();
+    private readonly Lock _lock = new();
+    private IoUringConnection? _first;
+    private int _count;
 
-    public int Count => _connections.Count;
+    public int Count => Volatile.Read(ref _count);
 
-    public void Add(IoUringConnection connection) => _connections.TryAdd(connection, 0);
+    public void Add(IoUringConnection connection)
+    {
+        lock (_lock)
+        {
+            connection.RegistryNext = _first;
+            if (_first is not null)
+            {
+                _first.RegistryPrevious = connection;
+            }
+            _first = connection;
+            _count++;
+        }
+    }
 
-    public void Remove(IoUringConnection connection) => _connections.TryRemove(connection, out _);
+    /// <summary>Removes a connection <see cref="Add"/> added (once).</summary>
+    public void Remove(IoUringConnection connection)
+    {
+        lock (_lock)
+        {
+            if (connection.RegistryPrevious is { } previous)
+            {
+                previous.RegistryNext = connection.RegistryNext;
+            }
+            else
+            {
+                _first = connection.RegistryNext;
+            }
+            if (connection.RegistryNext is { } next)
+            {
+                next.RegistryPrevious = connection.RegistryPrevious;
+            }
+            connection.RegistryPrevious = connection.RegistryNext = null;
+            _count--;
+        }
+    }
 
-    public ICollection<IoUringConnection> Snapshot() => _connections.Keys;
+    /// <summary>The connections registered now (a copy: closing them changes the list).</summary>
+    public IoUringConnection[] Snapshot()
+    {
+        lock (_lock)
+        {
+            var connections = new IoUringConnection[_count];
+            int i = 0;
+            for (IoUringConnection? connection = _first; connection is not null; connection = connection.RegistryNext)
+            {
+                connections[i++] = connection;
+            }
+            return connections;
+        }
+    }
 }

@@ -47,6 +47,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private object? _peerClosedState;
     private int _peerClosedDelivered;
 
+    /// <summary>The network's <see cref="ConnectionRegistry"/> list (under its lock).</summary>
+    internal IoUringConnection? RegistryPrevious, RegistryNext;
+
     /// <summary>
     /// The connection's lifecycle, in this order only (each step is the only legal next one, asserted in
     /// <see cref="MoveTo"/>). The fd number stays this connection's until <see cref="FdClosed"/>: no request on it can
@@ -78,7 +81,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
         // sends from them go zero-copy from fixed buffers.
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
-        _output = new ConnectionOutput(loop, MemoryPool, settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling);
+        _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling);
         _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output, settings);
         _output.SetSender(_sender);

@@ -35,6 +35,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private readonly object _sync;    // an internal object of the connection locked by nothing else (no lock object per connection)
     private readonly EventLoop _loop;
     private readonly MemoryPool<byte> _pool;
+    private readonly SegmentPool _segments;
     private readonly long _pauseThreshold;  // 0: flushes never wait
     private readonly long _resumeThreshold;
     private readonly bool _inlineContinuations;
@@ -50,7 +51,6 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private int _headIndex;
     private Segment? _tail;           // the block the writer writes in
     private Segment? _commitFrom;     // the tail at the last commit: blocks before it are all committed (null: from _head)
-    private Segment? _spareSegments;  // released segment objects, reused
     private long _committed;          // bytes flushed since the start: the sender may send up to here
     private long _sent;               // bytes the sender is done with (or dropped)
     private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
@@ -65,12 +65,14 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <param name="loop">The loop whose thread sends.</param>
     /// <param name="pool">Where the blocks come from.</param>
     /// <param name="pauseThreshold">Unsent bytes at which a flush waits (MaxWriteBufferSize), 0 for never.</param>
+    /// <param name="segments">The network's segment objects, shared by its outputs.</param>
     /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
-    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, long pauseThreshold, bool inlineContinuations)
+    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments, long pauseThreshold, bool inlineContinuations)
     {
         _sync = syncRoot;
         _loop = loop;
         _pool = pool;
+        _segments = segments;
         _pauseThreshold = pauseThreshold;
         _resumeThreshold = pauseThreshold / 2;
         _inlineContinuations = inlineContinuations;
@@ -251,9 +253,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             Segment? tail = _tail;
             if (tail is null || tail.Memory.Length - tail.Written < needed)
             {
-                Segment segment = _spareSegments ?? new Segment();
-                _spareSegments = segment.Next;
-                segment.Next = null;
+                Segment segment = _segments.Rent();
                 segment.Rent(_pool, needed, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
                 if (tail is null)
                 {
@@ -414,8 +414,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 _commitFrom = null;
             }
             head.Release();
-            head.Next = _spareSegments;
-            _spareSegments = head;
+            _segments.Return(head);
         }
         _headIndex = _head is null ? 0 : (int)(_sent - _head.RunningIndex);
     }
@@ -544,6 +543,45 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _owner = null;
             _array = null;
             Memory = default;
+            Next = null;
+        }
+    }
+
+    /// <summary>
+    /// Segment objects shared by a network's outputs, so a connection's writes allocate none once warm (they never reach
+    /// the application: only the sender reads them). A stack under its own lock, taken inside an output's; at most
+    /// <see cref="Capacity"/> kept, the rest left to the GC.
+    /// </summary>
+    public sealed class SegmentPool
+    {
+        private const int Capacity = 1024;
+        private readonly Lock _lock = new();
+        private readonly Segment[] _free = new Segment[Capacity];
+        private int _count;
+
+        public Segment Rent()
+        {
+            lock (_lock)
+            {
+                if (_count > 0)
+                {
+                    Segment segment = _free[--_count];
+                    _free[_count] = null!;
+                    return segment;
+                }
+            }
+            return new Segment();
+        }
+
+        public void Return(Segment segment)
+        {
+            lock (_lock)
+            {
+                if (_count < Capacity)
+                {
+                    _free[_count++] = segment;
+                }
+            }
         }
     }
 }

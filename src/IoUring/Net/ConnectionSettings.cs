@@ -20,6 +20,9 @@ internal sealed record ConnectionSettings
     public bool IgnoreZeroCopyCopied { get; init; }
     public ConnectionRegistry? Registry { get; init; }
 
+    /// <summary>Segment objects shared by the connections' outputs.</summary>
+    public ConnectionOutput.SegmentPool OutputSegments { get; init; } = new();
+
     /// <summary>Test seam (<see cref="TestHooks.BeforeAcceptorCreated"/>).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 

@@ -16,7 +16,10 @@ namespace IoUring.Net;
 /// (MaxWriteBufferSize) until the sender brings them below the resume threshold (half of it); CancelPendingFlush ends the
 /// waiting flush, or the next one, with IsCanceled; once the sender is gone (the connection closed, the peer reset or
 /// stopped reading) flushes return IsCompleted, or throw the send error that ended it, and unsent bytes are dropped.
-/// Completing with an exception fails the connection (abortive close) instead of sending what is left.</para>
+/// Completing with an exception fails the connection (abortive close) instead of sending what is left. As with a pipe,
+/// a flush while another waits joins it, and a flush after Complete returns (no error). One difference: a pipe pauses
+/// only when a commit crosses the threshold, so after a cancelled flush its next flush returns at once while the unsent
+/// bytes are still above it; here every flush waits while they are at or above the threshold.</para>
 /// <para>Threads: the writer side runs on the application's threads (one writer at a time), the sender side
 /// (<see cref="TryTake"/>, <see cref="Consume"/>, <see cref="CompleteSender"/>) on the loop thread; they share one lock,
 /// taken once per flush, per send completion and for each block the writer starts (not per GetMemory within one: the
@@ -38,6 +41,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private readonly SegmentPool _segments;
     private readonly long _pauseThreshold;  // 0: flushes never wait
     private readonly long _resumeThreshold;
+    private readonly int _minimumSegment;
     private readonly bool _inlineContinuations;
     private ConnectionSender? _sender;
 
@@ -74,7 +78,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         _pool = pool;
         _segments = segments;
         _pauseThreshold = pauseThreshold;
-        _resumeThreshold = pauseThreshold / 2;
+        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0; // as a pipe's: at least 1, or a flush could never resume
+        // As a pipe's minimum segment size: the blocks of ours and Kestrel's pools whatever is asked for, and no tiny
+        // buffers from a pool that gives what is asked for (MemoryPool<byte>.Shared).
+        _minimumSegment = Math.Min(PinnedBlockMemoryPool.BlockSize, pool.MaxBufferSize);
         _inlineContinuations = inlineContinuations;
     }
 
@@ -143,6 +150,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             throw new ArgumentOutOfRangeException(nameof(bytes), bytes, "More bytes than the memory GetMemory returned.");
         }
+        if (Volatile.Read(ref _senderCompleted))
+        {
+            return; // as a pipe's: nothing will be sent, so the same memory is written again (no new blocks)
+        }
         _tail!.Written += bytes;
         _writable = _writable.Slice(bytes);
         _unflushed += bytes;
@@ -154,40 +165,56 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             return ValueTask.FromCanceled<FlushResult>(cancellationToken);
         }
-        bool postSender;
-        short version;
+        bool postSender = false;
+        ValueTask<FlushResult> result;
+        bool register = false;
+        short version = 0;
         lock (_sync)
         {
             if (_writerCompleted)
             {
-                throw new InvalidOperationException("Writing is not allowed after the writer was completed.");
+                // As a pipe's: no error (a stream's flush racing its dispose), nothing left to commit.
+                result = new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: _senderCompleted));
             }
-            if (_flush.IsWaiting)
+            else
             {
-                throw new InvalidOperationException("A flush is already in progress: await it before the next.");
+                Commit();
+                if (_senderCompleted)
+                {
+                    result = _senderError is { } error ? ValueTask.FromException<FlushResult>(error)
+                        : new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: true));
+                }
+                else
+                {
+                    postSender = TakeSenderWaiting();
+                    if (_flush.IsWaiting)
+                    {
+                        // A flush already waits (its caller did not await it): this one joins it, as with a pipe.
+                        result = new ValueTask<FlushResult>(this, _flush.Version);
+                    }
+                    else if (_cancelNextFlush)
+                    {
+                        _cancelNextFlush = false;
+                        result = new ValueTask<FlushResult>(new FlushResult(isCanceled: true, isCompleted: false));
+                    }
+                    else if (_pauseThreshold == 0 || _committed - _sent < _pauseThreshold)
+                    {
+                        result = default; // not canceled, not completed
+                    }
+                    else
+                    {
+                        version = _flush.Begin(cancellationToken);
+                        register = cancellationToken.CanBeCanceled;
+                        result = new ValueTask<FlushResult>(this, version);
+                    }
+                }
             }
-            Commit();
-            if (_senderCompleted)
-            {
-                return _senderError is { } error ? ValueTask.FromException<FlushResult>(error)
-                    : new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: true));
-            }
-            postSender = TakeSenderWaiting();
-            if (_cancelNextFlush)
-            {
-                _cancelNextFlush = false;
-                PostSender(postSender);
-                return new ValueTask<FlushResult>(new FlushResult(isCanceled: true, isCompleted: false));
-            }
-            if (_pauseThreshold == 0 || _committed - _sent < _pauseThreshold)
-            {
-                PostSender(postSender);
-                return default; // not canceled, not completed
-            }
-            version = _flush.Begin(cancellationToken);
         }
-        PostSender(postSender);
-        if (cancellationToken.CanBeCanceled)
+        if (postSender)
+        {
+            _loop.Schedule(s_onFlushed, _sender); // outside the lock: it may write the loop's eventfd
+        }
+        if (register)
         {
             CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onFlushCancelled, this);
             bool kept;
@@ -200,7 +227,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 registration.Unregister(); // the flush completed already
             }
         }
-        return new ValueTask<FlushResult>(this, version);
+        return result;
     }
 
     public override void CancelPendingFlush()
@@ -237,7 +264,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             postSender = _senderWaiting; // the sender learns of the end even with nothing left to send
             _senderWaiting = false;
         }
-        PostSender(postSender);
+        if (postSender)
+        {
+            _loop.Schedule(s_onFlushed, _sender);
+        }
     }
 
     /// <summary>Under the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes _writable.</summary>
@@ -254,7 +284,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             if (tail is null || tail.Memory.Length - tail.Written < needed)
             {
                 Segment segment = _segments.Rent();
-                segment.Rent(_pool, needed, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
+                segment.Rent(_pool, Math.Max(needed, _minimumSegment), runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
                 if (tail is null)
                 {
                     _head = segment;
@@ -286,9 +316,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         _writable = default;
         if (_senderCompleted)
         {
-            _sent = _committed;
-            ReleaseSent();
+            _sent = _committed; // dropped: nothing will send them
         }
+        ReleaseSent(); // a block asked for and not written in (or already sent) is not held
     }
 
     private bool TakeSenderWaiting()
@@ -299,14 +329,6 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             return true;
         }
         return false;
-    }
-
-    private void PostSender(bool post)
-    {
-        if (post)
-        {
-            _loop.Schedule(s_onFlushed, _sender);
-        }
     }
 
     private void OnFlushCancelled(CancellationToken token)

@@ -66,6 +66,9 @@ internal struct Waiter<TResult>
     /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
     public bool IsWaiting { get; private set; }
 
+    /// <summary>The waiting operation's ValueTask version.</summary>
+    public readonly short Version => _version;
+
     /// <summary>The waiting operation's token.</summary>
     public CancellationToken Token { get; private set; }
 

@@ -571,24 +571,22 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
 
     /// <summary>
     /// Segment objects shared by a network's outputs, so a connection's writes allocate none once warm (they never reach
-    /// the application: only the sender reads them). A stack under its own lock, taken inside an output's; at most
-    /// <see cref="Capacity"/> kept, the rest left to the GC.
+    /// the application: only the sender reads them). A stack under its own lock, taken inside an output's; it grows to
+    /// the most segments held at once (64 connections each with 1 MiB unsent hold 4,096), up to <see cref="Capacity"/>
+    /// (~1 MB of segment objects); past that they are left to the GC.
     /// </summary>
     public sealed class SegmentPool
     {
-        private const int Capacity = 1024;
+        private const int Capacity = 16 * 1024;
         private readonly Lock _lock = new();
-        private readonly Segment[] _free = new Segment[Capacity];
-        private int _count;
+        private readonly Stack<Segment> _free = new();
 
         public Segment Rent()
         {
             lock (_lock)
             {
-                if (_count > 0)
+                if (_free.TryPop(out Segment? segment))
                 {
-                    Segment segment = _free[--_count];
-                    _free[_count] = null!;
                     return segment;
                 }
             }
@@ -599,9 +597,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             lock (_lock)
             {
-                if (_count < Capacity)
+                if (_free.Count < Capacity)
                 {
-                    _free[_count++] = segment;
+                    _free.Push(segment);
                 }
             }
         }

@@ -149,6 +149,11 @@ internal struct Waiter<TResult>
         {
             return false;
         }
+        if (_continuation is not null)
+        {
+            // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe, refuse.
+            throw new InvalidOperationException("The operation is already being awaited: concurrent awaits are not supported.");
+        }
         _continuation = continuation;
         _continuationState = state;
         _continuationContext = context;

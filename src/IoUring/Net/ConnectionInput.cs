@@ -259,16 +259,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         }
         if (cancellationToken.CanBeCanceled)
         {
-            CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onReadCancelled, this);
-            bool kept;
-            lock (_sync)
-            {
-                kept = _read.TryKeepRegistration(version, registration);
-            }
-            if (!kept)
-            {
-                registration.Unregister(); // the read completed already
-            }
+            _read.RegisterToken(_sync, version, cancellationToken, s_onReadCancelled, this);
         }
         return new ValueTask<ReadResult>(this, version);
     }
@@ -471,19 +462,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     }
 
     void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-    {
-        // The scheduling context is ignored, as by a pipe without a synchronization context.
-        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
-        bool kept;
-        lock (_sync)
-        {
-            kept = _read.TryKeepContinuation(token, continuation, state, context);
-        }
-        if (!kept)
-        {
-            new AwaiterCompletion(default, continuation, state, context, _inlineContinuations).Run(); // completed meanwhile: run it now
-        }
-    }
+        => _read.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 
     private enum ReadState
     {

@@ -216,16 +216,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         }
         if (register)
         {
-            CancellationTokenRegistration registration = cancellationToken.UnsafeRegister(s_onFlushCancelled, this);
-            bool kept;
-            lock (_sync)
-            {
-                kept = _flush.TryKeepRegistration(version, registration);
-            }
-            if (!kept)
-            {
-                registration.Unregister(); // the flush completed already
-            }
+            _flush.RegisterToken(_sync, version, cancellationToken, s_onFlushCancelled, this);
         }
         return result;
     }
@@ -458,19 +449,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     }
 
     void IValueTaskSource<FlushResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-    {
-        // The scheduling context is ignored, as by a pipe without a synchronization context.
-        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
-        bool kept;
-        lock (_sync)
-        {
-            kept = _flush.TryKeepContinuation(token, continuation, state, context);
-        }
-        if (!kept)
-        {
-            new AwaiterCompletion(default, continuation, state, context, _inlineContinuations).Run(); // completed meanwhile
-        }
-    }
+        => _flush.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 
     /// <summary>What <see cref="TryTake"/> gives the sender.</summary>
     public enum OutputTake

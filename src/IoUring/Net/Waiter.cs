@@ -84,17 +84,22 @@ internal struct Waiter<TResult>
     }
 
     /// <summary>
-    /// The waiting operation's token registration, made after <see cref="Begin"/> outside the lock: kept while that
-    /// operation (<paramref name="version"/>) still waits; false when it completed meanwhile (the caller drops it).
+    /// Registers the waiting operation's token (<see cref="Begin"/> returned <paramref name="version"/>), outside
+    /// <paramref name="sync"/>, the owner's lock, which it then takes to keep the registration while that operation
+    /// still waits; one that completed meanwhile has its registration dropped at once.
     /// </summary>
-    public bool TryKeepRegistration(short version, CancellationTokenRegistration registration)
+    public void RegisterToken(object sync, short version, CancellationToken token, Action<object?, CancellationToken> onCancelled, object owner)
     {
-        if (!IsWaiting || _version != version)
+        CancellationTokenRegistration registration = token.UnsafeRegister(onCancelled, owner);
+        lock (sync)
         {
-            return false;
+            if (IsWaiting && _version == version)
+            {
+                _registration = registration;
+                return;
+            }
         }
-        _registration = registration;
-        return true;
+        registration.Unregister(); // completed already
     }
 
     /// <summary>Sets the waiting operation's outcome and takes what is left to do after the lock (run it then).</summary>
@@ -138,25 +143,33 @@ internal struct Waiter<TResult>
             : ValueTaskSourceStatus.Faulted;
     }
 
-    /// <summary>Keeps the awaiter's continuation to run at completion; false when the outcome is set already (run it now, after the lock).</summary>
-    public bool TryKeepContinuation(short token, Action<object?> continuation, object? state, ExecutionContext? context)
+    /// <summary>
+    /// IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the awaiter's continuation
+    /// to run at completion, or runs it now if the outcome is set already (the scheduling context is ignored, as by a
+    /// pipe without a synchronization context; the execution context flows when asked).
+    /// </summary>
+    public void OnCompleted(object sync, Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags, bool inlineContinuations)
     {
-        if (token != _version)
+        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        lock (sync)
         {
-            throw new InvalidOperationException("An operation was awaited after a later one started.");
+            if (token != _version)
+            {
+                throw new InvalidOperationException("An operation was awaited after a later one started.");
+            }
+            if (!_completed)
+            {
+                if (_continuation is not null)
+                {
+                    // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe, refuse.
+                    throw new InvalidOperationException("The operation is already being awaited: concurrent awaits are not supported.");
+                }
+                _continuation = continuation;
+                _continuationState = state;
+                _continuationContext = context;
+                return;
+            }
         }
-        if (_completed)
-        {
-            return false;
-        }
-        if (_continuation is not null)
-        {
-            // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe, refuse.
-            throw new InvalidOperationException("The operation is already being awaited: concurrent awaits are not supported.");
-        }
-        _continuation = continuation;
-        _continuationState = state;
-        _continuationContext = context;
-        return true;
+        new AwaiterCompletion(default, continuation, state, context, inlineContinuations).Run(); // completed meanwhile: run it now
     }
 }

@@ -12,7 +12,8 @@
 //             (IoUringTransportOptions.UseLoopMemoryPools = false: the comparison of benchmarks/run-kestrel.sh)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
-//   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, and GET /_jit: methods JIT-compiled
+//   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, GET /_threadpool: thread-pool work
+//             items completed, and GET /_jit: methods JIT-compiled
 //             so far (benchmarks/run-kestrel.sh samples both)
 //
 //   curl http://127.0.0.1:5000/plaintext
@@ -144,6 +145,8 @@ if (stats)
     app.MapGet("/_stats", () => Results.Text(GC.GetTotalAllocatedBytes(precise: true).ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
     // Methods compiled so far: the runtime tiers code up for tens of seconds under load, so the harness warms up until this stops growing.
     app.MapGet("/_jit", () => Results.Text(System.Runtime.JitInfo.GetCompiledMethodCount().ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
+    // Thread-pool work items completed so far: over a measured window, divided by its requests, the hops per request.
+    app.MapGet("/_threadpool", () => Results.Text(ThreadPool.CompletedWorkItemCount.ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
 }
 
 app.Map("/ws", async (HttpContext context) =>

@@ -43,7 +43,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         LocalEndPoint = connection.LocalEndPoint;
         RemoteEndPoint = connection.RemoteEndPoint;
 
-        _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).ScheduleConnectionClosed(), this);
+        // IoUringConnection cancels its token on the thread pool, where this fires at once (no second hop).
+        _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).FireConnectionClosed(), this);
         _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
         if (transport.Logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug))
         {
@@ -156,24 +157,32 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         ScheduleConnectionClosed();
     }
 
+    /// <summary>From the loop thread: fires <see cref="ConnectionClosed"/> on the thread pool (once).</summary>
     private void ScheduleConnectionClosed()
+    {
+        if (Volatile.Read(ref _closedScheduled) != 0)
+        {
+            return;
+        }
+        // Never on the loop thread: Kestrel's callbacks on this token do real work.
+        ThreadPool.UnsafeQueueUserWorkItem(static c => c.FireConnectionClosed(), this, preferLocal: false);
+    }
+
+    /// <summary>On a thread-pool thread: fires <see cref="ConnectionClosed"/> (once), then lets DisposeAsync finish.</summary>
+    private void FireConnectionClosed()
     {
         if (Interlocked.Exchange(ref _closedScheduled, 1) != 0)
         {
             return;
         }
-        // Never on the loop thread: Kestrel's callbacks on this token do real work.
-        ThreadPool.UnsafeQueueUserWorkItem(static c =>
+        try
         {
-            try
-            {
-                c._closedSource.Cancel();
-            }
-            catch (Exception ex)
-            {
-                IoUringTransportLog.ConnectionError(c._transport.Logger, c.ConnectionId, ex);
-            }
-            c._closedFired.TrySetResult();
-        }, this, preferLocal: false);
+            _closedSource.Cancel();
+        }
+        catch (Exception ex)
+        {
+            IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
+        }
+        _closedFired.TrySetResult();
     }
 }

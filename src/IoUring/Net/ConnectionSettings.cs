@@ -64,13 +64,17 @@ internal sealed record ConnectionSettings
 /// <summary>
 /// The live connections of a network, so that disposing it (or a loop's stop) can close them: a doubly linked list
 /// through the connections themselves (<see cref="IoUringConnection.RegistryPrevious"/>, <see cref="IoUringConnection.RegistryNext"/>),
-/// so registering one allocates nothing. Added and removed on the loops' threads, under one lock.
+/// so registering one allocates nothing. Added and removed on the loops' threads, under one lock. A removed connection
+/// still tells its application on the thread pool (<see cref="IoUringConnection.Closed"/>); the network's disposal waits
+/// for that too (<see cref="WhenClosedSignalled"/>).
 /// </summary>
 internal sealed class ConnectionRegistry
 {
     private readonly Lock _lock = new();
     private IoUringConnection? _first;
     private int _count;
+    private int _signalsPending; // removed, Closed not completed yet
+    private TaskCompletionSource? _signalled;
 
     public int Count => Volatile.Read(ref _count);
 
@@ -107,6 +111,31 @@ internal sealed class ConnectionRegistry
             }
             connection.RegistryPrevious = connection.RegistryNext = null;
             _count--;
+            _signalsPending++;
+        }
+    }
+
+    /// <summary>A removed connection's Closed has completed.</summary>
+    public void OnClosedSignalled()
+    {
+        lock (_lock)
+        {
+            if (--_signalsPending == 0)
+            {
+                _signalled?.TrySetResult();
+                _signalled = null;
+            }
+        }
+    }
+
+    /// <summary>Completes when every removed connection has completed its Closed (connections still registered not counted).</summary>
+    public Task WhenClosedSignalled()
+    {
+        lock (_lock)
+        {
+            return _signalsPending == 0
+                ? Task.CompletedTask
+                : (_signalled ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
         }
     }
 

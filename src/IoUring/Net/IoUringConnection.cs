@@ -32,7 +32,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionSender _sender;
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
     private int _closedSignalled;   // 1 once closed: a token source made from then on is cancelled at once
-    private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    // Completed only from the thread-pool item that OnClosed queues, so its awaiters continue there, inline (one hop
+    // per close for the token and Closed together, not one each).
+    private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
@@ -397,11 +399,30 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
-        _closed.TrySetResult();
+        ThreadPool.UnsafeQueueUserWorkItem(static c => c.SignalClosed(), this, preferLocal: false);
+    }
+
+    /// <summary>
+    /// On the thread pool, once the connection has closed: cancels <see cref="ConnectionClosed"/> (its callbacks run
+    /// here), then completes <see cref="Closed"/> (its awaiters continue here: <see cref="DisposeAsync"/>'s caller).
+    /// The network's disposal waits for this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
+    /// </summary>
+    private void SignalClosed()
+    {
         if (Volatile.Read(ref _closedTokenSource) is { } source)
         {
-            CancelOnThreadPool(source);
+            try
+            {
+                source.Cancel();
+            }
+            catch (Exception ex)
+            {
+                // A callback threw (CancellationTokenSource ran the rest first): Closed must still complete.
+                _owner.Loop.ReportUnhandled(ex);
+            }
         }
+        _closed.TrySetResult();
+        _settings.Registry?.OnClosedSignalled();
     }
 
     /// <summary>

@@ -255,6 +255,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             loop.Dispose();
         }
+        // Every connection's fd is closed now (a stopping loop closes its own) and each tells its application on the
+        // thread pool (ConnectionClosed, Closed): return once all have.
+        await _registry.WhenClosedSignalled().ConfigureAwait(false);
     }
 
     /// <summary>A stopping loop closes its connections, so that no fd outlives it. Runs on that loop.</summary>

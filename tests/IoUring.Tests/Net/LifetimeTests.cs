@@ -242,6 +242,29 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Closing_runs_the_token_callbacks_and_Closed_awaiters_on_the_thread_pool_with_the_token_cancelled_first()
+    {
+        var (client, server) = await ConnectPairAsync();
+        bool callbackOnPool = false, callbackOnLoop = true;
+        using CancellationTokenRegistration registration = server.ConnectionClosed.Register(() =>
+        {
+            callbackOnPool = Thread.CurrentThread.IsThreadPoolThread;
+            callbackOnLoop = server.Loop.IsOnLoopThread;
+        });
+        // A synchronous continuation runs on whichever thread completes Closed: it must not be the loop's.
+        Task<(bool OnPool, bool OnLoop, bool TokenCancelled)> awaiter = server.Closed.ContinueWith(
+            _ => (Thread.CurrentThread.IsThreadPoolThread, server.Loop.IsOnLoopThread, server.ConnectionClosed.IsCancellationRequested),
+            TaskContinuationOptions.ExecuteSynchronously);
+        Reset(client);
+        var (onPool, onLoop, tokenCancelled) = await awaiter.WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.True(onPool);
+        Assert.False(onLoop);
+        Assert.True(tokenCancelled); // its callbacks ran before Closed completed
+        Assert.True(callbackOnPool);
+        Assert.False(callbackOnLoop);
+    }
+
+    [Fact]
     public async Task Endpoints_read_after_the_connection_closed_are_its_own()
     {
         var (client, server) = await ConnectPairAsync();
@@ -463,7 +486,14 @@ public sealed class LifetimeTests : IAsyncLifetime
         // The fd is released only by the owning stream; otherwise the connection is the caller's to dispose.
         await Eventually.WaitForAsync(() => _network.ConnectionCount == 0);
         Assert.Equal(ownsConnection ? 0 : 1, _network.ConnectionCount);
-        Assert.Equal(ownsConnection, connection.Closed.IsCompleted);
+        if (ownsConnection)
+        {
+            await connection.Closed.WaitAsync(TimeSpan.FromSeconds(10)); // completes on the thread pool after the count drops
+        }
+        else
+        {
+            Assert.False(connection.Closed.IsCompleted);
+        }
         await connection.DisposeAsync();
         Assert.Equal(0, _network.ConnectionCount);
     }

@@ -14,7 +14,9 @@
 # fresh, checked (benchmarks/kestrel/probe.py), warmed up until it stops JIT-compiling, then measured in interleaved rounds (each io_uring server
 # measured next to its Sockets counterpart, pairs rotated and flipped each round). Per round: requests/s and p50/p99 latency from the generator; the server's utime+stime from
 # /proc/PID/stat over the measured window only (requests per server CPU-second); bytes allocated per request from
-# the sample's opt-in GET /_stats (--stats) before and after the window; VmRSS in the middle of the window.
+# the sample's opt-in GET /_stats (--stats) before and after the window; thread-pool work items per request likewise
+# (GET /_threadpool; the two probe requests around the window are counted too: negligible), context switches of all
+# the server's threads per request from /proc/PID/task/*/status; VmRSS in the middle of the window.
 # A round whose server used less than 90% of one CPU is marked generator-bound.
 #
 # Scenarios (SCENARIOS, default all of these; the number is the connection count):
@@ -301,6 +303,10 @@ stat_of() { # name path: a number from the sample's opt-in stats endpoints, "-" 
     [[ $body =~ ^[0-9]+$ ]] && echo "$body" || echo -
 }
 allocated() { stat_of "$1" /_stats; }   # GC.GetTotalAllocatedBytes(precise: true)
+pool_items() { stat_of "$1" /_threadpool; }   # ThreadPool.CompletedWorkItemCount (an older sample: "-")
+ctx_switches() { # pid: voluntary + involuntary context switches of all its threads so far
+    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }'
+}
 # The runtime keeps tiering code up (tier 0 -> instrumented -> tier 1) for 20-40 s under load on this one busy CPU,
 # and req/s can sit flat for many seconds before the tier-1 code lands: a fixed short warm-up measures half-compiled
 # servers (measured: iouring 55k req/s before, 100k+ after). So warm up in WARMUP-second steps until a step compiles
@@ -366,7 +372,7 @@ echo "raw outputs: $OUT; estimated time ~${estimate} min"
 CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
-    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -434,7 +440,8 @@ load_scenario() {
             out="$OUT/$scen-round$round-$name.txt"
             local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
             a0=$(allocated "$name")
-            local th0 th1
+            local th0 th1 i0 i1 x0 x1
+            i0=$(pool_items "$name"); x0=$(ctx_switches "$p")
             th0=$(thread_ticks "$p")
             c0=$(cpu_ticks_of_machine); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
             start_generator "$name" "$DURATION" "$out"
@@ -443,12 +450,14 @@ load_scenario() {
             finish_generator
             s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
             th1=$(thread_ticks "$p")
+            x1=$(ctx_switches "$p"); i1=$(pool_items "$name")
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
                 "$(echo "scale=3; ($t1 - $t0) / $CLK_TCK" | bc)" "$(echo "$s1 - $s0" | bc)" "$a0" "$a1" - "$rss" - - - \
                 "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
                 "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)" \
-                "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')"
+                "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')" \
+                "$i0/$i1" "$x0/$x1"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
                 "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
                 "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
@@ -491,7 +500,7 @@ idle_scenario() {
             echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
             reap "$client"
             stop_server "$name"
-            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - - -
+            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - - - - -
             printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
                 "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
         done

@@ -165,6 +165,11 @@ def main():
             parts = (row.get("threads_s") or "").split("/")
             pool, io = (number(parts[0]), number(parts[1])) if len(parts) == 3 else (NAN, NAN)
             d["pool_util"], d["io_util"] = (pool / wall, io / wall) if wall > 0 else (NAN, NAN)
+            # thread-pool work items and context switches per request ("before/after"; older runs have neither)
+            for key, column in (("pool_items", "pool_items"), ("ctxsw", "ctx_switches")):
+                pair = (row.get(column) or "").split("/")
+                d[key] = ((number(pair[1]) - number(pair[0])) / requests
+                          if len(pair) == 2 and requests else NAN)
             d["cpu0_other"] = max(0.0, number(row["cpu0_busy"]) - d["util"])
             d["cpu0_softirq"] = number(row["cpu0_softirq"])
             d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
@@ -174,10 +179,11 @@ def main():
         rounds.append(d)
 
     columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "target_rate", "requests", "rps", "per_cpu",
-               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "pool_items", "ctxsw", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
     names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
-             "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib"}
+             "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib",
+             "pool_items": "pool_items_per_req", "ctxsw": "ctx_switches_per_req"}
     with open(os.path.join(out, "results.tsv"), "w") as f:
         f.write("\t".join(names.get(c, c) for c in columns) + "\n")
         for d in rounds:
@@ -214,15 +220,15 @@ def main():
         print("## Under load")
         print()
         print("| scenario | server | req/s | req per server CPU-s | vs sockets | per round | p50 ms | p99 ms | p99 vs sockets "
-              "| server CPU | CPU 0 other | generator-bound | alloc B/req | RSS MiB | bytes/resp | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| server CPU | CPU 0 other | generator-bound | pool items/req | alloc B/req | RSS MiB | bytes/resp | errors | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in load:
             base = by.get((scen, "sockets"))
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
                     note = f"wrong response: {failed[(scen, s)]}" if (scen, s) in failed else "—"
-                    print(f"| {scen} | {s} | {note} |" + " — |" * 14)
+                    print(f"| {scen} | {s} | {note} |" + " — |" * 15)
                     continue
                 per_cpu, p99 = med("per_cpu", xs), med("p99", xs)
                 vs = per_cpu / med("per_cpu", base) if base else NAN
@@ -232,7 +238,7 @@ def main():
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
                 print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
-                      f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
+                      f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('pool_items', xs), '.2f')} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
                       f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
                 medians.append((scen, s, per_cpu, bound, len(xs)))
         print()
@@ -247,7 +253,9 @@ def main():
         print("other processes, steal, interrupts (with `CONFIG_IRQ_TIME_ACCOUNTING` also softirq work done during the")
         print("server's syscalls; results.tsv has CPU 0's irq+softirq share and the machine's steal share per round); well above 0 means the run was disturbed.")
         print("**generator-bound**: rounds where the server stayed under 90% of one CPU (the generator, or the machine's")
-        print("other load, was the limit, so req/s understates the server). **alloc B/req**: difference of")
+        print("other load, was the limit, so req/s understates the server). **pool items/req**: thread-pool work items")
+        print("completed in the window (`ThreadPool.CompletedWorkItemCount`, the sample's `--stats` endpoint) / requests: the")
+        print("hops to and from the thread pool (results.tsv also has context switches per request). **alloc B/req**: difference of")
         print("`GC.GetTotalAllocatedBytes(precise: true)` (the sample's `--stats` endpoint) across the window / requests.")
         print("**RSS**: VmRSS in the middle of the window. **bytes/resp**: generator bytes read / requests, checked against")
         print("the probe's response size. **errors**: the generator's socket errors + non-2xx responses, all rounds.")
@@ -258,14 +266,14 @@ def main():
         print("## At a fixed rate (partial load)")
         print()
         print("| scenario | server | target req/s | req/s | server CPU | thread pool | I/O threads | CPU vs sockets | per round "
-              "| p50 ms | p99 ms | p99.9 ms | p99 vs sockets | alloc B/req | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| p50 ms | p99 ms | p99.9 ms | p99 vs sockets | pool items/req | alloc B/req | errors | server fail logs |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scen in rated:
             base = by.get((scen, "sockets"))
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
-                    print(f"| {scen} | {s} |" + " — |" * 14)
+                    print(f"| {scen} | {s} |" + " — |" * 15)
                     continue
                 util, p99 = med("util", xs), med("p99", xs)
                 vs = util / med("util", base) if base else NAN
@@ -274,14 +282,15 @@ def main():
                 print(f"| {scen} | {s} | {fmt(med('target_rate', xs), ',.0f')} | {med('rps', xs):,.0f} | {util:.0%} "
                       f"| {fmt(med('pool_util', xs), '.0%')} | {fmt(med('io_util', xs), '.0%')} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} | {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} "
                       f"| {fmt(med('p999', xs), '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
-                      f"| {fmt(med('alloc', xs), ',.0f')} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
+                      f"| {fmt(med('pool_items', xs), '.2f')} | {fmt(med('alloc', xs), ',.0f')} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
         print()
         print("Every server gets the same request rate (h2load `--h1 --rps`, 64 connections, the rate split evenly over")
         print("them; 100% is the sockets server's maximum measured flat out in the same run, see the header).")
         print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%), of which **thread pool**:")
         print("the .NET thread pool's workers (the application, and whatever the transport runs there; a worker that exits")
         print("in the window takes its time with it, so this is a lower bound) and **I/O threads**: the transport's own")
-        print("(the io_uring loop; Sockets' epoll thread); **CPU vs sockets**:")
+        print("(the io_uring loop; Sockets' epoll thread); **pool items/req**: thread-pool work items per request, as above;")
+        print("**CPU vs sockets**:")
         print("that over the sockets server's (lower is better); **per round**: that ratio round by round, its median")
         print("and lowest–highest. **p50/p99/p99.9**: from h2load's per-request log (time from sending the request to the end of")
         print("the response; requests held back while a connection waits are not counted from their intended start,")

@@ -9,6 +9,9 @@
 #                   commit's, built in a worktree): the before/after check; measured alone, not paired with Sockets
 #   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
 #                   DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1, as TechEmpower runs it)
+#   iouring-nospin, sockets-nospin  as iouring and sockets with DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0 (idle
+#                   thread-pool workers block at once instead of spinning; on this one-CPU server a spinning worker
+#                   yields the CPU back and forth with the io_uring loop: the knob's effect on each transport)
 #   c               benchmarks/c/plaintext_server       (liburing, one thread: plaintext, pipelined, json, idle only)
 # Every server is pinned to CPU 0 (taskset -c 0), the generator to CPU 1. Per scenario all servers are started
 # fresh, checked (benchmarks/kestrel/probe.py), warmed up until it stops JIT-compiling, then measured in interleaved rounds (each io_uring server
@@ -195,6 +198,7 @@ fi
 start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
     transport=${transport%-base}
+    transport=${transport%-nospin}
     local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
     [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
     ((S_H2C)) && args+=(--h2c)
@@ -210,6 +214,7 @@ start_server() { # name port tag (names the log)
         iouring|iouring-inline|iouring-kestrelpool|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-base) taskset -c 0 "${BASE_SAMPLE:?iouring-base needs BASE_SAMPLE, the KestrelSample binary of another build}" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring-nospin|sockets-nospin) DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         c) taskset -c 0 "$C_SERVER" "$port" >"$log" 2>&1 & ;;
         *) echo "unknown server $name"; exit 2 ;;
     esac

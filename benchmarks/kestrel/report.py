@@ -326,7 +326,8 @@ def main():
                                    if any(s.startswith(k + "-") for s in scenarios)) + ". The number is the connection count.")
     print("Servers: **iouring** = `samples/KestrelSample --transport iouring` (`UseIoUring()`), **sockets** = Kestrel's")
     print("Sockets transport, **-inline** = `UnsafePreferInlineScheduling` on that transport (for Sockets also")
-    print("`DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1`, as TechEmpower runs it), **c** = `benchmarks/c/plaintext_server`")
+    print("`DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1`, as TechEmpower runs it), **-nospin** = that transport with")
+    print("`DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0` (idle thread-pool workers do not spin), **c** = `benchmarks/c/plaintext_server`")
     print("(liburing, one thread, canned responses; plaintext, json and idle only).")
     print()
     if load:

@@ -110,7 +110,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// </summary>
     public CancellationToken ConnectionClosed => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token ?? new CancellationToken(canceled: true);
 
-    /// <summary>Completes when the connection has closed and its fd is released.</summary>
+    /// <summary>
+    /// Completes when the connection has closed and its fd is released: on a thread-pool thread, after
+    /// <see cref="ConnectionClosed"/> was cancelled (never on the loop thread, so a continuation may run synchronously).
+    /// </summary>
     public Task Closed => _closed.Task;
 
     /// <summary>

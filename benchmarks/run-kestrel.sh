@@ -265,7 +265,8 @@ cpu_ticks() { # utime + stime of the whole process (all threads), in clock ticks
 }
 thread_ticks() { # pid: utime+stime ticks so far of the .NET thread pool's workers, of the transport's I/O threads
     # (io_uring loops; Sockets' epoll threads) and of the other threads (a thread that exits in the window takes its
-    # ticks with it: the thread pool retires idle workers, so its share is a lower bound)
+    # ticks with it: the thread pool retires idle workers, so report.py takes the workers' share as the process's
+    # CPU less the I/O and other threads')
     local t comm stat n pool=0 io=0 other=0
     for t in /proc/$1/task/*; do
         comm=$(<"$t/comm") 2>/dev/null || continue

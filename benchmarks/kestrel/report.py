@@ -163,7 +163,9 @@ def main():
             d["bound"] = d["util"] < 0.9
             # the CPU of the thread pool's workers and of the transport's I/O threads (loops, epoll), per wall second
             parts = (row.get("threads_s") or "").split("/")
-            pool, io = (number(parts[0]), number(parts[1])) if len(parts) == 3 else (NAN, NAN)
+            # The workers' share is the process's CPU less its I/O and other threads': a worker that exits in the
+            # window (the pool retires idle ones) takes its per-thread ticks with it, but not the process's.
+            pool, io = (max(0.0, cpu - number(parts[1]) - number(parts[2])), number(parts[1])) if len(parts) == 3 else (NAN, NAN)
             d["pool_util"], d["io_util"] = (pool / wall, io / wall) if wall > 0 else (NAN, NAN)
             # thread-pool work items and context switches per request ("before/after"; older runs have neither)
             for key, column in (("pool_items", "pool_items"), ("ctxsw", "ctx_switches")):
@@ -287,8 +289,8 @@ def main():
         print("Every server gets the same request rate (h2load `--h1 --rps`, 64 connections, the rate split evenly over")
         print("them; 100% is the sockets server's maximum measured flat out in the same run, see the header).")
         print("**server CPU**: the server's utime+stime / wall time over the window (1 CPU = 100%), of which **thread pool**:")
-        print("the .NET thread pool's workers (the application, and whatever the transport runs there; a worker that exits")
-        print("in the window takes its time with it, so this is a lower bound) and **I/O threads**: the transport's own")
+        print("the .NET thread pool's workers (the application, and whatever the transport runs there: the process's CPU")
+        print("less that of its other threads, so workers that exited in the window count) and **I/O threads**: the transport's own")
         print("(the io_uring loop; Sockets' epoll thread); **pool items/req**: thread-pool work items per request, as above;")
         print("**CPU vs sockets**:")
         print("that over the sockets server's (lower is better); **per round**: that ratio round by round, its median")

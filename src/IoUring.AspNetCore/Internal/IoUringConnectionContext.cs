@@ -43,7 +43,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         LocalEndPoint = connection.LocalEndPoint;
         RemoteEndPoint = connection.RemoteEndPoint;
 
-        // IoUringConnection cancels its token on the thread pool, where this fires at once (no second hop).
+        // IoUringConnection cancels its token on the thread pool, where this fires at once (no second hop); when
+        // Kestrel awaits DisposeAsync, that fires it first (IoUringConnection completes Closed before the token).
         _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).FireConnectionClosed(), this);
         _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
         if (transport.Logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug))
@@ -126,7 +127,10 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
         _transport.Metrics.ConnectionClosed(_loopTag);
-        // The connection has closed, so ConnectionClosed was scheduled: let it run before the source goes.
+        // The connection has closed: fire ConnectionClosed here if nothing has yet (this runs on the thread pool, in
+        // the connection's closed item as a rule: no second hop), or wait for the item that is firing it, before the
+        // source goes.
+        FireConnectionClosed();
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();
     }
@@ -168,7 +172,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         ThreadPool.UnsafeQueueUserWorkItem(static c => c.FireConnectionClosed(), this, preferLocal: false);
     }
 
-    /// <summary>On a thread-pool thread: fires <see cref="ConnectionClosed"/> (once), then lets DisposeAsync finish.</summary>
+    /// <summary>On a thread-pool thread, never the loop's: fires <see cref="ConnectionClosed"/> (once), then lets DisposeAsync finish.</summary>
     private void FireConnectionClosed()
     {
         if (Interlocked.Exchange(ref _closedScheduled, 1) != 0)

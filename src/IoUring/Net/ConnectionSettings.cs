@@ -73,8 +73,15 @@ internal sealed class ConnectionRegistry
     private readonly Lock _lock = new();
     private IoUringConnection? _first;
     private int _count;
-    private int _signalsPending; // removed, Closed not completed yet
+    private int _signalsPending;  // removed, Closed not completed yet
+    private IoUringConnection? _awaitedExcept; // the signal WhenClosedSignalled's caller runs inside, if still running
     private TaskCompletionSource? _signalled;
+    // The connection this thread is telling its application that it closed (Closed's awaiters and ConnectionClosed's
+    // callbacks run inside): a network disposed synchronously from there must not wait for that one.
+    [ThreadStatic] private static IoUringConnection? t_signalling;
+
+    /// <summary>The connection whose close this thread is signalling right now (see <see cref="WhenClosedSignalled"/>).</summary>
+    public static IoUringConnection? SignallingOnThisThread => t_signalling;
 
     public int Count => Volatile.Read(ref _count);
 
@@ -115,27 +122,49 @@ internal sealed class ConnectionRegistry
         }
     }
 
-    /// <summary>A removed connection's Closed has completed.</summary>
-    public void OnClosedSignalled()
+    /// <summary>A removed connection starts telling its application (on this thread) that it closed.</summary>
+    public void BeginClosedSignal(IoUringConnection connection) => t_signalling = connection;
+
+    /// <summary>That connection's Closed has completed and its callbacks have run.</summary>
+    public void EndClosedSignal(IoUringConnection connection)
     {
+        t_signalling = null;
         lock (_lock)
         {
-            if (--_signalsPending == 0)
+            connection.ClosedSignalEnded = true;
+            _signalsPending--;
+            if (_awaitedExcept == connection)
             {
-                _signalled?.TrySetResult();
-                _signalled = null;
+                _awaitedExcept = null;
             }
+            CompleteWaitIfDone();
         }
     }
 
-    /// <summary>Completes when every removed connection has completed its Closed (connections still registered not counted).</summary>
-    public Task WhenClosedSignalled()
+    /// <summary>
+    /// Completes when every removed connection has completed its Closed (connections still registered not counted),
+    /// except <paramref name="except"/> while its signal still runs: the caller runs inside that signal (it took
+    /// <see cref="SignallingOnThisThread"/> before its first await), and blocking on it would wait for itself.
+    /// </summary>
+    public Task WhenClosedSignalled(IoUringConnection? except)
     {
         lock (_lock)
         {
-            return _signalsPending == 0
-                ? Task.CompletedTask
-                : (_signalled ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
+            _awaitedExcept = except is { ClosedSignalEnded: false } && except.Registry == this ? except : null;
+            _signalled ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            Task waited = _signalled.Task;
+            CompleteWaitIfDone();
+            return waited;
+        }
+    }
+
+    private void CompleteWaitIfDone() // under the lock
+    {
+        if (_signalled is { } signalled && _signalsPending <= (_awaitedExcept is null ? 0 : 1))
+        {
+            _signalled = null;
+            _awaitedExcept = null;
+            signalled.TrySetResult();
         }
     }
 

@@ -52,6 +52,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The network's <see cref="ConnectionRegistry"/> list (under its lock).</summary>
     internal IoUringConnection? RegistryPrevious, RegistryNext;
 
+    /// <summary>Closed has completed and ConnectionClosed's callbacks have run (under the registry's lock).</summary>
+    internal bool ClosedSignalEnded;
+
+    /// <summary>The network's registry this connection is (or was) in; null outside a network.</summary>
+    internal ConnectionRegistry? Registry => _settings.Registry;
+
     /// <summary>
     /// The connection's lifecycle, in this order only (each step is the only legal next one, asserted in
     /// <see cref="MoveTo"/>). The fd number stays this connection's until <see cref="FdClosed"/>: no request on it can
@@ -111,8 +117,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public CancellationToken ConnectionClosed => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token ?? new CancellationToken(canceled: true);
 
     /// <summary>
-    /// Completes when the connection has closed and its fd is released: on a thread-pool thread, after
-    /// <see cref="ConnectionClosed"/> was cancelled (never on the loop thread, so a continuation may run synchronously).
+    /// Completes when the connection has closed and its fd is released: on a thread-pool thread (never the loop's, so a
+    /// continuation may run synchronously), just before <see cref="ConnectionClosed"/> is cancelled on the same thread.
     /// </summary>
     public Task Closed => _closed.Task;
 
@@ -406,26 +412,40 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
     /// <summary>
-    /// On the thread pool, once the connection has closed: cancels <see cref="ConnectionClosed"/> (its callbacks run
-    /// here), then completes <see cref="Closed"/> (its awaiters continue here: <see cref="DisposeAsync"/>'s caller).
-    /// The network's disposal waits for this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
+    /// On the thread pool, once the connection has closed: completes <see cref="Closed"/> (its awaiters continue here:
+    /// <see cref="DisposeAsync"/>'s caller), then cancels <see cref="ConnectionClosed"/> (its callbacks run here, and
+    /// may block on Closed). The network's disposal waits for this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
     /// </summary>
     private void SignalClosed()
     {
-        if (Volatile.Read(ref _closedTokenSource) is { } source)
+        ConnectionRegistry? registry = _settings.Registry;
+        registry?.BeginClosedSignal(this);
+        try
         {
-            try
+            _closed.TrySetResult();
+            if (Volatile.Read(ref _closedTokenSource) is { } source)
             {
-                source.Cancel();
-            }
-            catch (Exception ex)
-            {
-                // A callback threw (CancellationTokenSource ran the rest first): Closed must still complete.
-                _owner.Loop.ReportUnhandled(ex);
+                CancelClosedToken(source);
             }
         }
-        _closed.TrySetResult();
-        _settings.Registry?.OnClosedSignalled();
+        finally
+        {
+            registry?.EndClosedSignal(this);
+        }
+    }
+
+    /// <summary>Cancels the ConnectionClosed source; a callback that throws is reported, never thrown at the thread pool.</summary>
+    private void CancelClosedToken(CancellationTokenSource source)
+    {
+        try
+        {
+            source.Cancel();
+        }
+        catch (Exception ex)
+        {
+            // A callback threw (CancellationTokenSource ran the others first).
+            _owner.Loop.ReportUnhandled(ex);
+        }
     }
 
     /// <summary>
@@ -447,13 +467,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         if (Volatile.Read(ref _closedSignalled) != 0)
         {
-            CancelOnThreadPool(source); // closed meanwhile, maybe without seeing the source
+            // Closed meanwhile, maybe without seeing the source: cancel it on the thread pool, as SignalClosed would.
+            ThreadPool.UnsafeQueueUserWorkItem(static s => s.Connection.CancelClosedToken(s.Source), (Connection: this, Source: source), preferLocal: false);
         }
         return source;
     }
-
-    private static void CancelOnThreadPool(CancellationTokenSource source)
-        => ThreadPool.UnsafeQueueUserWorkItem(static cts => cts.Cancel(), source, preferLocal: false);
 
     private void MoveTo(ConnectionState next)
     {

@@ -245,6 +245,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             return;
         }
+        // Taken before the first await: a dispose called from a connection's Closed continuation or ConnectionClosed
+        // callback (even blocking, as Dispose does) must not wait for that connection's signal to end.
+        IoUringConnection? signalling = ConnectionRegistry.SignallingOnThisThread;
         foreach (IoUringConnection connection in _registry.Snapshot())
         {
             connection.Abort();
@@ -257,7 +260,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         }
         // Every connection's fd is closed now (a stopping loop closes its own) and each tells its application on the
         // thread pool (ConnectionClosed, Closed): return once all have.
-        await _registry.WhenClosedSignalled().ConfigureAwait(false);
+        await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);
     }
 
     /// <summary>A stopping loop closes its connections, so that no fd outlives it. Runs on that loop.</summary>

@@ -242,26 +242,67 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
-    public async Task Closing_runs_the_token_callbacks_and_Closed_awaiters_on_the_thread_pool_with_the_token_cancelled_first()
+    public async Task Closing_completes_Closed_then_cancels_the_token_on_the_thread_pool_never_the_loop()
     {
         var (client, server) = await ConnectPairAsync();
-        bool callbackOnPool = false, callbackOnLoop = true;
+        bool callbackOnPool = false, callbackOnLoop = true, closedBeforeCallback = false;
+        var callbackRan = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         using CancellationTokenRegistration registration = server.ConnectionClosed.Register(() =>
         {
             callbackOnPool = Thread.CurrentThread.IsThreadPoolThread;
             callbackOnLoop = server.Loop.IsOnLoopThread;
+            closedBeforeCallback = server.Closed.IsCompleted;
+            callbackRan.TrySetResult();
         });
         // A synchronous continuation runs on whichever thread completes Closed: it must not be the loop's.
-        Task<(bool OnPool, bool OnLoop, bool TokenCancelled)> awaiter = server.Closed.ContinueWith(
-            _ => (Thread.CurrentThread.IsThreadPoolThread, server.Loop.IsOnLoopThread, server.ConnectionClosed.IsCancellationRequested),
+        Task<(bool OnPool, bool OnLoop)> awaiter = server.Closed.ContinueWith(
+            _ => (Thread.CurrentThread.IsThreadPoolThread, server.Loop.IsOnLoopThread),
             TaskContinuationOptions.ExecuteSynchronously);
         Reset(client);
-        var (onPool, onLoop, tokenCancelled) = await awaiter.WaitAsync(TimeSpan.FromSeconds(10));
+        var (onPool, onLoop) = await awaiter.WaitAsync(TimeSpan.FromSeconds(10));
+        await callbackRan.Task.WaitAsync(TimeSpan.FromSeconds(10));
         Assert.True(onPool);
         Assert.False(onLoop);
-        Assert.True(tokenCancelled); // its callbacks ran before Closed completed
         Assert.True(callbackOnPool);
         Assert.False(callbackOnLoop);
+        Assert.True(closedBeforeCallback); // a callback may block on Closed
+    }
+
+    [Fact]
+    public async Task Disposing_the_network_synchronously_from_a_Closed_continuation_does_not_wait_for_that_connection()
+    {
+        // A `using var network` in an async method whose last await was the connection's DisposeAsync: the dispose
+        // then runs in Closed's continuation, on the thread that completed Closed.
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        Task disposed = server.Closed.ContinueWith(_ => network.Dispose(), TaskContinuationOptions.ExecuteSynchronously);
+        Reset(client);
+        await disposed.WaitAsync(TimeSpan.FromSeconds(10)); // a hang guard: the dispose waited for its own caller
+        Assert.True(server.Closed.IsCompletedSuccessfully);
+    }
+
+    [Fact]
+    public async Task A_ConnectionClosed_callback_that_blocks_on_the_close_or_the_networks_dispose_returns()
+    {
+        var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client1, first) = await LoopbackPairs.ConnectAsync(listener);
+        var (client2, second) = await LoopbackPairs.ConnectAsync(listener);
+        var sawClosed = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+        var disposed = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        // Blocking in a cancellation callback is poor style, but it must not hang the connection or the network.
+        using CancellationTokenRegistration waitsForClosed = first.ConnectionClosed.Register(
+            () => sawClosed.TrySetResult(first.DisposeAsync().AsTask().Wait(TimeSpan.FromSeconds(10))));
+        using CancellationTokenRegistration disposesNetwork = second.ConnectionClosed.Register(() =>
+        {
+            network.Dispose();
+            disposed.TrySetResult();
+        });
+        Reset(client1);
+        Assert.True(await sawClosed.Task.WaitAsync(TimeSpan.FromSeconds(20)), "the callback waited 10 s for Closed");
+        Reset(client2);
+        await disposed.Task.WaitAsync(TimeSpan.FromSeconds(10)); // a hang guard
     }
 
     [Fact]

@@ -40,6 +40,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private static EventLoop? t_current;
     private int _liveOwners;
     private EventLoopCounters _counters;
+    private long _handlerExceptions; // its counter: written from any thread
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
@@ -106,6 +107,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
         MemoryPoolRentedBytes = _memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0,
         RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
+        HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
     };
 
     /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>
@@ -161,7 +163,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void ReportUnhandled(Exception exception)
     {
-        _counters.HandlerExceptions++;
+        Interlocked.Increment(ref _handlerExceptions); // also called off the loop thread (posts after the stop, close signals)
         try
         {
             _options.UnhandledException?.Invoke(exception);

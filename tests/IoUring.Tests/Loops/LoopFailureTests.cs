@@ -67,6 +67,28 @@ public sealed class LoopFailureTests
     }
 
     [Fact]
+    public async Task Exceptions_reported_from_several_threads_at_once_are_all_counted()
+    {
+        // Off the loop thread too: a connection's ConnectionClosed callback that throws is reported from the thread pool,
+        // possibly while the loop reports its own.
+        using var loop = new EventLoop(new EventLoopOptions { UnhandledException = _ => { } });
+        const int Threads = 4, Each = 50_000;
+        var exception = new InvalidOperationException("reported");
+        var start = new ManualResetEventSlim();
+        Task[] reporters = Enumerable.Range(0, Threads).Select(_ => Task.Factory.StartNew(() =>
+        {
+            start.Wait();
+            for (int i = 0; i < Each; i++)
+            {
+                loop.ReportUnhandled(exception);
+            }
+        }, TaskCreationOptions.LongRunning)).ToArray();
+        start.Set();
+        await Task.WhenAll(reporters).WaitAsync(TimeSpan.FromSeconds(30));
+        Assert.Equal(Threads * Each, loop.Counters.HandlerExceptions);
+    }
+
+    [Fact]
     public async Task An_exception_in_a_completion_handler_does_not_stop_the_loop()
     {
         var reported = new List<Exception>();

@@ -28,7 +28,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     private readonly TaskCompletionSource _closedFired = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly KeyValuePair<string, object?> _loopTag; // the metrics' series of this connection's loop
     private CancellationToken _connectionClosed;
-    private int _closedScheduled;
+    private int _closedTokenFired;   // 1 once FireConnectionClosed has run (or is running): it fires once
     private int _aborted;
     private int _finLogged;      // WriteFin is logged once: at Kestrel's Abort(null), or else at the dispose
     private int _disposed;
@@ -164,7 +164,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     /// <summary>From the loop thread: fires <see cref="ConnectionClosed"/> on the thread pool (once).</summary>
     private void ScheduleConnectionClosed()
     {
-        if (Volatile.Read(ref _closedScheduled) != 0)
+        if (Volatile.Read(ref _closedTokenFired) != 0)
         {
             return;
         }
@@ -175,7 +175,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     /// <summary>On a thread-pool thread, never the loop's: fires <see cref="ConnectionClosed"/> (once), then lets DisposeAsync finish.</summary>
     private void FireConnectionClosed()
     {
-        if (Interlocked.Exchange(ref _closedScheduled, 1) != 0)
+        if (Interlocked.Exchange(ref _closedTokenFired, 1) != 0)
         {
             return;
         }

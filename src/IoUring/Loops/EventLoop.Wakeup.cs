@@ -14,6 +14,7 @@ public sealed unsafe partial class EventLoop
     private int _eventFd = -1;
     private ulong* _eventFdValue;   // the wakeup READ's 8-byte target; freed after the loop's last completion
     private int _wakersWriting;     // threads inside Wake (see CloseWakeup)
+    private long _wakeups;          // eventfd writes, counted from whichever thread makes them
 
     /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it inline.</summary>
     /// <remarks>
@@ -125,7 +126,7 @@ public sealed unsafe partial class EventLoop
         {
             ulong one = 1;
             _ = Libc.write(fd, &one, sizeof(ulong));
-            _counters.Wakeups++;
+            Interlocked.Increment(ref _wakeups); // any thread: a plain ++ on the loop's counters lost counts
         }
         Interlocked.Decrement(ref _wakersWriting);
     }

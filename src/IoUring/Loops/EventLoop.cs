@@ -108,6 +108,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         MemoryPoolRentedBytes = _memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0,
         RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
+        Wakeups = Interlocked.Read(ref _wakeups),
     };
 
     /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>

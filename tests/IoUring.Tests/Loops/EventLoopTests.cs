@@ -178,6 +178,41 @@ public sealed class EventLoopTests
     }
 
     [Fact]
+    public async Task Wakeups_from_several_threads_at_once_are_all_counted()
+    {
+        // The meter's iouring.loop.wakeups: every eventfd write counts, whichever thread makes it (an application thread
+        // posting to a sleeping loop, the thread pool's deferred wake, a blocking caller's PostAndWake). The loop is held
+        // busy meanwhile, so the posts themselves wake nothing and each PostAndWake is exactly one write.
+        using var loop = new EventLoop();
+        using var gate = new ManualResetEventSlim();
+        var blocked = new TaskCompletionSource();
+        loop.Schedule(_ => { blocked.SetResult(); gate.Wait(); }, null);
+        await blocked.Task;
+        long before = loop.Counters.Wakeups;
+        const int Threads = 4, Each = 50_000;
+        Action<object?> nothing = static _ => { };
+        var start = new ManualResetEventSlim();
+        Task[] wakers = Enumerable.Range(0, Threads).Select(_ => Task.Factory.StartNew(() =>
+        {
+            start.Wait();
+            for (int i = 0; i < Each; i++)
+            {
+                loop.PostAndWake(nothing, null);
+            }
+        }, TaskCreationOptions.LongRunning)).ToArray();
+        start.Set();
+        try
+        {
+            await Task.WhenAll(wakers).WaitAsync(TimeSpan.FromSeconds(60));
+            Assert.Equal(Threads * Each, loop.Counters.Wakeups - before);
+        }
+        finally
+        {
+            gate.Set();
+        }
+    }
+
+    [Fact]
     public async Task Stopping_cancels_requests_in_flight_and_waits_for_their_completions()
     {
         var loop = new EventLoop();

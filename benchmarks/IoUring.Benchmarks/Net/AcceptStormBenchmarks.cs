@@ -124,6 +124,11 @@ public class AcceptStormBenchmarks
     {
         // How the connections spread over the loops (each received 128 B per connection it served).
         Console.WriteLine("// connections per loop: " + string.Join(", ", _network!.Loops.Select(l => l.Counters.BytesReceived / MessageSize)));
+        // What handing connections between loops can cost at most: the eventfd writes that woke a sleeping loop (a
+        // hand-off's post, or any other) and the loops' system calls, per connection served.
+        long served = Math.Max(1, _network.Loops.Sum(l => l.Counters.BytesReceived / MessageSize));
+        Console.WriteLine($"// per connection: {(double)_network.Loops.Sum(l => l.Counters.Wakeups) / served:F3} loop wake-ups (eventfd writes), "
+            + $"{(double)_network.Loops.Sum(l => l.Counters.Syscalls) / served:F3} io_uring_enter calls");
         _ioUringListener?.DisposeAsync().AsTask().GetAwaiter().GetResult();
         _network?.Dispose();
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));

@@ -13,8 +13,11 @@ namespace IoUring.Benchmarks.Net;
 /// the same API: IoUring (an <see cref="IoUringNetwork"/> with default options — a loop per CPU — whose listener's
 /// connections echo through their pipes, and whose <see cref="IoUringNetwork.ConnectAsync"/> clients write to
 /// Output and read Input) against System.Net.Sockets (Socket.AcceptAsync and a 16 KiB-buffer
-/// ReceiveAsync/SendAsync echo loop per connection; Socket clients with SendAsync/ReceiveAsync). Listening,
-/// connecting and buffers are set up before measuring; the measured part is only the round trips.
+/// ReceiveAsync/SendAsync echo loop per connection; Socket clients with SendAsync/ReceiveAsync). A third job,
+/// "System.Net.Sockets + Pipe", runs IoUring's echo code (the same pipe API, the same two copies per echoed byte) over
+/// sockets served as Kestrel's Sockets transport serves them (<see cref="SocketPipeConnection"/>): it tells what the
+/// pipe API costs from what the transport costs. Listening, connecting and buffers are set up before measuring; the
+/// measured part is only the round trips.
 /// </summary>
 [Config(typeof(NetJobConfig))]
 public class EchoBenchmarks
@@ -28,6 +31,10 @@ public class EchoBenchmarks
     private Socket[] _socketClients = [];
     private byte[][] _clientBuffers = [];
     private readonly List<Socket> _socketServerSides = [];
+
+    // System.Net.Sockets + Pipe
+    private SocketPipeConnection[] _pipeClients = [];
+    private readonly List<SocketPipeConnection> _pipeServerSides = [];
 
     // IoUring
     private IoUringNetwork? _network;
@@ -61,6 +68,24 @@ public class EchoBenchmarks
             _clientBuffers[i] = new byte[MessageSize];
         }
         Sockets().GetAwaiter().GetResult(); // fails here, not in the middle of a run
+    }
+
+    [GlobalSetup(Target = nameof(SocketsWithPipes))]
+    public void SetupSocketsWithPipes()
+    {
+        Prepare();
+        _socketListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        _socketListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        _socketListener.Listen(512);
+        _acceptLoop = AcceptSocketPipesAsync(_socketListener);
+        _pipeClients = new SocketPipeConnection[Connections];
+        for (int i = 0; i < Connections; i++)
+        {
+            var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+            client.Connect(_socketListener.LocalEndPoint!);
+            _pipeClients[i] = new SocketPipeConnection(client);
+        }
+        SocketsWithPipes().GetAwaiter().GetResult();
     }
 
     [GlobalSetup(Target = nameof(IoUring))]
@@ -104,6 +129,25 @@ public class EchoBenchmarks
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));
     }
 
+    [GlobalCleanup(Target = nameof(SocketsWithPipes))]
+    public void CleanupSocketsWithPipes()
+    {
+        foreach (SocketPipeConnection client in _pipeClients)
+        {
+            client.DisposeAsync().AsTask().GetAwaiter().GetResult();
+        }
+        _socketListener?.Dispose();
+        _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));
+        lock (_pipeServerSides)
+        {
+            foreach (SocketPipeConnection s in _pipeServerSides)
+            {
+                s.DisposeAsync().AsTask().GetAwaiter().GetResult();
+            }
+            _pipeServerSides.Clear();
+        }
+    }
+
     [GlobalCleanup(Target = nameof(IoUring))]
     public void CleanupIoUring()
     {
@@ -130,16 +174,30 @@ public class EchoBenchmarks
         return Task.WhenAll(_tasks);
     }
 
+    [Benchmark(Description = "System.Net.Sockets + Pipe")]
+    public Task SocketsWithPipes()
+    {
+        if (Connections == 1)
+        {
+            return EchoPipeClientAsync(_pipeClients[0].Input, _pipeClients[0].Output);
+        }
+        for (int i = 0; i < _tasks.Length; i++)
+        {
+            _tasks[i] = EchoPipeClientAsync(_pipeClients[i].Input, _pipeClients[i].Output);
+        }
+        return Task.WhenAll(_tasks);
+    }
+
     [Benchmark(Description = "IoUring")]
     public Task IoUring()
     {
         if (Connections == 1)
         {
-            return EchoIoUringAsync(_ioUringClients[0]);
+            return EchoPipeClientAsync(_ioUringClients[0].Input, _ioUringClients[0].Output);
         }
         for (int i = 0; i < _tasks.Length; i++)
         {
-            _tasks[i] = EchoIoUringAsync(_ioUringClients[i]);
+            _tasks[i] = EchoPipeClientAsync(_ioUringClients[i].Input, _ioUringClients[i].Output);
         }
         return Task.WhenAll(_tasks);
     }
@@ -218,12 +276,12 @@ public class EchoBenchmarks
         }
     }
 
-    // ---- IoUring ----
+    // ---- The pipe API: IoUring, and System.Net.Sockets + Pipe ----
 
-    private async Task EchoIoUringAsync(IoUringConnection client)
+    private async Task EchoPipeClientAsync(PipeReader input, PipeWriter output)
     {
-        Task read = ReadExactlyAsync(client.Input, _message.Length);
-        FlushResult flush = await client.Output.WriteAsync(_message).ConfigureAwait(false);
+        Task read = ReadExactlyAsync(input, _message.Length);
+        FlushResult flush = await output.WriteAsync(_message).ConfigureAwait(false);
         if (flush.IsCompleted)
         {
             throw new InvalidOperationException("The connection's output completed.");
@@ -255,10 +313,37 @@ public class EchoBenchmarks
         }
     }
 
+    private async Task AcceptSocketPipesAsync(Socket listener)
+    {
+        while (true)
+        {
+            Socket socket;
+            try
+            {
+                socket = await listener.AcceptAsync().ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
+            {
+                return;
+            }
+            socket.NoDelay = true;
+            var connection = new SocketPipeConnection(socket);
+            lock (_pipeServerSides)
+            {
+                _pipeServerSides.Add(connection);
+            }
+            _ = EchoPipeServerAsync(connection.Input, connection.Output);
+        }
+    }
+
     private static async Task EchoIoUringServerAsync(IoUringConnection connection)
     {
-        PipeReader input = connection.Input;
-        PipeWriter output = connection.Output;
+        await EchoPipeServerAsync(connection.Input, connection.Output).ConfigureAwait(false);
+        connection.Abort();
+    }
+
+    private static async Task EchoPipeServerAsync(PipeReader input, PipeWriter output)
+    {
         try
         {
             while (true)
@@ -277,10 +362,9 @@ public class EchoBenchmarks
                 }
             }
         }
-        catch (Exception ex) when (ex is IOException or OperationCanceledException or InvalidOperationException)
+        catch (Exception ex) when (ex is IOException or OperationCanceledException or InvalidOperationException or SocketException)
         {
             // aborted at cleanup
         }
-        connection.Abort();
     }
 }

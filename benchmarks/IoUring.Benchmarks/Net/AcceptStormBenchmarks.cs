@@ -55,7 +55,7 @@ public class AcceptStormBenchmarks
         _socketListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         _socketListener.Listen(512);
         _endPoint = (IPEndPoint)_socketListener.LocalEndPoint!;
-        _acceptLoop = AcceptSocketsAsync(_socketListener);
+        _acceptLoop = SocketAcceptLoop.RunAsync(_socketListener, socket => _ = ServeSocketAsync(socket));
     }
 
     [GlobalSetup(Target = nameof(IoUring))]
@@ -255,23 +255,6 @@ public class AcceptStormBenchmarks
         if (Interlocked.Increment(ref _served) == Clients)
         {
             _allServed.TrySetResult();
-        }
-    }
-
-    private async Task AcceptSocketsAsync(Socket listener)
-    {
-        while (true)
-        {
-            Socket socket;
-            try
-            {
-                socket = await listener.AcceptAsync().ConfigureAwait(false);
-            }
-            catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
-            {
-                return;
-            }
-            _ = ServeSocketAsync(socket);
         }
     }
 

@@ -54,17 +54,19 @@ public class EchoBenchmarks
     public void SetupSockets()
     {
         Prepare();
-        _socketListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        _socketListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
-        _socketListener.Listen(512);
-        _acceptLoop = AcceptSocketsAsync(_socketListener);
+        ListenWithSockets(socket =>
+        {
+            lock (_socketServerSides)
+            {
+                _socketServerSides.Add(socket);
+            }
+            _ = EchoSocketServerAsync(socket);
+        });
         _socketClients = new Socket[Connections];
         _clientBuffers = new byte[Connections][];
         for (int i = 0; i < Connections; i++)
         {
-            var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-            client.Connect(_socketListener.LocalEndPoint!);
-            _socketClients[i] = client;
+            _socketClients[i] = ConnectSocket();
             _clientBuffers[i] = new byte[MessageSize];
         }
         Sockets().GetAwaiter().GetResult(); // fails here, not in the middle of a run
@@ -74,16 +76,19 @@ public class EchoBenchmarks
     public void SetupSocketsWithPipes()
     {
         Prepare();
-        _socketListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        _socketListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
-        _socketListener.Listen(512);
-        _acceptLoop = AcceptSocketPipesAsync(_socketListener);
+        ListenWithSockets(socket =>
+        {
+            var connection = new SocketPipeConnection(socket);
+            lock (_pipeServerSides)
+            {
+                _pipeServerSides.Add(connection);
+            }
+            _ = EchoPipeServerAsync(connection.Input, connection.Output);
+        });
         _pipeClients = new SocketPipeConnection[Connections];
         for (int i = 0; i < Connections; i++)
         {
-            var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-            client.Connect(_socketListener.LocalEndPoint!);
-            _pipeClients[i] = new SocketPipeConnection(client);
+            _pipeClients[i] = new SocketPipeConnection(ConnectSocket());
         }
         SocketsWithPipes().GetAwaiter().GetResult();
     }
@@ -101,6 +106,26 @@ public class EchoBenchmarks
             _ioUringClients[i] = _network.ConnectAsync(_ioUringListener.LocalEndPoint).AsTask().GetAwaiter().GetResult();
         }
         IoUring().GetAwaiter().GetResult();
+    }
+
+    /// <summary>A loopback listener whose accepted sockets (TCP_NODELAY, as the clients) go to <paramref name="serve"/>.</summary>
+    private void ListenWithSockets(Action<Socket> serve)
+    {
+        _socketListener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        _socketListener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        _socketListener.Listen(512);
+        _acceptLoop = SocketAcceptLoop.RunAsync(_socketListener, socket =>
+        {
+            socket.NoDelay = true;
+            serve(socket);
+        });
+    }
+
+    private Socket ConnectSocket()
+    {
+        var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        client.Connect(_socketListener!.LocalEndPoint!);
+        return client;
     }
 
     private void Prepare()
@@ -230,28 +255,6 @@ public class EchoBenchmarks
         }
     }
 
-    private async Task AcceptSocketsAsync(Socket listener)
-    {
-        while (true)
-        {
-            Socket socket;
-            try
-            {
-                socket = await listener.AcceptAsync().ConfigureAwait(false);
-            }
-            catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
-            {
-                return;
-            }
-            socket.NoDelay = true;
-            lock (_socketServerSides)
-            {
-                _socketServerSides.Add(socket);
-            }
-            _ = EchoSocketServerAsync(socket);
-        }
-    }
-
     private static async Task EchoSocketServerAsync(Socket socket)
     {
         byte[] buffer = new byte[SocketsServerBufferSize];
@@ -310,29 +313,6 @@ public class EchoBenchmarks
         while (await listener.AcceptAsync().ConfigureAwait(false) is { } connection)
         {
             _ = EchoIoUringServerAsync(connection);
-        }
-    }
-
-    private async Task AcceptSocketPipesAsync(Socket listener)
-    {
-        while (true)
-        {
-            Socket socket;
-            try
-            {
-                socket = await listener.AcceptAsync().ConfigureAwait(false);
-            }
-            catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
-            {
-                return;
-            }
-            socket.NoDelay = true;
-            var connection = new SocketPipeConnection(socket);
-            lock (_pipeServerSides)
-            {
-                _pipeServerSides.Add(connection);
-            }
-            _ = EchoPipeServerAsync(connection.Input, connection.Output);
         }
     }
 

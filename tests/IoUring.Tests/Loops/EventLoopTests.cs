@@ -121,14 +121,21 @@ public sealed class EventLoopTests
         Assert.False(loop.Ring.HasCqOverflow);
     }
 
+    /// <summary>Keeps the loop thread inside a work item until the returned gate is set: the loop is busy, never asleep.</summary>
+    private static async Task<ManualResetEventSlim> HoldBusyAsync(EventLoop loop)
+    {
+        var gate = new ManualResetEventSlim();
+        var blocked = new TaskCompletionSource();
+        loop.Schedule(_ => { blocked.SetResult(); gate.Wait(); }, null);
+        await blocked.Task;
+        return gate;
+    }
+
     [Fact]
     public async Task Posts_from_many_threads_to_a_busy_loop_all_run_without_waking_it()
     {
         using var loop = new EventLoop();
-        using var gate = new ManualResetEventSlim();
-        var blocked = new TaskCompletionSource();
-        loop.Schedule(_ => { blocked.SetResult(); gate.Wait(); }, null);
-        await blocked.Task;
+        using ManualResetEventSlim gate = await HoldBusyAsync(loop);
         long wakeupsBefore = loop.Counters.Wakeups;
 
         const int Threads = 4, PerThread = 25_000;
@@ -184,10 +191,7 @@ public sealed class EventLoopTests
         // posting to a sleeping loop, the thread pool's deferred wake, a blocking caller's PostAndWake). The loop is held
         // busy meanwhile, so the posts themselves wake nothing and each PostAndWake is exactly one write.
         using var loop = new EventLoop();
-        using var gate = new ManualResetEventSlim();
-        var blocked = new TaskCompletionSource();
-        loop.Schedule(_ => { blocked.SetResult(); gate.Wait(); }, null);
-        await blocked.Task;
+        using ManualResetEventSlim gate = await HoldBusyAsync(loop);
         long before = loop.Counters.Wakeups;
         const int Threads = 4, Each = 50_000;
         Action<object?> nothing = static _ => { };

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
+using System.Runtime.InteropServices;
 using System.Threading.Tasks.Sources;
 using IoUring.Loops;
 
@@ -28,11 +29,17 @@ namespace IoUring.Net;
 /// (inline when the settings prefer inline scheduling), never under the lock.</para>
 /// <para>Memory: blocks from the connection's pool (larger writes than its blocks: <see cref="ArrayPool{T}"/> arrays),
 /// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
-/// holds none.</para>
+/// holds none. A <see cref="WriteAsync"/> at least as large as the pause threshold is not copied: the sender sends from
+/// the caller's memory, never zero-copy, and the write completes once all of it is sent (or, cancelled, once no send
+/// reads it, its unsent bytes copied into blocks).</para>
 /// </remarks>
 internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
 {
+    /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>
+    internal const int MinimumBorrow = 32 * 1024;
+
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
+    private static readonly Action<object?> s_onUnborrowRequested = static s => ((ConnectionSender)s!).OnUnborrowRequested();
     private static readonly Action<object?, CancellationToken> s_onFlushCancelled = static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
 
     private readonly object _sync;    // an internal object of the connection locked by nothing else (no lock object per connection)
@@ -41,6 +48,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private readonly SegmentPool _segments;
     private readonly long _pauseThreshold;  // 0: flushes never wait
     private readonly long _resumeThreshold;
+    private readonly long _borrowThreshold; // a WriteAsync at least this large is sent from the caller's memory
     private readonly int _minimumSegment;
     private readonly bool _inlineContinuations;
     private ConnectionSender? _sender;
@@ -60,6 +68,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
     private Waiter<FlushResult> _flush; // a flush waiting for the sender to catch up (mutable struct: never readonly)
     private bool _cancelNextFlush;    // CancelPendingFlush with no flush waiting
+    private bool _borrowing;          // the waiting flush is a WriteAsync whose caller's memory a segment holds (one, until _borrowedEnd is sent)
+    private long _borrowedEnd;
+    private bool _unborrowRequested;  // that write was cancelled: the sender copies what is left once no send is in flight
+    private Exception? _unborrowError; // the cancelled write's outcome: its token's exception, or null for IsCanceled
     private bool _writerCompleted;
     private Exception? _writerError;
     private bool _senderCompleted;
@@ -79,6 +91,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         _segments = segments;
         _pauseThreshold = pauseThreshold;
         _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0; // as a pipe's: at least 1, or a flush could never resume
+        // A write that reaches the pause threshold waits for the sender anyway, so waiting until all of it is sent costs
+        // the caller little and saves copying it; without a threshold flushes never wait, so writes are always copied.
+        _borrowThreshold = pauseThreshold > 0 ? Math.Max(pauseThreshold, MinimumBorrow) : long.MaxValue;
         // As a pipe's minimum segment size: the blocks of ours and Kestrel's pools whatever is asked for, and no tiny
         // buffers from a pool that gives what is asked for (MemoryPool<byte>.Shared).
         _minimumSegment = Math.Min(PinnedBlockMemoryPool.BlockSize, pool.MaxBufferSize);
@@ -221,9 +236,71 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         return result;
     }
 
+    /// <summary>
+    /// Writes <paramref name="source"/> and flushes. A write of at least the borrow threshold (the pause threshold, at least
+    /// <see cref="MinimumBorrow"/>) is not copied: the sender sends it from <paramref name="source"/> itself, and the
+    /// returned flush completes only once the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the caller
+    /// may reuse its memory then and not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it completes
+    /// once no send reads that memory any more, with the bytes not yet sent copied into the output's own blocks: nothing is
+    /// lost, they go out after what was sent.
+    /// </summary>
+    public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source, CancellationToken cancellationToken = default)
+    {
+        if (source.Length < _borrowThreshold || cancellationToken.IsCancellationRequested)
+        {
+            return base.WriteAsync(source, cancellationToken); // copied, then flushed
+        }
+        bool postSender;
+        short version;
+        lock (_sync)
+        {
+            if (_writerCompleted || _senderCompleted || _flush.IsWaiting || _cancelNextFlush)
+            {
+                postSender = false;
+                version = 0;
+            }
+            else
+            {
+                Commit(); // what was written before goes first
+                Segment segment = _segments.Rent();
+                segment.Borrow(source, runningIndex: _committed);
+                if (_tail is null)
+                {
+                    _head = segment;
+                    _headIndex = 0;
+                }
+                else
+                {
+                    _tail.Next = segment;
+                }
+                _tail = segment;      // full: the writer's next GetMemory starts a block of its own after it
+                _commitFrom = segment;
+                _committed += source.Length;
+                _borrowing = true;
+                _borrowedEnd = _committed;
+                postSender = TakeSenderWaiting();
+                version = _flush.Begin(cancellationToken);
+            }
+        }
+        if (version == 0)
+        {
+            return base.WriteAsync(source, cancellationToken); // the cases a plain flush answers without waiting
+        }
+        if (postSender)
+        {
+            _loop.Schedule(s_onFlushed, _sender);
+        }
+        if (cancellationToken.CanBeCanceled)
+        {
+            _flush.RegisterToken(_sync, version, cancellationToken, s_onFlushCancelled, this);
+        }
+        return new ValueTask<FlushResult>(this, version);
+    }
+
     public override void CancelPendingFlush()
     {
-        AwaiterCompletion completion;
+        AwaiterCompletion completion = default;
+        bool postUnborrow = false;
         lock (_sync)
         {
             if (!_flush.IsWaiting)
@@ -231,8 +308,16 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 _cancelNextFlush = true;
                 return;
             }
-            completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null, _inlineContinuations);
+            if (_borrowing)
+            {
+                postUnborrow = RequestUnborrow(null);
+            }
+            else
+            {
+                completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null, _inlineContinuations);
+            }
         }
+        PostUnborrow(postUnborrow);
         completion.Run();
     }
 
@@ -324,17 +409,51 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
 
     private void OnFlushCancelled(CancellationToken token)
     {
-        AwaiterCompletion completion;
+        AwaiterCompletion completion = default;
+        bool postUnborrow = false;
         lock (_sync)
         {
             if (!_flush.IsWaiting || _flush.Token != token)
             {
                 return;
             }
-            completion = _flush.Complete(default, new OperationCanceledException(token), _inlineContinuations);
-            completion.Registration = default; // this is its callback: nothing to unregister
+            if (_borrowing)
+            {
+                postUnborrow = RequestUnborrow(new OperationCanceledException(token));
+            }
+            else
+            {
+                completion = _flush.Complete(default, new OperationCanceledException(token), _inlineContinuations);
+                completion.Registration = default; // this is its callback: nothing to unregister
+            }
         }
+        PostUnborrow(postUnborrow);
         completion.Run();
+    }
+
+    /// <summary>
+    /// Under the lock: the waiting borrowed write was cancelled. The kernel may be reading the caller's memory, so the
+    /// sender ends that (<see cref="ConnectionSender.OnUnborrowRequested"/>) and the next <see cref="TryTake"/> copies what
+    /// is left and completes the write with <paramref name="error"/> (null: IsCanceled).
+    /// </summary>
+    /// <returns>True when the sender is to be told (<see cref="PostUnborrow"/>, outside the lock).</returns>
+    private bool RequestUnborrow(Exception? error)
+    {
+        if (_unborrowRequested)
+        {
+            return false;
+        }
+        _unborrowRequested = true;
+        _unborrowError = error;
+        return true;
+    }
+
+    private void PostUnborrow(bool post)
+    {
+        if (post)
+        {
+            _loop.Schedule(s_onUnborrowRequested, _sender); // outside the lock: it may write the loop's eventfd
+        }
     }
 
     // ---- Sender side: the loop thread ----
@@ -347,24 +466,38 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// </summary>
     public OutputTake TryTake(out Sendable bytes, out Exception? writerError)
     {
+        AwaiterCompletion completion = default;
+        OutputTake take;
         lock (_sync)
         {
+            if (_unborrowRequested)
+            {
+                completion = Unborrow(); // no send is in flight: nothing reads the caller's memory
+            }
             writerError = _writerError;
             if (_writerCompleted && (writerError is not null || _committed == _sent))
             {
                 bytes = default;
-                return OutputTake.Completed;
+                take = OutputTake.Completed;
             }
-            if (_committed > _sent)
+            else if (_committed > _sent)
             {
-                bytes = new Sendable(_head!, _headIndex, _committed - _sent);
-                return OutputTake.Bytes;
+                bytes = new Sendable(_head!, _headIndex, _committed - _sent, _borrowing);
+                take = OutputTake.Bytes;
             }
-            _senderWaiting = true;
-            bytes = default;
-            return OutputTake.Waiting;
+            else
+            {
+                _senderWaiting = true;
+                bytes = default;
+                take = OutputTake.Waiting;
+            }
         }
+        completion.Run();
+        return take;
     }
+
+    /// <summary>A borrowed write was cancelled and no send is in flight (the sender asks before it takes bytes).</summary>
+    public bool UnborrowRequested => Volatile.Read(ref _unborrowRequested);
 
     /// <summary>The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back; a waiting flush may go on.</summary>
     public void Consume(int bytes)
@@ -375,8 +508,11 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             Debug.Assert(bytes >= 0 && bytes <= _committed - _sent);
             _sent += bytes;
             ReleaseSent();
-            if (_flush.IsWaiting && _committed - _sent < _resumeThreshold)
+            if (_flush.IsWaiting && (_borrowing ? _sent >= _borrowedEnd : _committed - _sent < _resumeThreshold))
             {
+                _borrowing = false; // its segment went back with ReleaseSent: all of it is sent
+                _unborrowRequested = false;
+                _unborrowError = null;
                 completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: false), null, _inlineContinuations);
             }
         }
@@ -400,13 +536,85 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _senderError = error;
             _senderWaiting = false;
             _sent = _committed;
-            ReleaseSent();
+            ReleaseSent(); // a borrowed segment too: no send is in flight once the sender is gone
+            _borrowing = false;
+            _unborrowRequested = false;
+            _unborrowError = null;
             if (_flush.IsWaiting)
             {
                 completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: error is null), error, _inlineContinuations);
             }
         }
         completion.Run();
+    }
+
+    /// <summary>
+    /// Under the lock, on the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are copied
+    /// into blocks of the output's own, which take its segment's place, and the write completes as cancelled.
+    /// </summary>
+    private AwaiterCompletion Unborrow()
+    {
+        _unborrowRequested = false;
+        Exception? error = _unborrowError;
+        _unborrowError = null;
+        if (!_borrowing)
+        {
+            return default; // it completed (all sent) or the sender is gone
+        }
+        Segment? previous = null;
+        Segment borrowed = _head!;
+        while (!borrowed.IsBorrowed)
+        {
+            previous = borrowed;
+            borrowed = borrowed.Next!;
+        }
+        int from = previous is null ? _headIndex : 0;
+        ReadOnlySpan<byte> rest = borrowed.Memory.Span.Slice(from, borrowed.Committed - from);
+        long runningIndex = borrowed.RunningIndex + from;
+        Segment? first = null;
+        Segment? last = null;
+        while (!rest.IsEmpty)
+        {
+            Segment copy = _segments.Rent();
+            copy.Rent(_pool, Math.Min(rest.Length, Math.Max(_minimumSegment, _pool.MaxBufferSize)), runningIndex);
+            int count = Math.Min(rest.Length, copy.Memory.Length);
+            rest[..count].CopyTo(copy.Memory.Span);
+            copy.Written = copy.Committed = count;
+            rest = rest[count..];
+            runningIndex += count;
+            if (last is null)
+            {
+                first = copy;
+            }
+            else
+            {
+                last.Next = copy;
+            }
+            last = copy;
+        }
+        // Some bytes are unsent (else the write would have completed), so there is at least one copy.
+        last!.Next = borrowed.Next;
+        if (previous is null)
+        {
+            _head = first;
+            _headIndex = 0;
+        }
+        else
+        {
+            previous.Next = first;
+        }
+        if (_tail == borrowed)
+        {
+            _tail = last;
+        }
+        if (_commitFrom == borrowed)
+        {
+            _commitFrom = last;
+        }
+        borrowed.Release();
+        _segments.Return(borrowed);
+        _borrowing = false;
+        return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error, _inlineContinuations);
     }
 
     // ---- Shared, under _sync ----
@@ -465,9 +673,13 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// is complete (the writer moved on from it), and the last one's bytes up to here were committed, so nothing this
     /// reads changes under it.
     /// </summary>
-    public readonly struct Sendable(Segment head, int headIndex, long length)
+    public readonly struct Sendable(Segment head, int headIndex, long length, bool borrowed)
     {
         public long Length => length;
+
+        /// <summary>Some of the bytes are a caller's memory (a borrowed write): never sent zero-copy, as the write completes
+        /// at the send's result, before a notification would say the kernel is done with the pages.</summary>
+        public bool Borrowed => borrowed;
 
         public bool IsSingleSegment => head.Committed - headIndex >= length;
 
@@ -503,6 +715,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         private IMemoryOwner<byte>? _owner; // a pool's block
         private byte[]? _array;             // or, for a write larger than the pool's blocks, an ArrayPool array
 
+        /// <summary>The memory is a caller's (a borrowed write): never written to, given back to no pool.</summary>
+        public bool IsBorrowed { get; private set; }
+
         public Memory<byte> Memory { get; private set; }
 
         /// <summary>The stream offset of the block's first byte.</summary>
@@ -533,9 +748,20 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             Committed = 0;
         }
 
+        /// <summary>Holds a caller's bytes, all of them written and committed.</summary>
+        public void Borrow(ReadOnlyMemory<byte> source, long runningIndex)
+        {
+            Memory = MemoryMarshal.AsMemory(source); // only ever read: the sender sends from it
+            IsBorrowed = true;
+            RunningIndex = runningIndex;
+            Written = source.Length;
+            Committed = source.Length;
+        }
+
         /// <summary>Gives the block back (a pinned pool block goes back to its pool only once unpinned: zero-copy sends).</summary>
         public void Release()
         {
+            IsBorrowed = false;
             _owner?.Dispose();
             if (_array is not null)
             {

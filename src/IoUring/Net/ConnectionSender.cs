@@ -39,6 +39,7 @@ internal sealed class ConnectionSender
     private bool _ended;
     private long _bytesSent;
     private ulong _sendInFlight;                // the user_data of the send the kernel has (0: none), to cancel it at close
+    private bool _cancelledForUnborrow;         // that send was cancelled because a borrowed write was (its ECANCELED is no error)
 
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
@@ -92,6 +93,27 @@ internal sealed class ConnectionSender
     /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by Output).</summary>
     public void OnOutputFlushed() => SendNext();
 
+    /// <summary>
+    /// A borrowed write was cancelled (posted to the loop by Output): its memory may be read only until the send in flight
+    /// completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
+    /// </summary>
+    public void OnUnborrowRequested()
+    {
+        if (_finished || !_output.UnborrowRequested)
+        {
+            return; // the sender is gone, or the write completed meanwhile
+        }
+        if (!_sending)
+        {
+            SendNext();
+        }
+        else if (!_cancelledForUnborrow && _sendInFlight != 0)
+        {
+            // Without an SQE for the cancel the send's own completion does the same, only later.
+            _cancelledForUnborrow = _connection.CancelRequest(_sendInFlight);
+        }
+    }
+
     /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its completion.</summary>
     public void OnClosing()
     {
@@ -138,6 +160,7 @@ internal sealed class ConnectionSender
     private void OnSendResult(int sent)
     {
         _sending = false;
+        _cancelledForUnborrow = false;
         if (sent < 0)
         {
             if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
@@ -156,9 +179,11 @@ internal sealed class ConnectionSender
                 SendNext();
                 return;
             }
-            if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS && !_connection.IsClosing)
+            if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS or -Errno.ECANCELED && !_connection.IsClosing)
             {
-                SendNext(); // transient: nothing was sent, send the same bytes again
+                // Transient: nothing was sent, send the same bytes again. Only closing and a cancelled borrowed write
+                // (OnUnborrowRequested) cancel a send; the latter's bytes are Output's own copies by then.
+                SendNext();
                 return;
             }
             if (sent == -Errno.ECONNRESET)
@@ -216,7 +241,7 @@ internal sealed class ConnectionSender
         int segmentLimit = MaxIovecs;
         bool copy = _copyNextSend;
         _copyNextSend = false;
-        if (_zeroCopy && !copy && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment))
+        if (_zeroCopy && !copy && !buffer.Borrowed && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment))
         {
             pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit);
         }

@@ -388,4 +388,174 @@ public sealed class OutputTests : IAsyncLifetime
             Assert.Equal(0, OutputOf(server).HeldBlocks);
         }
     }
+
+    // ---- Large writes sent from the caller's memory (WriteAsync at or past the pause threshold) ----
+
+    [Fact]
+    public async Task A_large_write_is_sent_from_the_callers_memory_and_completes_once_all_of_it_is_sent()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client)
+        {
+            server.Socket.SendBufferSize = 4096; // the peer's receive buffer takes a few hundred KiB, then sends stop
+            byte[] data = Pattern(1 << 20, seed: 3);
+            ValueTask<FlushResult> write = server.Output.WriteAsync(data);
+            await Task.Delay(200);
+            Assert.False(write.IsCompleted, "the write completed while most of it could not be sent");
+            // No copy: the output holds the caller's memory as one segment, not 256 blocks of its own.
+            Assert.Equal(1, OutputOf(server).HeldBlocks);
+
+            server.Socket.SendBufferSize = 1 << 20;
+            Task<byte[]> receiving = ReceiveAllAsync(client);
+            FlushResult result = await write.AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+            Assert.False(result.IsCompleted || result.IsCanceled);
+            Assert.Equal(0, OutputOf(server).Unsent); // completes once all of it is sent, not at the resume threshold
+            Assert.Equal(0, OutputOf(server).HeldBlocks);
+            await server.Output.CompleteAsync();
+            EchoTests.AssertSameBytes(data, await receiving);
+        }
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task A_cancelled_large_write_keeps_its_unsent_bytes_and_leaves_the_callers_memory_alone(bool token)
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client)
+        {
+            server.Socket.SendBufferSize = 4096; // the peer's receive buffer takes a few hundred KiB, then sends stop
+            byte[] head = Pattern(1000, seed: 4);
+            head.CopyTo(server.Output.GetSpan(head.Length));
+            server.Output.Advance(head.Length); // unflushed: goes before the large write
+            byte[] data = Pattern(1 << 20, seed: 5);
+            byte[] expected = [.. head, .. data];
+            using var cts = new CancellationTokenSource();
+            ValueTask<FlushResult> write = server.Output.WriteAsync(data, token ? cts.Token : default);
+            await Task.Delay(200);
+            Assert.False(write.IsCompleted);
+            if (token)
+            {
+                cts.Cancel();
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => write.AsTask().WaitAsync(TimeSpan.FromSeconds(10)));
+            }
+            else
+            {
+                server.Output.CancelPendingFlush();
+                Assert.True((await write.AsTask().WaitAsync(TimeSpan.FromSeconds(10))).IsCanceled);
+            }
+            // The caller owns its memory again: what it writes there now must not reach the peer.
+            Array.Fill(data, (byte)0xEE);
+            Assert.True(OutputOf(server).Unsent > 0);
+            server.Socket.SendBufferSize = 1 << 20;
+
+            // The unsent bytes were kept (copied) and go in order, then the writer goes on as usual.
+            byte[] tail = Pattern(3000, seed: 6);
+            server.Output.Write(tail);
+            Task<byte[]> receiving = ReceiveAllAsync(client);
+            Assert.False((await server.Output.FlushAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(20))).IsCanceled);
+            await server.Output.CompleteAsync();
+            EchoTests.AssertSameBytes([.. expected, .. tail], await receiving);
+        }
+    }
+
+    [Fact]
+    public async Task Large_and_small_writes_interleaved_arrive_in_order_and_each_large_one_leaves_no_block_behind()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client)
+        {
+            Task<byte[]> receiving = ReceiveAllAsync(client);
+            var expected = new MemoryStream();
+            var random = new Random(7);
+            for (int i = 0; i < 40; i++)
+            {
+                byte[] piece = Pattern(random.Next(3) == 0 ? random.Next(MaxWrite, 300_000) : random.Next(1, 5000), seed: 100 + i);
+                expected.Write(piece);
+                if (piece.Length >= MaxWrite)
+                {
+                    Assert.False((await server.Output.WriteAsync(piece).AsTask().WaitAsync(TimeSpan.FromSeconds(20))).IsCompleted);
+                    Array.Fill(piece, (byte)0xEE); // the write completed: its memory is the caller's again
+                }
+                else
+                {
+                    server.Output.Write(piece); // sometimes left unflushed until the next large write
+                    if (random.Next(2) == 0)
+                    {
+                        await server.Output.FlushAsync();
+                    }
+                }
+            }
+            await server.Output.CompleteAsync();
+            EchoTests.AssertSameBytes(expected.ToArray(), await receiving);
+        }
+    }
+
+    [Fact]
+    public async Task A_peer_reset_completes_a_waiting_large_write()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        {
+            server.Socket.SendBufferSize = 4096; // the peer's receive buffer takes a few hundred KiB, then sends stop
+            ValueTask<FlushResult> write = server.Output.WriteAsync(Pattern(1 << 20, seed: 8));
+            await Task.Delay(200);
+            Assert.False(write.IsCompleted);
+            client.LingerState = new LingerOption(true, 0);
+            client.Dispose(); // RST
+            Assert.True((await write.AsTask().WaitAsync(TimeSpan.FromSeconds(10))).IsCompleted);
+            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+        }
+    }
+
+    [Fact]
+    public async Task Large_writes_cancelled_at_random_moments_lose_no_byte_and_never_send_the_callers_later_bytes()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client)
+        {
+            Task<byte[]> receiving = ReceiveAllAsync(client);
+            var expected = new MemoryStream();
+            var random = new Random(9);
+            byte[] buffer = new byte[256 * 1024]; // reused by every write, as a caller's buffer is
+            int cancelled = 0;
+            for (int i = 0; i < 200; i++)
+            {
+                new Random(1000 + i).NextBytes(buffer);
+                expected.Write(buffer);
+                using var cts = new CancellationTokenSource();
+                ValueTask<FlushResult> write = server.Output.WriteAsync(buffer, cts.Token);
+                if (random.Next(2) == 0)
+                {
+                    Thread.SpinWait(random.Next(20_000)); // a cancel before, while or after the kernel sends
+                    if (random.Next(2) == 0)
+                    {
+                        cts.Cancel();
+                    }
+                    else
+                    {
+                        server.Output.CancelPendingFlush();
+                    }
+                }
+                try
+                {
+                    FlushResult result = await write.AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                    Assert.False(result.IsCompleted);
+                    cancelled += result.IsCanceled ? 1 : 0;
+                }
+                catch (OperationCanceledException)
+                {
+                    cancelled++;
+                }
+            }
+            Array.Fill(buffer, (byte)0xEE);
+            await server.Output.CompleteAsync();
+            EchoTests.AssertSameBytes(expected.ToArray(), await receiving);
+            Assert.True(cancelled > 0, "no write was cancelled before it completed");
+        }
+    }
 }

@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
@@ -29,7 +30,10 @@ public sealed class ZeroCopyTests
         {
             for (int offset = 0; offset < payload.Length; offset += chunk)
             {
-                await server.Output.WriteAsync(payload.AsMemory(offset, Math.Min(chunk, payload.Length - offset)));
+                // Copied into the output's pool blocks (Write, then flush), the memory zero-copy sends take; a large
+                // WriteAsync would be sent from the payload itself, which never goes zero-copy.
+                server.Output.Write(payload.AsSpan(offset, Math.Min(chunk, payload.Length - offset)));
+                await server.Output.FlushAsync();
             }
             await server.DisposeAsync();
         });
@@ -76,7 +80,8 @@ public sealed class ZeroCopyTests
         var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { ReceiveBufferSize = 4096 };
         await client.ConnectAsync(listener.LocalEndPoint);
         IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
-        _ = server.Output.WriteAsync(RandomNumberGenerator.GetBytes(64 * 1024)); // does not complete: the peer reads nothing
+        server.Output.Write(RandomNumberGenerator.GetBytes(64 * 1024)); // into pool blocks, which go zero-copy
+        _ = server.Output.FlushAsync(); // does not complete: the peer reads nothing
         // The send completes (the socket took all of it), only its notification stays outstanding.
         await Eventually.WaitForAsync(() => server.BytesSent == 64 * 1024);
         Assert.Equal(64 * 1024, server.BytesSent);

@@ -58,6 +58,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private Exception? _writerError;
     private bool _readerCompleted;
     private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
+    private bool _lent;               // CopyToAsync lent the last result's blocks to an Output: Complete keeps them until they are back
 
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
@@ -327,6 +328,91 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         }
     }
 
+    /// <summary>
+    /// Copies everything to <paramref name="destination"/> until the end of the stream, as <see cref="PipeReader"/>'s does.
+    /// To a connection's Output the received blocks are not copied: each read's bytes are lent to it as they are (a
+    /// large enough write is sent from them, <see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>)
+    /// and consumed once it is done with them; completing this reader meanwhile keeps the blocks until then, so the ring
+    /// never receives into memory a send may still read. Ends when the destination completes or this reader is completed.
+    /// </summary>
+    public override Task CopyToAsync(PipeWriter destination, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(destination);
+        return destination is ConnectionOutput output
+            ? CopyToOutputAsync(output, cancellationToken)
+            : base.CopyToAsync(destination, cancellationToken);
+    }
+
+    private async Task CopyToOutputAsync(ConnectionOutput output, CancellationToken cancellationToken)
+    {
+        while (true)
+        {
+            ReadResult result = await ReadAsync(cancellationToken).ConfigureAwait(false);
+            ReadOnlySequence<byte> buffer = result.Buffer;
+            if (result.IsCanceled)
+            {
+                AdvanceTo(buffer.Start);
+                throw new OperationCanceledException("The read was canceled (CancelPendingRead).");
+            }
+            FlushResult flush = default;
+            if (!buffer.IsEmpty)
+            {
+                Lend();
+                try
+                {
+                    flush = await output.WriteAsync(buffer, cancellationToken).ConfigureAwait(false);
+                }
+                catch
+                {
+                    // Output holds none of the memory any more (a cancelled write's unsent bytes were copied, a failed
+                    // one's dropped): consumed.
+                    if (EndLend())
+                    {
+                        AdvanceTo(buffer.End);
+                    }
+                    throw;
+                }
+                if (!EndLend())
+                {
+                    return; // completed meanwhile (the connection disposed): the blocks went back just now
+                }
+            }
+            AdvanceTo(buffer.End);
+            if (flush.IsCanceled)
+            {
+                throw new OperationCanceledException("The flush was canceled (CancelPendingFlush).");
+            }
+            if (flush.IsCompleted || result.IsCompleted)
+            {
+                return;
+            }
+        }
+    }
+
+    private void Lend()
+    {
+        lock (_sync)
+        {
+            _lent = true;
+        }
+    }
+
+    /// <summary>The lent blocks are back; false if the reader was completed meanwhile (then they are released now).</summary>
+    private bool EndLend()
+    {
+        lock (_sync)
+        {
+            _lent = false;
+            if (!_readerCompleted)
+            {
+                return true;
+            }
+            _consumed = _written;
+            ReleaseConsumed();
+            return false;
+        }
+    }
+
     public override void CancelPendingRead()
     {
         AwaiterCompletion completion;
@@ -355,8 +441,11 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             _readState = ReadState.None;
             wasPaused = _writerPaused;
             _writerPaused = false;
-            _consumed = _written;
-            ReleaseConsumed();
+            if (!_lent)
+            {
+                _consumed = _written;
+                ReleaseConsumed();
+            } // else an Output may be sending from the blocks: they go back when it gives them back (EndLend)
         }
         if (wasPaused)
         {

@@ -29,7 +29,7 @@ namespace IoUring.Net;
 /// (inline when the settings prefer inline scheduling), never under the lock.</para>
 /// <para>Memory: blocks from the connection's pool (larger writes than its blocks: <see cref="ArrayPool{T}"/> arrays),
 /// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
-/// holds none. A <see cref="WriteAsync"/> at least as large as the pause threshold is not copied: the sender sends from
+/// holds none. A <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> at least as large as the pause threshold is not copied: the sender sends from
 /// the caller's memory, never zero-copy, and the write completes once all of it is sent (or, cancelled, once no send
 /// reads it, its unsent bytes copied into blocks).</para>
 /// </remarks>
@@ -250,20 +250,52 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             return base.WriteAsync(source, cancellationToken); // copied, then flushed
         }
+        return TryBorrow(new ReadOnlySequence<byte>(source), cancellationToken) ?? base.WriteAsync(source, cancellationToken);
+    }
+
+    /// <summary>
+    /// As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence (<see cref="ConnectionInput"/>'s
+    /// CopyToAsync: received blocks sent as they are): the caller keeps <paramref name="source"/>'s memory unchanged until
+    /// the flush completes.
+    /// </summary>
+    public ValueTask<FlushResult> WriteAsync(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
+    {
+        if (source.Length >= _borrowThreshold && !cancellationToken.IsCancellationRequested
+            && TryBorrow(source, cancellationToken) is { } borrowed)
+        {
+            return borrowed;
+        }
+        foreach (ReadOnlyMemory<byte> segment in source)
+        {
+            this.Write(segment.Span);
+        }
+        return FlushAsync(cancellationToken);
+    }
+
+    /// <summary>
+    /// Links <paramref name="source"/>'s memory after what was written (one borrowed segment per piece) and returns the
+    /// flush that completes once all of it is sent; null where a plain flush answers without waiting (completed, a flush
+    /// already waiting, a cancel for the next flush): the caller copies instead.
+    /// </summary>
+    private ValueTask<FlushResult>? TryBorrow(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
+    {
         bool postSender;
         short version;
         lock (_sync)
         {
             if (_writerCompleted || _senderCompleted || _flush.IsWaiting || _cancelNextFlush)
             {
-                postSender = false;
-                version = 0;
+                return null;
             }
-            else
+            Commit(); // what was written before goes first
+            foreach (ReadOnlyMemory<byte> piece in source)
             {
-                Commit(); // what was written before goes first
+                if (piece.IsEmpty)
+                {
+                    continue;
+                }
                 Segment segment = _segments.Rent();
-                segment.Borrow(source, runningIndex: _committed);
+                segment.Borrow(piece, runningIndex: _committed);
                 if (_tail is null)
                 {
                     _head = segment;
@@ -274,17 +306,13 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                     _tail.Next = segment;
                 }
                 _tail = segment;      // full: the writer's next GetMemory starts a block of its own after it
-                _commitFrom = segment;
-                _committed += source.Length;
-                _borrowing = true;
-                _borrowedEnd = _committed;
-                postSender = TakeSenderWaiting();
-                version = _flush.Begin(cancellationToken);
+                _committed += piece.Length;
             }
-        }
-        if (version == 0)
-        {
-            return base.WriteAsync(source, cancellationToken); // the cases a plain flush answers without waiting
+            _commitFrom = _tail;
+            _borrowing = true;
+            _borrowedEnd = _committed;
+            postSender = TakeSenderWaiting();
+            version = _flush.Begin(cancellationToken);
         }
         if (postSender)
         {
@@ -561,58 +589,79 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             return default; // it completed (all sent) or the sender is gone
         }
+        // The borrowed write's segments follow each other at the end of the chain (the writer waits; anything it
+        // wrote meanwhile comes after them).
         Segment? previous = null;
-        Segment borrowed = _head!;
-        while (!borrowed.IsBorrowed)
+        Segment first = _head!;
+        while (!first.IsBorrowed)
         {
-            previous = borrowed;
-            borrowed = borrowed.Next!;
+            previous = first;
+            first = first.Next!;
         }
-        int from = previous is null ? _headIndex : 0;
-        ReadOnlySpan<byte> rest = borrowed.Memory.Span.Slice(from, borrowed.Committed - from);
-        long runningIndex = borrowed.RunningIndex + from;
-        Segment? first = null;
-        Segment? last = null;
-        while (!rest.IsEmpty)
+        Segment? after = first;
+        while (after is { IsBorrowed: true })
         {
-            Segment copy = _segments.Rent();
-            copy.Rent(_pool, Math.Min(rest.Length, Math.Max(_minimumSegment, _pool.MaxBufferSize)), runningIndex);
-            int count = Math.Min(rest.Length, copy.Memory.Length);
-            rest[..count].CopyTo(copy.Memory.Span);
-            copy.Written = copy.Committed = count;
-            rest = rest[count..];
-            runningIndex += count;
-            if (last is null)
+            after = after.Next;
+        }
+        Segment? copies = null;
+        Segment? last = null;
+        int from = previous is null ? _headIndex : 0;
+        long start = first.RunningIndex + from; // the stream offset of the first unsent borrowed byte
+        Segment? block = null;
+        for (Segment? borrowed = first; borrowed != after; borrowed = borrowed.Next)
+        {
+            ReadOnlySpan<byte> rest = borrowed!.Memory.Span.Slice(from, borrowed.Committed - from);
+            from = 0;
+            while (!rest.IsEmpty)
             {
-                first = copy;
+                if (block is null || block.Written == block.Memory.Length)
+                {
+                    block = _segments.Rent();
+                    long runningIndex = last is null ? start : last.RunningIndex + last.Written;
+                    block.Rent(_pool, Math.Max(_minimumSegment, Math.Min(_pool.MaxBufferSize, (int)Math.Min(int.MaxValue, _borrowedEnd - runningIndex))), runningIndex);
+                    if (last is null)
+                    {
+                        copies = block;
+                    }
+                    else
+                    {
+                        last.Next = block;
+                    }
+                    last = block;
+                }
+                int count = Math.Min(rest.Length, block.Memory.Length - block.Written);
+                rest[..count].CopyTo(block.Memory.Span[block.Written..]);
+                block.Written += count;
+                block.Committed = block.Written;
+                rest = rest[count..];
             }
-            else
-            {
-                last.Next = copy;
-            }
-            last = copy;
         }
         // Some bytes are unsent (else the write would have completed), so there is at least one copy.
-        last!.Next = borrowed.Next;
+        last!.Next = after;
         if (previous is null)
         {
-            _head = first;
+            _head = copies;
             _headIndex = 0;
         }
         else
         {
-            previous.Next = first;
+            previous.Next = copies;
         }
-        if (_tail == borrowed)
+        if (after is null)
         {
             _tail = last;
         }
-        if (_commitFrom == borrowed)
+        if (_commitFrom is { IsBorrowed: true })
         {
             _commitFrom = last;
         }
-        borrowed.Release();
-        _segments.Return(borrowed);
+        for (Segment? borrowed = first; borrowed != after;)
+        {
+            Segment next = borrowed!.Next!;
+            borrowed.Release();
+            _segments.Return(borrowed);
+            borrowed = next;
+        }
         _borrowing = false;
         return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error, _inlineContinuations);
     }

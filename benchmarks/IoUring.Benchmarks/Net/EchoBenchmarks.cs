@@ -14,8 +14,8 @@ namespace IoUring.Benchmarks.Net;
 /// connections echo through their pipes, and whose <see cref="IoUringNetwork.ConnectAsync"/> clients write to
 /// Output and read Input) against System.Net.Sockets (Socket.AcceptAsync and a 16 KiB-buffer
 /// ReceiveAsync/SendAsync echo loop per connection; Socket clients with SendAsync/ReceiveAsync). A third job,
-/// "System.Net.Sockets + Pipe", runs IoUring's echo code (the same pipe API, the same two copies per echoed byte) over
-/// sockets served as Kestrel's Sockets transport serves them (<see cref="SocketPipeConnection"/>): it tells what the
+/// "System.Net.Sockets + Pipe", runs IoUring's echo code (the same pipe API calls: the client's Output.WriteAsync, the
+/// server's Input.CopyToAsync(Output)) over sockets served as Kestrel's Sockets transport serves them (<see cref="SocketPipeConnection"/>): it tells what the
 /// pipe API costs from what the transport costs. Listening, connecting and buffers are set up before measuring; the
 /// measured part is only the round trips.
 /// </summary>
@@ -322,25 +322,13 @@ public class EchoBenchmarks
         connection.Abort();
     }
 
+    // The pipe API's echo: Input copied to Output until the peer's FIN. IoUring's Input lends its received blocks to the
+    // connection's Output (sent as they are); a Pipe's reader writes each segment to the writer (copied, then flushed).
     private static async Task EchoPipeServerAsync(PipeReader input, PipeWriter output)
     {
         try
         {
-            while (true)
-            {
-                ReadResult result = await input.ReadAsync().ConfigureAwait(false);
-                ReadOnlySequence<byte> buffer = result.Buffer;
-                foreach (ReadOnlyMemory<byte> segment in buffer)
-                {
-                    output.Write(segment.Span);
-                }
-                input.AdvanceTo(buffer.End);
-                FlushResult flush = await output.FlushAsync().ConfigureAwait(false);
-                if (result.IsCompleted || flush.IsCompleted)
-                {
-                    break;
-                }
-            }
+            await input.CopyToAsync(output).ConfigureAwait(false);
         }
         catch (Exception ex) when (ex is IOException or OperationCanceledException or InvalidOperationException or SocketException)
         {

@@ -492,9 +492,13 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <paramref name="writerError"/> when it completed with one, unsent bytes or not), or <see cref="OutputTake.Waiting"/>
     /// (nothing yet: the next flush posts <see cref="ConnectionSender.OnOutputFlushed"/>).
     /// </summary>
-    public OutputTake TryTake(out Sendable bytes, out Exception? writerError)
+    /// <param name="bytes">What to send (with <see cref="OutputTake.Bytes"/>).</param>
+    /// <param name="writerError">The writer's error (with <see cref="OutputTake.Completed"/>).</param>
+    /// <param name="completion">A cancelled borrowed write's completion (its unsent rest copied here): the sender runs it
+    /// once it has submitted <paramref name="bytes"/> (an inline continuation may close the connection).</param>
+    public OutputTake TryTake(out Sendable bytes, out Exception? writerError, out AwaiterCompletion completion)
     {
-        AwaiterCompletion completion = default;
+        completion = default;
         OutputTake take;
         lock (_sync)
         {
@@ -520,7 +524,6 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 take = OutputTake.Waiting;
             }
         }
-        completion.Run();
         return take;
     }
 

@@ -135,9 +135,10 @@ internal sealed class ConnectionSender
             Finish(null, peerReset: false);
             return;
         }
+        AwaiterCompletion completion = default;
         try
         {
-            switch (_output.TryTake(out ConnectionOutput.Sendable bytes, out Exception? writerError))
+            switch (_output.TryTake(out ConnectionOutput.Sendable bytes, out Exception? writerError, out completion))
             {
                 case ConnectionOutput.OutputTake.Bytes:
                     Submit(bytes);
@@ -154,6 +155,9 @@ internal sealed class ConnectionSender
         {
             Finish(ex, peerReset: false); // no SQE (the loop could not submit to make room): the connection fails
         }
+        // A cancelled borrowed write completes only now that the bytes taken are in flight (or the sender finished): its
+        // continuation, inline on this thread, may close the connection, which must then see this send and cancel it.
+        completion.Run();
     }
 
     /// <summary>A send's result (loop thread): consume what went, then send on; or end on an error.</summary>

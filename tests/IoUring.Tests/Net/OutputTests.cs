@@ -558,4 +558,84 @@ public sealed class OutputTests : IAsyncLifetime
             Assert.True(cancelled > 0, "no write was cancelled before it completed");
         }
     }
+
+    [Fact]
+    public async Task Aborting_in_the_inline_continuation_of_a_cancelled_large_write_sends_nothing_after_the_abort()
+    {
+        // Inline continuations: the cancelled write's continuation runs on the loop thread, inside the sender's SendNext.
+        await using IoUringNetwork network = Network(inline: true, zeroCopy: false);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        var (otherClient, other) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        using (otherClient)
+        await using (other)
+        {
+            server.Socket.SendBufferSize = 4096; // the peer's receive buffer takes a few hundred KiB, then sends stop
+            byte[] data = Pattern(1 << 20, seed: 1);
+            byte[] secret = new byte[1 << 20];
+            Array.Fill(secret, (byte)0x5A); // another connection's bytes: must never reach server's peer
+            using var cts = new CancellationTokenSource();
+            bool ranOnLoop = false;
+
+            async Task WriteThenAbortAsync()
+            {
+                try
+                {
+                    await server.Output.WriteAsync(data, cts.Token);
+                }
+                catch (OperationCanceledException)
+                {
+                    ranOnLoop = server.Loop.IsOnLoopThread;  // inline: inside ConnectionOutput.TryTake's completion.Run()
+                    server.Abort(); // on the loop thread: the close runs now, the sender finishes, the output releases its segments
+                    // Another writer of the network rents segments meanwhile (the pool is shared, LIFO).
+                    other.Output.Write(secret);
+                    _ = other.Output.FlushAsync();
+                }
+            }
+
+            Task writing = WriteThenAbortAsync();
+            await Task.Delay(200);
+            Assert.False(writing.IsCompleted);
+            cts.Cancel();
+            await writing.WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.True(ranOnLoop, "the continuation did not run inline on the loop");
+
+            // An aborted connection closes at once (RST) even though its peer does not read.
+            Task closed = server.Closed;
+            bool closedInTime = await Task.WhenAny(closed, Task.Delay(3000)) == closed;
+
+            // What did the peer get?
+            var received = new MemoryStream();
+            var buffer = new byte[64 * 1024];
+            try
+            {
+                int n;
+                while ((n = await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(5))) > 0)
+                {
+                    received.Write(buffer, 0, n);
+                }
+            }
+            catch (SocketException)
+            {
+                // the RST
+            }
+            catch (TimeoutException)
+            {
+            }
+            await closed.WaitAsync(TimeSpan.FromSeconds(10));
+            // A send that completes after the sender finished consumes bytes the output no longer has.
+            Assert.True(((ConnectionOutput)server.Output).Unsent >= 0, $"Unsent {((ConnectionOutput)server.Output).Unsent}: a send was submitted after the abort finished the sender");
+            // Whatever the peer got is a prefix of what this connection wrote: never another connection's bytes.
+            byte[] got = received.ToArray();
+            for (int i = 0; i < got.Length; i++)
+            {
+                if (i >= data.Length || got[i] != data[i])
+                {
+                    Assert.Fail($"server's peer received a foreign byte 0x{got[i]:X2} at {i} of {got.Length} (the other connection's are 0x5A)");
+                }
+            }
+            Assert.True(closedInTime, "the aborted connection did not close: a send submitted after the abort is in flight");
+        }
+    }
 }

@@ -58,7 +58,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private Exception? _writerError;
     private bool _readerCompleted;
     private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
-    private bool _lent;               // CopyToAsync lent the last result's blocks to an Output: Complete keeps them until they are back
+    private bool _lent;               // a CopyToAsync to an Output runs (it lends each result's blocks): Complete keeps them until it ends
 
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
@@ -345,51 +345,84 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     private async Task CopyToOutputAsync(ConnectionOutput output, CancellationToken cancellationToken)
     {
-        while (true)
+        // Lent for the whole copy, not per write: a Complete (a proxy disposing this connection) between a read's
+        // result and its write would otherwise release the blocks under the result. From then on the copy just ends.
+        BeginLending();
+        try
         {
-            ReadResult result = await ReadAsync(cancellationToken).ConfigureAwait(false);
-            ReadOnlySequence<byte> buffer = result.Buffer;
-            if (result.IsCanceled)
+            while (true)
             {
-                AdvanceTo(buffer.Start);
-                throw new OperationCanceledException("The read was canceled (CancelPendingRead).");
-            }
-            FlushResult flush = default;
-            if (!buffer.IsEmpty)
-            {
-                Lend();
+                ReadResult result;
                 try
                 {
-                    flush = await output.WriteAsync(buffer, cancellationToken).ConfigureAwait(false);
+                    result = await ReadAsync(cancellationToken).ConfigureAwait(false);
                 }
-                catch
+                catch (InvalidOperationException) when (IsReaderCompleted)
                 {
-                    // Output holds none of the memory any more (a cancelled write's unsent bytes were copied, a failed
-                    // one's dropped): consumed.
-                    if (EndLend())
+                    return; // completed before the read began
+                }
+                if (IsReaderCompleted)
+                {
+                    return; // completed while the read waited: its blocks go back below
+                }
+                ReadOnlySequence<byte> buffer = result.Buffer;
+                if (result.IsCanceled)
+                {
+                    AdvanceTo(buffer.Start);
+                    throw new OperationCanceledException("The read was canceled (CancelPendingRead).");
+                }
+                FlushResult flush = default;
+                if (!buffer.IsEmpty)
+                {
+                    try
                     {
-                        AdvanceTo(buffer.End);
+                        flush = await output.WriteAsync(buffer, cancellationToken).ConfigureAwait(false);
                     }
-                    throw;
+                    catch
+                    {
+                        // Output holds none of the memory any more (a cancelled write's unsent bytes were copied, a
+                        // failed one's dropped): consumed.
+                        TryAdvance(buffer.End);
+                        throw;
+                    }
                 }
-                if (!EndLend())
+                if (!TryAdvance(buffer.End))
                 {
-                    return; // completed meanwhile (the connection disposed): the blocks went back just now
+                    return;
+                }
+                if (flush.IsCanceled)
+                {
+                    throw new OperationCanceledException("The flush was canceled (CancelPendingFlush).");
+                }
+                if (flush.IsCompleted || result.IsCompleted)
+                {
+                    return;
                 }
             }
-            AdvanceTo(buffer.End);
-            if (flush.IsCanceled)
-            {
-                throw new OperationCanceledException("The flush was canceled (CancelPendingFlush).");
-            }
-            if (flush.IsCompleted || result.IsCompleted)
-            {
-                return;
-            }
+        }
+        finally
+        {
+            EndLending();
         }
     }
 
-    private void Lend()
+    private bool IsReaderCompleted => Volatile.Read(ref _readerCompleted);
+
+    /// <summary>AdvanceTo, unless the reader was completed meanwhile (false: nothing to advance, the copy ends).</summary>
+    private bool TryAdvance(SequencePosition consumed)
+    {
+        try
+        {
+            AdvanceTo(consumed);
+            return true;
+        }
+        catch (InvalidOperationException) when (IsReaderCompleted)
+        {
+            return false;
+        }
+    }
+
+    private void BeginLending()
     {
         lock (_sync)
         {
@@ -397,19 +430,17 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         }
     }
 
-    /// <summary>The lent blocks are back; false if the reader was completed meanwhile (then they are released now).</summary>
-    private bool EndLend()
+    /// <summary>The copy is over and no Output holds the blocks: if the reader was completed meanwhile, they go back now.</summary>
+    private void EndLending()
     {
         lock (_sync)
         {
             _lent = false;
-            if (!_readerCompleted)
+            if (_readerCompleted)
             {
-                return true;
+                _consumed = _written;
+                ReleaseConsumed();
             }
-            _consumed = _written;
-            ReleaseConsumed();
-            return false;
         }
     }
 
@@ -445,7 +476,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 _consumed = _written;
                 ReleaseConsumed();
-            } // else an Output may be sending from the blocks: they go back when it gives them back (EndLend)
+            } // else an Output may be sending from the blocks: they go back when the copy ends (EndLending)
         }
         if (wasPaused)
         {

@@ -279,36 +279,59 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// </summary>
     private ValueTask<FlushResult>? TryBorrow(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
+        // The segments first, outside the lock: if enumerating the sequence throws, nothing was linked.
+        Segment? first = null;
+        Segment? last = null;
+        foreach (ReadOnlyMemory<byte> piece in source)
+        {
+            if (piece.IsEmpty)
+            {
+                continue;
+            }
+            Segment segment = _segments.Rent();
+            segment.Borrow(piece);
+            if (last is null)
+            {
+                first = segment;
+            }
+            else
+            {
+                last.Next = segment;
+            }
+            last = segment;
+        }
         bool postSender;
         short version;
         lock (_sync)
         {
-            if (_writerCompleted || _senderCompleted || _flush.IsWaiting || _cancelNextFlush)
+            if (first is null || _writerCompleted || _senderCompleted || _flush.IsWaiting || _cancelNextFlush)
             {
+                for (Segment? segment = first; segment is not null;)
+                {
+                    Segment? next = segment.Next;
+                    segment.Release();
+                    _segments.Return(segment);
+                    segment = next;
+                }
                 return null;
             }
             Commit(); // what was written before goes first
-            foreach (ReadOnlyMemory<byte> piece in source)
+            if (_tail is null)
             {
-                if (piece.IsEmpty)
-                {
-                    continue;
-                }
-                Segment segment = _segments.Rent();
-                segment.Borrow(piece, runningIndex: _committed);
-                if (_tail is null)
-                {
-                    _head = segment;
-                    _headIndex = 0;
-                }
-                else
-                {
-                    _tail.Next = segment;
-                }
-                _tail = segment;      // full: the writer's next GetMemory starts a block of its own after it
-                _committed += piece.Length;
+                _head = first;
+                _headIndex = 0;
             }
-            _commitFrom = _tail;
+            else
+            {
+                _tail.Next = first;
+            }
+            for (Segment? segment = first; segment is not null; segment = segment.Next)
+            {
+                segment.SetRunningIndex(_committed);
+                _committed += segment.Committed;
+            }
+            _tail = last;         // full: the writer's next GetMemory starts a block of its own after it
+            _commitFrom = last;
             _borrowing = true;
             _borrowedEnd = _committed;
             postSender = TakeSenderWaiting();
@@ -800,15 +823,16 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             Committed = 0;
         }
 
-        /// <summary>Holds a caller's bytes, all of them written and committed.</summary>
-        public void Borrow(ReadOnlyMemory<byte> source, long runningIndex)
+        /// <summary>Holds a caller's bytes, all of them written and committed (its place in the stream set when linked).</summary>
+        public void Borrow(ReadOnlyMemory<byte> source)
         {
             Memory = MemoryMarshal.AsMemory(source); // only ever read: the sender sends from it
             IsBorrowed = true;
-            RunningIndex = runningIndex;
             Written = source.Length;
             Committed = source.Length;
         }
+
+        public void SetRunningIndex(long runningIndex) => RunningIndex = runningIndex;
 
         /// <summary>Gives the block back (a pinned pool block goes back to its pool only once unpinned: zero-copy sends).</summary>
         public void Release()

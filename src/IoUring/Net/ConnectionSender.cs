@@ -109,10 +109,17 @@ internal sealed class ConnectionSender
         }
         else if (!_cancelledForUnborrow && _sendInFlight != 0)
         {
-            // Without an SQE for the cancel the send's own completion does the same, only later.
             _cancelledForUnborrow = _connection.CancelRequest(_sendInFlight);
+            if (!_cancelledForUnborrow)
+            {
+                // No SQE (the SQ still full after an early submit): again next iteration, or a send to a peer that
+                // does not read would keep the cancelled write waiting.
+                _owner.Loop.Schedule(s_unborrowAgain, this);
+            }
         }
     }
+
+    private static readonly Action<object?> s_unborrowAgain = static s => ((ConnectionSender)s!).OnUnborrowRequested();
 
     /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its completion.</summary>
     public void OnClosing()

@@ -99,6 +99,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public PipeReader Input => _receiver.Input;
 
     /// <summary>What to send. Complete it to send FIN after the data.</summary>
+    /// <remarks>
+    /// A <c>WriteAsync</c> at least as large as <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/> is sent from the
+    /// caller's memory, not copied: leave that memory unchanged until the returned task completes (as with
+    /// <c>Stream.WriteAsync</c> or <c>Socket.SendAsync</c>; a <c>Pipe</c>'s writer copies before returning).
+    /// </remarks>
     public PipeWriter Output => _output;
 
     /// <summary>The loop this connection runs on.</summary>

@@ -171,6 +171,59 @@ public sealed class InputCopyToTests : IAsyncLifetime
         }
     }
 
+    [Fact]
+    public async Task Disposing_the_source_just_as_a_read_completes_ends_the_copy_quietly()
+    {
+        var (sourceClient, source) = await LoopbackPairs.ConnectAsync(_listener);
+        var (destinationClient, destination) = await LoopbackPairs.ConnectAsync(_listener);
+        using (sourceClient)
+        using (destinationClient)
+        await using (destination)
+        {
+            var data = new byte[Size];
+            new Random(6).NextBytes(data);
+            var marker = new object();
+            int armed = 0;
+            Exception? disposeError = null;
+            // Runs as the copy's continuation switches into the execution context it captured: after the read
+            // completed (its result taken) and before the copy's next statement (Lend).
+            var local = new AsyncLocal<object?>(args =>
+            {
+                if (args.ThreadContextChanged && ReferenceEquals(args.CurrentValue, marker) && Interlocked.Exchange(ref armed, 0) == 1)
+                {
+                    try
+                    {
+                        _ = source.DisposeAsync(); // completes the Input at once, as a proxy disposing the other side would
+                    }
+                    catch (Exception ex)
+                    {
+                        disposeError = ex;
+                    }
+                }
+            });
+            local.Value = marker;
+            Task copy = source.Input.CopyToAsync(destination.Output); // the read waits: nothing was sent yet
+            local.Value = null;
+            await Task.Delay(100);
+            Assert.False(copy.IsCompleted);
+            Volatile.Write(ref armed, 1);
+            await sourceClient.SendAsync(data);
+
+            Exception? copyError = null;
+            try
+            {
+                await copy.WaitAsync(TimeSpan.FromSeconds(10));
+            }
+            catch (Exception ex)
+            {
+                copyError = ex;
+            }
+            Assert.Null(disposeError);
+            Assert.Equal(0, Volatile.Read(ref armed)); // the hook ran
+            Assert.True(copyError is null, $"the copy failed: {copyError}");
+        }
+    }
+
     private readonly record struct ReadResultOf(long Length);
 
     private static async Task<ReadResultOf> ReadSome(IoUringConnection connection)

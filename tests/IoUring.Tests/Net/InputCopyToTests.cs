@@ -207,7 +207,14 @@ public sealed class InputCopyToTests : IAsyncLifetime
             await Task.Delay(100);
             Assert.False(copy.IsCompleted);
             Volatile.Write(ref armed, 1);
-            await sourceClient.SendAsync(data);
+            try
+            {
+                await sourceClient.SendAsync(data);
+            }
+            catch (SocketException)
+            {
+                // The source may be closed (RST: unread bytes) before all of it is sent: slow machines, e.g. under qemu.
+            }
 
             Exception? copyError = null;
             try

@@ -306,13 +306,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             if (first is null || _writerCompleted || _senderCompleted || _flush.IsWaiting || _cancelNextFlush)
             {
-                for (Segment? segment = first; segment is not null;)
-                {
-                    Segment? next = segment.Next;
-                    segment.Release();
-                    _segments.Return(segment);
-                    segment = next;
-                }
+                ReturnSegments(first, end: null);
                 return null;
             }
             Commit(); // what was written before goes first
@@ -564,9 +558,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             ReleaseSent();
             if (_flush.IsWaiting && (_borrowing ? _sent >= _borrowedEnd : _committed - _sent < _resumeThreshold))
             {
-                _borrowing = false; // its segment went back with ReleaseSent: all of it is sent
-                _unborrowRequested = false;
-                _unborrowError = null;
+                EndBorrowing(); // its segments went back with ReleaseSent: all of it is sent
                 completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: false), null, _inlineContinuations);
             }
         }
@@ -590,10 +582,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _senderError = error;
             _senderWaiting = false;
             _sent = _committed;
-            ReleaseSent(); // a borrowed segment too: no send is in flight once the sender is gone
-            _borrowing = false;
-            _unborrowRequested = false;
-            _unborrowError = null;
+            ReleaseSent(); // borrowed segments too: no send is in flight once the sender is gone
+            EndBorrowing();
             if (_flush.IsWaiting)
             {
                 completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: error is null), error, _inlineContinuations);
@@ -681,18 +671,32 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             _commitFrom = last;
         }
-        for (Segment? borrowed = first; borrowed != after;)
-        {
-            Segment next = borrowed!.Next!;
-            borrowed.Release();
-            _segments.Return(borrowed);
-            borrowed = next;
-        }
+        ReturnSegments(first, end: after);
         _borrowing = false;
         return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error, _inlineContinuations);
     }
 
     // ---- Shared, under _sync ----
+
+    /// <summary>No borrowed write waits any more (all of it sent, or the sender gone): a cancel that came too late is dropped.</summary>
+    private void EndBorrowing()
+    {
+        _borrowing = false;
+        _unborrowRequested = false;
+        _unborrowError = null;
+    }
+
+    /// <summary>Gives back the segments from <paramref name="first"/> up to (not including) <paramref name="end"/>.</summary>
+    private void ReturnSegments(Segment? first, Segment? end)
+    {
+        for (Segment? segment = first; segment != end;)
+        {
+            Segment? next = segment!.Next;
+            segment.Release();
+            _segments.Return(segment);
+            segment = next;
+        }
+    }
 
     // Gives back every block all of whose bytes are sent: the last one too unless the writer is writing in it, so a
     // connection with nothing to send holds no memory.

@@ -39,7 +39,7 @@ internal sealed class ConnectionSender
     private bool _ended;
     private long _bytesSent;
     private ulong _sendInFlight;                // the user_data of the send the kernel has (0: none), to cancel it at close
-    private bool _cancelledForUnborrow;         // that send was cancelled because a borrowed write was (its ECANCELED is no error)
+    private bool _cancelledForUnborrow;         // that send's cancel for a cancelled borrowed write went (one per send)
 
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
     private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)

@@ -2,6 +2,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
 
@@ -32,13 +33,6 @@ public sealed class InputCopyToTests : IAsyncLifetime
     {
         await _listener.DisposeAsync();
         await _network.DisposeAsync();
-    }
-
-    private static byte[] Pattern(int length, int seed)
-    {
-        var bytes = new byte[length];
-        new Random(seed).NextBytes(bytes);
-        return bytes;
     }
 
     /// <summary>A source connection whose Input holds all of <paramref name="data"/>, unread.</summary>
@@ -180,8 +174,7 @@ public sealed class InputCopyToTests : IAsyncLifetime
         using (destinationClient)
         await using (destination)
         {
-            var data = new byte[Size];
-            new Random(6).NextBytes(data);
+            byte[] data = Pattern(Size, seed: 6);
             var marker = new object();
             int armed = 0;
             Exception? disposeError = null;

@@ -4,6 +4,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using static IoUring.Tests.Support.TestBytes;
 using Xunit.Abstractions;
 
 namespace IoUring.Tests.Net;
@@ -36,13 +37,6 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
     {
         await _listener.DisposeAsync();
         await _network.DisposeAsync();
-    }
-
-    private static byte[] Pattern(int length, int seed)
-    {
-        var bytes = new byte[length];
-        new Random(seed).NextBytes(bytes);
-        return bytes;
     }
 
     private static async Task SendAllAsync(Socket client, byte[] data, int seed)

@@ -4,6 +4,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
 
@@ -44,13 +45,6 @@ public sealed class OutputTests : IAsyncLifetime
     });
 
     private static ConnectionOutput OutputOf(IoUringConnection connection) => (ConnectionOutput)connection.Output;
-
-    private static byte[] Pattern(int length, int seed)
-    {
-        var bytes = new byte[length];
-        new Random(seed).NextBytes(bytes);
-        return bytes;
-    }
 
     private static async Task<byte[]> ReceiveAllAsync(Socket client)
     {

@@ -4,6 +4,7 @@ using System.Net.Sockets;
 using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Tests.Support;
+using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
 
@@ -41,13 +42,6 @@ public sealed class UdpTests : IAsyncLifetime
         {
             // disposed
         }
-    }
-
-    private static byte[] Pattern(int length, int seed)
-    {
-        var bytes = new byte[length];
-        new Random(seed).NextBytes(bytes);
-        return bytes;
     }
 
     internal static IPEndPoint ToEndPoint(SocketAddress address)

@@ -185,11 +185,10 @@ public abstract class SlowPeerTests(ITestOutputHelper output)
 
             Assert.All(sent, s => Assert.True(s > MaxReadBufferSize, $"a client could send only {s} bytes"));
             // Sockets stops at MaxReadBufferSize (its last receive fills at most one block). io_uring arms each receive
-            // for what the input can still take where the kernel can cap a multishot receive, so it holds at most one
-            // 8 KiB ring buffer more (Input keeps the ring buffers themselves, each at least half full). Without the cap it
-            // also keeps what the receive had already taken when the pause began (0 to ~410 KiB a connection measured
-            // with 8 KiB ring buffers): that bound allows 1 MiB of it, a quarter of what each client pushed.
-            long excess = Transport == TransportKind.IoUring && !IoUring.Rings.IoUringCapabilities.Current.HasReceiveLimit ? 1 << 20 : 16 * 1024;
+            // for what the input can still take (a capped multishot receive, or a single-shot one of that length where
+            // the kernel cannot cap one), so it holds at most one 8 KiB ring buffer more (Input keeps the ring buffers
+            // themselves, each at least half full).
+            const long excess = 16 * 1024;
             Assert.InRange(peak, Senders * MaxReadBufferSize / 2, Senders * (MaxReadBufferSize + excess));
         }
         finally

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs IoUring.Tests on another Linux kernel: a stock distribution kernel booted under qemu (software emulation, TCG,
+# Runs IoUring.Tests (or another test project: TESTS) on another Linux kernel: a stock distribution kernel booted under qemu (software emulation, TCG,
 # so it also works on machines without KVM), with the host's root filesystem as the guest's root.
 #
 #   tests/kernels/run.sh                                   Debian 12's current 6.1 kernel (linux-image-amd64's
@@ -11,6 +11,8 @@
 #   KERNEL_PKG   Debian package holding /boot/vmlinuz-* and its modules (apt-get download + dpkg -x into CACHE; the
 #                host's /boot is not touched). Default: what linux-image-amd64 depends on.
 #   FILTER       test filter (vstest syntax), default empty: the whole suite.
+#   TESTS        the test project under tests/, default IoUring.Tests; IoUring.AspNetCore.Tests runs the Kestrel
+#                transport's tests (they use the host's curl, h2load and openssl, as on the host).
 #   TIMEOUT      overall limit in minutes for the guest, default 90; the tests inside get TIMEOUT - 5.
 #   SMP, MEM     guest CPUs and memory, default 2 and 4G.
 #   TEST_ENV     "NAME=value ..." for the test process in the guest. Default IOURING_SOAK_SECONDS=15: the soak test
@@ -18,14 +20,14 @@
 #   OUT          directory for the results (default a new /tmp/iouring-kernel.XXXXXX): console.log (serial console:
 #                kernel and test output), results.trx, uname, rc, guest.sh.
 #   CACHE        where kernels are downloaded and extracted, default /var/cache/iouring-kernels.
-#   BUILD=0      skip `dotnet build -c Release tests/IoUring.Tests` on the host.
+#   BUILD=0      skip `dotnet build -c Release tests/$TESTS` on the host.
 #   VERBOSE=1    also stream the serial console to the terminal.
 #
 # How the guest is set up: a small initramfs (busybox-static + the virtio/9p/overlay modules of the kernel package)
 # loads the modules, mounts the host's / read-only over virtio-9p (cache=loose: the host must not change the test
 # binaries during the run), puts a tmpfs overlay on top (the guest can write anywhere; nothing reaches the host),
 # mounts /proc, /sys, /dev, /dev/shm, /tmp, /run, brings up lo, mounts OUT read-write over a second 9p share at
-# /kernel-out and chroots into guest.sh, which runs `dotnet vstest` on the built IoUring.Tests.dll. The guest then
+# /kernel-out and chroots into guest.sh, which runs `dotnet vstest` on the built $TESTS.dll. The guest then
 # powers off. Exit status: 0 when the guest finished and every selected test passed; 1 when tests failed; 2 when the
 # guest did not finish (timeout, panic, boot failure): look at OUT/console.log.
 set -Eeuo pipefail
@@ -33,6 +35,7 @@ trap 'echo "run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FILTER=${FILTER:-}
+TESTS=${TESTS:-IoUring.Tests}
 TIMEOUT=${TIMEOUT:-90}
 SMP=${SMP:-2}
 MEM=${MEM:-4G}
@@ -146,10 +149,10 @@ echo "initramfs: ${#ordered[@]} modules (${ordered[*]##*/})"
 
 # ---- the tests, built on the host ----
 if [[ $BUILD == 1 ]]; then
-    echo "building tests/IoUring.Tests (Release)"
-    dotnet build -c Release "$ROOT/tests/IoUring.Tests" -v q -nologo >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 2; }
+    echo "building tests/$TESTS (Release)"
+    dotnet build -c Release "$ROOT/tests/$TESTS" -v q -nologo >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 2; }
 fi
-DLL="$ROOT/tests/IoUring.Tests/bin/Release/net10.0/IoUring.Tests.dll"
+DLL="$ROOT/tests/$TESTS/bin/Release/net10.0/$TESTS.dll"
 [[ -f $DLL ]] || { echo "$DLL is missing: build it (BUILD=1)"; exit 2; }
 
 # ---- what runs in the guest (chrooted into the host's filesystem, as root) ----

@@ -32,6 +32,9 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private static readonly Action<object?> s_onReaderGone = static r => ((ConnectionReceiver)r!).OnInputReaderGone();
     private static readonly Action<object?, CancellationToken> s_onReadCancelled = static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
 
+    /// <summary>Unconsumed bytes up to which <see cref="Write"/> leaves a waiting read waiting when more follows at once.</summary>
+    internal const int MaxHeldForMore = 64 * 1024;
+
     private readonly object _sync;    // the receiver: internal, locked by nothing else (no lock object per connection)
     private readonly ConnectionReceiver _receiver;
     private readonly EventLoop _loop;
@@ -121,8 +124,12 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     /// stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>. <see cref="InputWrite.ReaderGone"/>: the
     /// reader completed, the bytes are dropped (as a pipe's flush reports it: a reader completing while receiving goes on
     /// is noticed here, at the next receive; one completing while paused is posted).
+    /// <paramref name="moreFollows"/>: the receiver's next completion brings more bytes at once (the socket still holds
+    /// some and the next RECV is being armed), so a waiting read is left waiting for it until
+    /// <see cref="MaxHeldForMore"/> bytes are unconsumed: the reader wakes once per batch, not once per ring buffer. The
+    /// receiver calls <see cref="WakeReader"/> when no such completion follows after all.
     /// </summary>
-    public InputWrite Write(ReceivedBytes data)
+    public InputWrite Write(ReceivedBytes data, bool moreFollows = false)
     {
         AwaiterCompletion completion = default;
         bool paused;
@@ -143,13 +150,27 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 _writerPaused = true;
             }
             paused = _writerPaused;
-            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum))
+            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum) && !(moreFollows && !paused && backlog < MaxHeldForMore))
             {
                 completion = CompletePendingRead(canceled: false, error: null);
             }
         }
         completion.Run();
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
+    }
+
+    /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can complete.</summary>
+    public void WakeReader()
+    {
+        AwaiterCompletion completion = default;
+        lock (_sync)
+        {
+            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum))
+            {
+                completion = CompletePendingRead(canceled: false, error: null);
+            }
+        }
+        completion.Run();
     }
 
     /// <summary>

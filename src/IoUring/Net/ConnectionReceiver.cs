@@ -165,9 +165,12 @@ internal sealed class ConnectionReceiver
             _armed = false;
             _cancelling = false;
         }
+        // Single-shot, with bytes still in the socket: the next RECV (armed below) completes at once with more, so the
+        // reader need not wake for these alone (the batch a multishot RECV delivers in one iteration).
+        bool moreFollows = _singleShot && (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
         if (!_ended)
         {
-            switch (_input.Write(data))
+            switch (_input.Write(data, moreFollows))
             {
                 case ConnectionInput.InputWrite.Paused when !_paused:
                     // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
@@ -183,6 +186,10 @@ internal sealed class ConnectionReceiver
         _bytesReceived += data.Length;
         _owner.Loop.OnBytesReceived(data.Length);
         MaybeRearm();
+        if (moreFollows && !_armed)
+        {
+            _input.WakeReader(); // no RECV follows at once (paused, ended, closing, or no SQE): what Input holds is all for now
+        }
         if (_peerHungUp && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
         {
             RestartWaiting(); // it emptied the socket and now waits for a wakeup
@@ -196,6 +203,10 @@ internal sealed class ConnectionReceiver
         {
             _armed = false;
             _cancelling = false;
+        }
+        if (_singleShot)
+        {
+            _input.WakeReader(); // the RECV the last bytes were held for brought none (ENOBUFS, cancelled, an error)
         }
         switch (-result)
         {

@@ -311,7 +311,8 @@ stat_of() { # name path: a number from the sample's opt-in stats endpoints, "-" 
 allocated() { stat_of "$1" /_stats; }   # GC.GetTotalAllocatedBytes(precise: true)
 pool_items() { stat_of "$1" /_threadpool; }   # ThreadPool.CompletedWorkItemCount (an older sample: "-")
 ctx_switches() { # pid: voluntary + involuntary context switches of all its threads so far
-    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }'
+    # A thread that exits between the glob and its read makes cat fail: not an error (pipefail would end the run).
+    { cat /proc/"$1"/task/*/status 2>/dev/null || true; } | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }'
 }
 # The runtime keeps tiering code up (tier 0 -> instrumented -> tier 1) for 20-40 s under load on this one busy CPU,
 # and req/s can sit flat for many seconds before the tier-1 code lands: a fixed short warm-up measures half-compiled

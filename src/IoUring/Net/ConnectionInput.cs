@@ -144,19 +144,80 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             {
                 Append(buffers.Current, buffers.CurrentBufferId);
             }
-            long backlog = _written - _consumed;
-            if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
-            {
-                _writerPaused = true;
-            }
-            paused = _writerPaused;
-            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum) && !(moreFollows && !paused && backlog < MaxHeldForMore))
-            {
-                completion = CompletePendingRead(canceled: false, error: null);
-            }
+            paused = AfterAppend(moreFollows, ref completion);
         }
         completion.Run();
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
+    }
+
+    /// <summary>
+    /// As <see cref="Write"/>, for a receive into the receiver's own spare blocks (a vectored RECVMSG): the first
+    /// <paramref name="length"/> bytes of <paramref name="blocks"/>, filled in order, each up to
+    /// <paramref name="lengths"/>. Input takes the blocks it keeps; the rest go back to the spares, whatever the outcome.
+    /// </summary>
+    public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length, bool moreFollows)
+    {
+        AwaiterCompletion completion = default;
+        bool paused;
+        lock (_sync)
+        {
+            if (_readerCompleted || _writerCompleted)
+            {
+                length = 0; // dropped, as Write drops them
+            }
+            int i = 0;
+            try
+            {
+                for (; i < blocks.Length; i++)
+                {
+                    int filled = Math.Min(lengths[i], length);
+                    length -= filled;
+                    if (filled >= _blockSize / 2)
+                    {
+                        AppendSegment(blocks[i]).SetEnd(filled);
+                        _written += filled;
+                    }
+                    else
+                    {
+                        if (filled > 0)
+                        {
+                            AppendCopy(blocks[i].Array.AsSpan(blocks[i].Offset, filled)); // may fail to rent a block
+                        }
+                        _buffers.Spares.Return(blocks[i]);
+                    }
+                }
+            }
+            finally
+            {
+                for (; i < blocks.Length; i++)
+                {
+                    _buffers.Spares.Return(blocks[i]); // the failed one and the rest: never leaked
+                }
+            }
+            if (_readerCompleted || _writerCompleted)
+            {
+                return _readerCompleted ? InputWrite.ReaderGone : InputWrite.Accepted;
+            }
+            paused = AfterAppend(moreFollows, ref completion);
+        }
+        completion.Run();
+        return paused ? InputWrite.Paused : InputWrite.Accepted;
+    }
+
+    // Under the lock, after bytes were appended: pauses at the threshold, and completes a waiting read that can complete
+    // (unless more follows at once; see Write). Returns whether the writer is paused.
+    private bool AfterAppend(bool moreFollows, ref AwaiterCompletion completion)
+    {
+        long backlog = _written - _consumed;
+        if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
+        {
+            _writerPaused = true;
+        }
+        if (_read.IsWaiting && CanCompleteRead(_pendingMinimum) && !(moreFollows && !_writerPaused && backlog < MaxHeldForMore))
+        {
+            completion = CompletePendingRead(canceled: false, error: null);
+        }
+        return _writerPaused;
     }
 
     /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can complete.</summary>
@@ -207,14 +268,23 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         }
         else
         {
-            if (tail is null || _blockSize - tail.End < length)
-            {
-                tail = AppendSegment(_buffers.Spares.Rent());
-            }
-            bytes.CopyTo(tail.Block.Array.AsSpan(tail.Block.Offset + tail.End));
-            tail.SetEnd(tail.End + length);
+            AppendCopy(bytes);
+            return;
         }
         _written += length;
+    }
+
+    // Copies a small receive onto the end of the last block (a spare block when it has no room).
+    private void AppendCopy(ReadOnlySpan<byte> bytes)
+    {
+        Segment? tail = _tail;
+        if (tail is null || _blockSize - tail.End < bytes.Length)
+        {
+            tail = AppendSegment(_buffers.Spares.Rent());
+        }
+        bytes.CopyTo(tail.Block.Array.AsSpan(tail.Block.Offset + tail.End));
+        tail.SetEnd(tail.End + bytes.Length);
+        _written += bytes.Length;
     }
 
     private Segment AppendSegment(ReceiveBlock block)

@@ -1,3 +1,4 @@
+using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -31,6 +32,7 @@ namespace IoUring.Net;
 internal sealed class ConnectionReceiver
 {
     private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported
+    private const int MaxVector = 8; // spare blocks one vectored RECVMSG fills (64 KiB of 8 KiB blocks)
 
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
@@ -47,6 +49,12 @@ internal sealed class ConnectionReceiver
     private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
     private bool _hangUpArmed;      // the hang-up poll is in flight
     private bool _armRetryScheduled; // the loop had no SQE for the RECV: MaybeRearm runs again next iteration
+    private uint _armedTag;         // the armed RECV's user_data tag: 0, or VectoredTag for the vectored RECVMSG
+    private bool _socketNonEmpty;   // single-shot: the last receive left bytes in the socket (arm a vectored one next)
+    private unsafe Libc.msghdr* _vectorMessage; // msghdr + MaxVector iovecs of the vectored RECVMSG, made at its first use
+    private readonly ReceiveBlock[] _vectorBlocks = new ReceiveBlock[MaxVector]; // that RECVMSG's spare blocks, until its CQE
+    private readonly int[] _vectorLengths = new int[MaxVector];
+    private int _vectorCount;       // blocks in _vectorBlocks (in flight)
     private int _exhaustionMark = -1; // see ReceiveBuffers.OnExhausted
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
@@ -168,9 +176,36 @@ internal sealed class ConnectionReceiver
         // Single-shot, with bytes still in the socket: the next RECV (armed below) completes at once with more, so the
         // reader need not wake for these alone (the batch a multishot RECV delivers in one iteration).
         bool moreFollows = _singleShot && (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
+        OnBytes(_ended ? ConnectionInput.InputWrite.Accepted : _input.Write(data, moreFollows), data.Length, flags, moreFollows);
+    }
+
+    /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare blocks.</summary>
+    public void OnVectoredReceive(int result, uint flags)
+    {
+        _armed = false;
+        _cancelling = false;
+        int count = _vectorCount;
+        _vectorCount = 0;
+        if (result <= 0)
+        {
+            ReturnVectorBlocks(count);
+            OnReceiveEnded(result, flags);
+            return;
+        }
+        bool moreFollows = (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
+        // WriteBlocks takes or returns every block (dropping the bytes once the reader is gone).
+        ConnectionInput.InputWrite written = _input.WriteBlocks(_vectorBlocks.AsSpan(0, count), _vectorLengths.AsSpan(0, count), _ended ? 0 : result, moreFollows);
+        _vectorBlocks.AsSpan(0, count).Clear();
+        OnBytes(_ended ? ConnectionInput.InputWrite.Accepted : written, result, flags, moreFollows);
+    }
+
+    // After a receive's bytes went to Input (single-shot: moreFollows when the socket still holds some).
+    private void OnBytes(ConnectionInput.InputWrite written, int length, uint flags, bool moreFollows)
+    {
+        _socketNonEmpty = moreFollows;
         if (!_ended)
         {
-            switch (_input.Write(data, moreFollows))
+            switch (written)
             {
                 case ConnectionInput.InputWrite.Paused when !_paused:
                     // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
@@ -183,8 +218,8 @@ internal sealed class ConnectionReceiver
                     break;
             }
         }
-        _bytesReceived += data.Length;
-        _owner.Loop.OnBytesReceived(data.Length);
+        _bytesReceived += length;
+        _owner.Loop.OnBytesReceived(length);
         MaybeRearm();
         if (moreFollows && !_armed)
         {
@@ -206,6 +241,7 @@ internal sealed class ConnectionReceiver
         }
         if (_singleShot)
         {
+            _socketNonEmpty = false;
             _input.WakeReader(); // the RECV the last bytes were held for brought none (ENOBUFS, cancelled, an error)
         }
         switch (-result)
@@ -273,13 +309,14 @@ internal sealed class ConnectionReceiver
     {
         if (CanArm && !_armRetryScheduled)
         {
+            if (_singleShot && _socketNonEmpty && TryArmVectored())
+            {
+                return;
+            }
             io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive);
             if (sqe == null)
             {
-                // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot
-                // RECVs re-arm after every receive, so this must not end the connection.
-                _armRetryScheduled = true;
-                _owner.Loop.Schedule(s_retryArm, this);
+                RetryArmLater();
                 return;
             }
             sqe->opcode = IORING_OP_RECV;
@@ -296,6 +333,94 @@ internal sealed class ConnectionReceiver
                 sqe->optlen = ReceiveLimit(); // the multishot RECV's total; 0: no cap, when Input holds its threshold already
             }
             _armed = true;
+            _armedTag = 0;
+        }
+    }
+
+    // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot RECVs re-arm
+    // after every receive, so this must not end the connection.
+    private void RetryArmLater()
+    {
+        _armRetryScheduled = true;
+        _owner.Loop.Schedule(s_retryArm, this);
+    }
+
+    /// <summary>
+    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into up to <see cref="MaxVector"/> spare
+    /// blocks (at most what Input can still take), so a bulk receive takes 64 KiB per request instead of one ring buffer,
+    /// as a bundle would (kernels without the receive cap have no usable bundles). It completes at once (the bytes are
+    /// there), so no idle connection holds blocks for it; the blocks stay the receiver's until its CQE, also when cancelled.
+    /// False when it was not armed (too little room, or no block or SQE): arm a plain RECV.
+    /// </summary>
+    private unsafe bool TryArmVectored()
+    {
+        ReceiveBlockPool spares = _owner.Loop.ReceiveBuffers.Spares;
+        int blockSize = spares.BlockSize;
+        long limit = ReceiveLimit();
+        if (limit <= blockSize)
+        {
+            return false; // one ring buffer holds it
+        }
+        int count = (int)Math.Min(MaxVector, (limit + blockSize - 1) / blockSize);
+        int rented = 0;
+        try
+        {
+            for (; rented < count; rented++)
+            {
+                _vectorBlocks[rented] = spares.Rent();
+            }
+        }
+        catch (OutOfMemoryException)
+        {
+            ReturnVectorBlocks(rented);
+            return false;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive, ConnectionRequestKind.VectoredTag);
+        if (sqe == null)
+        {
+            ReturnVectorBlocks(count);
+            RetryArmLater();
+            return true; // nothing armed, but the retry is scheduled
+        }
+        if (_vectorMessage == null)
+        {
+            _vectorMessage = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxVector * sizeof(iovec)));
+        }
+        var iovecs = (iovec*)(_vectorMessage + 1);
+        for (int i = 0; i < count; i++)
+        {
+            int length = (int)Math.Min(blockSize, limit);
+            limit -= length;
+            iovecs[i] = new iovec { iov_base = (nuint)_vectorBlocks[i].Address, iov_len = (nuint)length };
+            _vectorLengths[i] = length;
+        }
+        *_vectorMessage = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
+        sqe->opcode = IORING_OP_RECVMSG;
+        sqe->fd = _fd;
+        sqe->addr = (ulong)_vectorMessage;
+        sqe->len = 1;
+        _vectorCount = count;
+        _armed = true;
+        _armedTag = ConnectionRequestKind.VectoredTag;
+        return true;
+    }
+
+    private void ReturnVectorBlocks(int count)
+    {
+        for (int i = 0; i < count; i++)
+        {
+            _owner.Loop.ReceiveBuffers.Spares.Return(_vectorBlocks[i]);
+            _vectorBlocks[i] = default;
+        }
+    }
+
+    /// <summary>Frees the vectored RECVMSG's msghdr: once nothing of the connection is in flight (the owner is freed).</summary>
+    public unsafe void FreeNativeMemory()
+    {
+        if (_vectorMessage != null)
+        {
+            NativeMemory.Free(_vectorMessage);
+            _vectorMessage = null;
         }
     }
 
@@ -327,7 +452,7 @@ internal sealed class ConnectionReceiver
     {
         if (_armed && !_cancelling)
         {
-            _cancelling = _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive));
+            _cancelling = _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive, _armedTag));
             return _cancelling;
         }
         return true;

@@ -5,13 +5,16 @@ namespace IoUring.Net;
 /// <summary>The operation kinds of a connection's requests (the kind bits of their user_data).</summary>
 internal static class ConnectionRequestKind
 {
-    public const uint Receive = 1;          // the multishot RECV (ConnectionReceiver)
+    public const uint Receive = 1;          // the RECV (ConnectionReceiver): multishot, or single-shot without the kernel's cap
     public const uint Cancel = 2;           // ASYNC_CANCEL of one of the connection's requests, by its user_data
     public const uint Send = 3;             // SEND/SENDMSG (ConnectionSender)
     public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a receive that found no buffer
     public const uint HangUpPoll = 5;       // one-shot POLL_ADD for the peer's FIN or reset
     public const uint Close = 6;            // CLOSE of the fd, after every other request on it ended
     public const uint SendZeroCopy = 7;     // SEND_ZC/SENDMSG_ZC; the user_data tag is the pin set
+
+    /// <summary>The user_data tag of a Receive that is a vectored RECVMSG into the receiver's own blocks (the kind bits are all taken).</summary>
+    public const uint VectoredTag = 1;
 }
 
 /// <summary>
@@ -27,6 +30,9 @@ internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection conn
     {
         switch (kind)
         {
+            case ConnectionRequestKind.Receive when UserData.Tag(userData) == ConnectionRequestKind.VectoredTag:
+                connection.Receiver.OnVectoredReceive(result, flags);
+                break;
             case ConnectionRequestKind.Receive: connection.Receiver.OnReceiveEnded(result, flags); break;
             case ConnectionRequestKind.Send: connection.Sender.OnSendCompleted(result); break;
             case ConnectionRequestKind.ReceiveBackoff: connection.Receiver.OnBackoffEnded(); break;
@@ -45,5 +51,9 @@ internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection conn
 
     internal override void OnRequestFinished() => connection.CheckCloseProgress();
 
-    internal override void OnFreed() => connection.Sender.FreeNativeMemory();
+    internal override void OnFreed()
+    {
+        connection.Sender.FreeNativeMemory();
+        connection.Receiver.FreeNativeMemory();
+    }
 }

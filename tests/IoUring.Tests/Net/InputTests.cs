@@ -246,6 +246,70 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
         }
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task Closing_in_the_middle_of_vectored_receives_gives_every_block_back(bool readerGoneFirst)
+    {
+        // Without the kernel's receive cap a receive that leaves bytes in the socket is followed by a RECVMSG into the
+        // receiver's own spare blocks. Connections flooded by their peers are closed (aborted, or their reader completed
+        // first) while such receives may be in flight: every block comes back once they are closed.
+        const int Connections = 8;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MaxReadBufferSize = 1 << 20,
+            Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { Capabilities = IoUring.Rings.IoUringCapabilities.Current.WithoutReceiveLimitForTesting() } },
+        });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        IoUring.Loops.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
+        var pairs = new List<(Socket Client, IoUringConnection Server)>();
+        for (int i = 0; i < Connections; i++)
+        {
+            pairs.Add(await LoopbackPairs.ConnectAsync(listener));
+        }
+        byte[] chunk = Pattern(256 * 1024, seed: 3);
+        Task[] flooding = pairs.Select(p => Task.Run(async () =>
+        {
+            try
+            {
+                while (true)
+                {
+                    await p.Client.SendAsync(chunk);
+                }
+            }
+            catch (SocketException)
+            {
+                // the server closed: done
+            }
+            catch (ObjectDisposedException)
+            {
+            }
+        })).ToArray();
+        foreach ((Socket client, IoUringConnection server) in pairs)
+        {
+            ReadResult result = await server.Input.ReadAtLeastAsync(512 * 1024).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+            server.Input.AdvanceTo(result.Buffer.End);
+            if (readerGoneFirst)
+            {
+                server.Input.Complete();
+                await Task.Delay(5);
+            }
+            server.Abort();
+        }
+        foreach ((Socket client, IoUringConnection server) in pairs)
+        {
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            await server.DisposeAsync(); // the application is done with it: Input gives back what it held
+            client.Dispose();
+        }
+        await Task.WhenAll(flooding).WaitAsync(TimeSpan.FromSeconds(10));
+        await Eventually.WaitForAsync(() => spares.HeldBlocks == 0);
+        output.WriteLine($"held {spares.HeldBlocks} blocks after closing; allocated {spares.Allocated}; loop CQEs {network.Loops[0].Counters.Cqes}");
+        Assert.Equal(0, spares.HeldBlocks);
+        Assert.Equal(0, network.Loops[0].Counters.ReceiveBuffersLost);
+    }
+
     [Fact]
     public async Task After_a_burst_the_loop_keeps_few_idle_receive_blocks()
     {

@@ -45,11 +45,17 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         return (completed, failed);
     }
 
-    [NopInjectFact]
-    public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte()
+    /// <summary>This kernel's receive path, or (no receive cap) single-shot RECVs and vectored RECVMSGs into spare blocks.</summary>
+    private static IoUringCapabilities Receiving(bool receiveCap)
+        => receiveCap ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveLimitForTesting();
+
+    [NopInjectTheory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte(bool receiveCap)
     {
-        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults } } });
+        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = Receiving(receiveCap) } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         var (completed, failed) = await EchoUnderFaultsAsync(network, listener, seed: 100);
@@ -59,11 +65,13 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(Connections, completed);
     }
 
-    [NopInjectFact]
-    public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind()
+    [NopInjectTheory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind(bool receiveCap)
     {
-        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults }, BufferCount = 32, BufferSize = 2048 } });
+        var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = Receiving(receiveCap) }, BufferCount = 32, BufferSize = 2048 } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         await EchoUnderFaultsAsync(network, listener, seed: 0); // warm up pools and runtime fds
@@ -71,6 +79,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         int fds = FdCount.Owned();
         int owners = network.Loops.Sum(l => l.LiveOwners);
         int blocks = network.RentedMemoryBlocks;
+        long receiveBlocks = network.Loops.Sum(l => l.ReceiveBuffers.Spares.HeldBlocks); // Inputs' and vectored receives'
 
         int totalCompleted = 0, totalFailed = 0;
         for (int round = 1; round <= 3; round++)
@@ -83,11 +92,13 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.True(totalFailed > 0, "no connection failed: the resets were not injected where it matters");
         Assert.True(totalCompleted > 0, "no connection completed");
 
-        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() <= fds && network.Loops.Sum(l => l.LiveOwners) == owners);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() <= fds && network.Loops.Sum(l => l.LiveOwners) == owners
+            && network.Loops.Sum(l => l.ReceiveBuffers.Spares.HeldBlocks) == receiveBlocks);
         Assert.Equal(0, network.ConnectionCount);
         Assert.Equal(fds, FdCount.Owned());
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
         Assert.Equal(blocks, network.RentedMemoryBlocks);
+        Assert.Equal(receiveBlocks, network.Loops.Sum(l => l.ReceiveBuffers.Spares.HeldBlocks));
     }
 
     [NopInjectFact]

@@ -58,3 +58,15 @@ public sealed class NopInjectFactAttribute : FactAttribute
         }
     }
 }
+
+/// <summary>As <see cref="NopInjectFactAttribute"/>, for a theory.</summary>
+public sealed class NopInjectTheoryAttribute : TheoryAttribute
+{
+    public NopInjectTheoryAttribute()
+    {
+        if (!KernelFeatures.NopInjectResult)
+        {
+            Skip = $"kernel {KernelFeatures.Release} has no IORING_NOP_INJECT_RESULT (a NOP with nop_flags completes with EINVAL), which fault injection needs";
+        }
+    }
+}

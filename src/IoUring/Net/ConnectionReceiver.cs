@@ -13,9 +13,10 @@ namespace IoUring.Net;
 /// reaches the pause threshold receiving pauses (the RECV cancelled), and resumes when the reader has caught up.
 /// With a pause threshold, each RECV is armed for no more than Input can take before it pauses, so a paused connection
 /// holds at most its threshold plus one ring buffer: a multishot RECV capped at that total where the kernel can cap one
-/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>, 6.17+), else a single-shot RECV of that length (one SQE per
-/// receive: an uncapped multishot RECV goes on taking whatever the socket holds until its cancellation takes effect,
-/// measured at up to 3.9 MB past a 64 KiB threshold).
+/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>, 6.17+), else a single-shot RECV of that length (an uncapped
+/// multishot RECV goes on taking whatever the socket holds until its cancellation takes effect: measured at up to 3.9 MB
+/// past a 64 KiB threshold). Single-shot, a receive that leaves bytes in the socket is followed by a vectored RECVMSG
+/// into up to 8 spare blocks, and the reader is woken once per such batch (see <see cref="ConnectionInput.Write"/>).
 /// </summary>
 /// <remarks>
 /// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer side; it tells the

@@ -259,19 +259,14 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 
     private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
     {
-        int length = bytes.Length;
-        Segment? tail = _tail;
-        if (length >= _blockSize / 2)
-        {
-            // Worth a block of its own: keep the ring's buffer (the bytes are at its start), a spare takes its place.
-            AppendSegment(_buffers.Take(bufferId)).SetEnd(length);
-        }
-        else
+        if (bytes.Length < _blockSize / 2)
         {
             AppendCopy(bytes);
             return;
         }
-        _written += length;
+        // Worth a block of its own: keep the ring's buffer (the bytes are at its start), a spare takes its place.
+        AppendSegment(_buffers.Take(bufferId)).SetEnd(bytes.Length);
+        _written += bytes.Length;
     }
 
     // Copies a small receive onto the end of the last block (a spare block when it has no room).

@@ -45,11 +45,6 @@ public sealed class BackpressureTests(ITestOutputHelper output)
         return sent;
     }
 
-    /// <summary>This kernel, or this kernel acting as one without the receive cap. On a kernel that lacks it, the "with"
-    /// cases run the fallback too (and hold it to the fallback's bound); CapabilitiesTests checks the probe itself.</summary>
-    private static IoUringCapabilities Kernel(bool receiveLimit)
-        => receiveLimit ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveLimitForTesting();
-
     [Theory]
     [InlineData(16, true)]
     [InlineData(512, true)]
@@ -58,7 +53,7 @@ public sealed class BackpressureTests(ITestOutputHelper output)
     public async Task A_fast_sender_to_a_reader_that_does_not_read_stays_under_the_memory_bound(int ringBuffers, bool receiveLimit)
     {
         const int MaxRead = 64 * 1024, BufferSize = 8192;
-        IoUringCapabilities caps = Kernel(receiveLimit);
+        IoUringCapabilities caps = KernelFeatures.WithReceiveCap(receiveLimit);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions
         {
             LoopCount = 1,
@@ -106,7 +101,7 @@ public sealed class BackpressureTests(ITestOutputHelper output)
         // receive must be armed again next iteration, not end the connection (before, the refusal reset it), and the
         // bound must hold.
         const int MaxRead = 64 * 1024, BufferSize = 8192, RingBuffers = 512, Refusals = 3;
-        IoUringCapabilities caps = Kernel(receiveLimit: false);
+        IoUringCapabilities caps = KernelFeatures.WithReceiveCap(false);
         var faults = new FaultInjector([IoUring.Interop.IoUringConstants.IORING_OP_NOP], [IoUring.Interop.Errno.ECONNRESET], probability: 0, seed: 1);
         var unhandled = new List<Exception>();
         await using var network = new IoUringNetwork(new IoUringNetworkOptions
@@ -197,7 +192,7 @@ public sealed class BackpressureTests(ITestOutputHelper output)
         // The reader takes 16 KiB at a time with pauses between: Input pauses and resumes many times, and at every
         // read what it holds (received and not yet consumed) stays within the bound, not only at the first pause.
         const int MaxRead = 64 * 1024, BufferSize = 8192, RingBuffers = 64, Step = 16 * 1024;
-        IoUringCapabilities caps = Kernel(receiveLimit);
+        IoUringCapabilities caps = KernelFeatures.WithReceiveCap(receiveLimit);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions
         {
             LoopCount = 1,

@@ -195,7 +195,7 @@ public sealed class EchoTests(ITestOutputHelper output)
     {
         "kernel" => IoUringCapabilities.Current,
         "no bundles" => IoUringCapabilities.Current.WithoutReceiveBundlesForTesting(),
-        _ => IoUringCapabilities.Current.WithoutReceiveLimitForTesting(),
+        _ => IoUring.Tests.Support.KernelFeatures.WithReceiveCap(false),
     };
 
     [Theory]

@@ -259,7 +259,7 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
         {
             LoopCount = 1,
             MaxReadBufferSize = 1 << 20,
-            Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { Capabilities = IoUring.Rings.IoUringCapabilities.Current.WithoutReceiveLimitForTesting() } },
+            Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { Capabilities = KernelFeatures.WithReceiveCap(false) } },
         });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         IoUring.Loops.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;

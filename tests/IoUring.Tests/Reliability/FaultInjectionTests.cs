@@ -45,17 +45,13 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         return (completed, failed);
     }
 
-    /// <summary>This kernel's receive path, or (no receive cap) single-shot RECVs and vectored RECVMSGs into spare blocks.</summary>
-    private static IoUringCapabilities Receiving(bool receiveCap)
-        => receiveCap ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveLimitForTesting();
-
     [NopInjectTheory]
     [InlineData(true)]
     [InlineData(false)]
     public async Task Transient_errors_on_receive_and_send_are_retried_and_lose_no_byte(bool receiveCap)
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 7);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = Receiving(receiveCap) } } });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = KernelFeatures.WithReceiveCap(receiveCap) } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         var (completed, failed) = await EchoUnderFaultsAsync(network, listener, seed: 100);
@@ -71,7 +67,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task Resets_fail_connections_cleanly_and_leave_no_fd_handle_or_block_behind(bool receiveCap)
     {
         var faults = new FaultInjector([IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET, Errno.ECANCELED, Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.02, seed: 11);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = Receiving(receiveCap) }, BufferCount = 32, BufferSize = 2048 } });
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = new() { Faults = faults, Capabilities = KernelFeatures.WithReceiveCap(receiveCap) }, BufferCount = 32, BufferSize = 2048 } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         await EchoUnderFaultsAsync(network, listener, seed: 0); // warm up pools and runtime fds

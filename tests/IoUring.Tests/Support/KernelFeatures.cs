@@ -16,6 +16,12 @@ internal static unsafe class KernelFeatures
 
     public static bool AtLeast(int major, int minor) => Release >= new Version(major, minor);
 
+    /// <summary>This kernel, or this kernel acting as one without the multishot receive cap (before 6.17: single-shot
+    /// RECVs of Input's room, vectored RECVMSGs after a receive that left bytes). On a kernel that lacks the cap both are
+    /// the cap-less path.</summary>
+    public static IoUringCapabilities WithReceiveCap(bool receiveCap)
+        => receiveCap ? IoUringCapabilities.Current : IoUringCapabilities.Current.WithoutReceiveLimitForTesting();
+
     private static readonly Lazy<bool> s_nopInjectResult = new(ProbeNopInjectResult);
 
     /// <summary>

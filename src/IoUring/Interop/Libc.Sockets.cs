@@ -15,6 +15,7 @@ internal static unsafe partial class Libc
     public const int TCP_NODELAY = 1;
     public const uint MSG_NOSIGNAL = 0x4000;
     public const uint MSG_TRUNC = 0x20;
+    public const int MSG_DONTWAIT = 0x40;
     public const int SHUT_WR = 1;
 
     [StructLayout(LayoutKind.Sequential)]
@@ -42,6 +43,12 @@ internal static unsafe partial class Libc
 
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int shutdown(int fd, int how);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial nint send(int fd, void* buffer, nuint length, int flags);
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial nint sendmsg(int fd, msghdr* message, int flags);
 
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int setsockopt(int fd, int level, int name, void* value, uint length);

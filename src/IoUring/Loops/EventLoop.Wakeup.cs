@@ -94,6 +94,12 @@ public sealed unsafe partial class EventLoop
 
     private bool HasPostedWork => !_posted.IsEmpty;
 
+    /// <summary>
+    /// Whether the loop announced it sleeps (any thread; a hint, stale as soon as read): work posted now would cost an
+    /// eventfd write and a wake-up, so a poster that can do the work itself at the cost of one system call may prefer to.
+    /// </summary>
+    internal bool IsSleeping => Volatile.Read(ref _sleeping) != 0;
+
     private void RunPostedWork()
     {
         // Bounded so a stream of posts cannot starve completions.

@@ -109,6 +109,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
         Wakeups = Interlocked.Read(ref _wakeups),
+        BytesSent = _counters.BytesSent + Interlocked.Read(ref _callerBytesSent),
+        CallerSends = Interlocked.Read(ref _callerSends),
     };
 
     /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>
@@ -151,6 +153,19 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
     internal void OnBytesSent(int count) => _counters.BytesSent += count;
+
+    /// <summary>A connection's flushing thread sent <paramref name="count"/> bytes itself (for <see cref="Counters"/>). Any thread.</summary>
+    internal void OnCallerSend(int count)
+    {
+        Interlocked.Increment(ref _callerSends);
+        Interlocked.Add(ref _callerBytesSent, count);
+    }
+
+    private long _callerSends;
+    private long _callerBytesSent;
+
+    /// <summary>The fault injector of the test hooks (null in production).</summary>
+    internal FaultInjector? Faults => _faults;
 
     /// <summary>A connection on this loop made a zero-copy send (from a registered buffer: <paramref name="fixedBuffer"/>). Loop thread.</summary>
     internal void OnZeroCopySend(bool fixedBuffer)

@@ -36,6 +36,12 @@ public struct EventLoopCounters
     /// <summary>Bytes the connections on this loop sent to their peers.</summary>
     public long BytesSent { readonly get; internal set; }
 
+    /// <summary>
+    /// Sends a connection's flushing thread made itself, outside the ring: the loop slept and no send was in flight, so a
+    /// send(2) cost less than waking the loop to submit one. Their bytes are in <see cref="BytesSent"/>.
+    /// </summary>
+    public long CallerSends { readonly get; internal set; }
+
     /// <summary>Zero-copy sends (SEND_ZC/SENDMSG_ZC) the connections on this loop made.</summary>
     public long ZeroCopySends { readonly get; internal set; }
 
@@ -65,6 +71,7 @@ public struct EventLoopCounters
         HandlerExceptions = left.HandlerExceptions + right.HandlerExceptions,
         BytesReceived = left.BytesReceived + right.BytesReceived,
         BytesSent = left.BytesSent + right.BytesSent,
+        CallerSends = left.CallerSends + right.CallerSends,
         ZeroCopySends = left.ZeroCopySends + right.ZeroCopySends,
         ZeroCopySendsFixed = left.ZeroCopySendsFixed + right.ZeroCopySendsFixed,
         ZeroCopySendsCopied = left.ZeroCopySendsCopied + right.ZeroCopySendsCopied,

@@ -3,7 +3,9 @@ using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.InteropServices;
 using System.Threading.Tasks.Sources;
+using IoUring.Interop;
 using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
@@ -25,7 +27,8 @@ namespace IoUring.Net;
 /// (<see cref="TryTake"/>, <see cref="Consume"/>, <see cref="CompleteSender"/>) on the loop thread; they share one lock,
 /// taken once per flush, per send completion and for each block the writer starts (not per GetMemory within one: the
 /// block the writer writes in is never released under it). A flush that gives the sender bytes while it waits for some
-/// posts it to the loop (<see cref="ConnectionSender.OnOutputFlushed"/>). Flush continuations run on the thread pool
+/// posts it to the loop (<see cref="ConnectionSender.OnOutputFlushed"/>), or, while the loop sleeps, sends them itself
+/// first (<see cref="SendFromCaller"/>: one send(2) instead of an eventfd write and a loop wake-up). Flush continuations run on the thread pool
 /// (inline when the settings prefer inline scheduling), never under the lock.</para>
 /// <para>Memory: blocks from the connection's pool (larger writes than its blocks: <see cref="ArrayPool{T}"/> arrays),
 /// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
@@ -38,7 +41,12 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>
     internal const int MinimumBorrow = 32 * 1024;
 
+    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCaller"/>); more go through the ring.</summary>
+    internal const int MaxCallerSend = 64 * 1024;
+    private const int MaxCallerSendSegments = 8;
+
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
+    private static readonly Action<object?> s_onCallerSendFailed = static s => ((ConnectionSender)s!).OnCallerSendFailed();
     private static readonly Action<object?> s_onUnborrowRequested = static s => ((ConnectionSender)s!).OnUnborrowRequested();
     private static readonly Action<object?, CancellationToken> s_onFlushCancelled = static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
 
@@ -51,6 +59,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private readonly long _borrowThreshold; // a WriteAsync at least this large is sent from the caller's memory
     private readonly int _minimumSegment;
     private readonly bool _inlineContinuations;
+    private readonly int _fd;                // the socket, for sends from the flushing thread
+    private readonly long _callerSendLimit;  // the most bytes a flush sends itself (0: never)
     private ConnectionSender? _sender;
 
     // The writer's own (its thread, one writer at a time).
@@ -76,6 +86,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private Exception? _writerError;
     private bool _senderCompleted;
     private Exception? _senderError;
+    private long _bytesSentByCallers;  // of _sent, the bytes flushing threads sent themselves
+    private int _callerSendsCutShort;  // caller sends that left bytes to the ring (partial, EAGAIN): tests
 
     /// <param name="syncRoot">The lock: an internal object of the connection that nothing else locks.</param>
     /// <param name="loop">The loop whose thread sends.</param>
@@ -83,8 +95,12 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <param name="pauseThreshold">Unsent bytes at which a flush waits (MaxWriteBufferSize), 0 for never.</param>
     /// <param name="segments">The network's segment objects, shared by its outputs.</param>
     /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
-    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments, long pauseThreshold, bool inlineContinuations)
+    /// <param name="fd">The connection's socket: it stays open until the sender has completed (<see cref="CompleteSender"/>).</param>
+    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread, 0 for never (see <see cref="SendFromCaller"/>).</param>
+    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments, long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
+        _fd = fd;
+        _callerSendLimit = Math.Min(callerSendLimit, MaxCallerSend);
         _sync = syncRoot;
         _loop = loop;
         _pool = pool;
@@ -114,6 +130,12 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             }
         }
     }
+
+    /// <summary>Bytes flushing threads sent themselves (any thread; counted in the connection's BytesSent).</summary>
+    public long BytesSentByCallers => Volatile.Read(ref _bytesSentByCallers);
+
+    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (tests).</summary>
+    internal int CallerSendsCutShort => Volatile.Read(ref _callerSendsCutShort);
 
     /// <summary>Blocks held (tests).</summary>
     internal int HeldBlocks
@@ -180,7 +202,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         {
             return ValueTask.FromCanceled<FlushResult>(cancellationToken);
         }
-        bool postSender = false;
+        Action<object?>? postSender = null;
         ValueTask<FlushResult> result;
         bool register = false;
         short version = 0;
@@ -201,7 +223,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 }
                 else
                 {
-                    postSender = TakeSenderWaiting();
+                    if (TakeSenderWaiting())
+                    {
+                        postSender = _callerSendLimit > 0 ? SendFromCaller() : s_onFlushed;
+                    }
                     if (_flush.IsWaiting)
                     {
                         // A flush already waits (its caller did not await it): this one joins it, as with a pipe.
@@ -225,9 +250,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 }
             }
         }
-        if (postSender)
+        if (postSender is not null)
         {
-            _loop.Schedule(s_onFlushed, _sender); // outside the lock: it may write the loop's eventfd
+            _loop.Schedule(postSender, _sender); // outside the lock: it may write the loop's eventfd
         }
         if (register)
         {
@@ -440,6 +465,112 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _sent = _committed; // dropped: nothing will send them
         }
         ReleaseSent(); // a block asked for and not written in (or already sent) is not held
+    }
+
+    /// <summary>
+    /// Under the lock, in a flush that found the sender waiting for bytes (no send in flight, none posted) and took that
+    /// from it: while the loop sleeps, posting the sender would cost an eventfd write, a wake-up and a loop iteration
+    /// before the bytes go (for a request/response exchange, that on every message), so a flush of at most the
+    /// caller-send limit sends them from this thread instead, in one non-blocking send(2), as a socket's send does.
+    /// Safe here: the sender cannot send meanwhile (the lock; it waits to be posted), and the fd stays open (it is
+    /// closed only after <see cref="CompleteSender"/>, which takes the lock, and none is attempted after it).
+    /// </summary>
+    /// <returns>What to post to the loop: null when every flushed byte went (the sender waits again); the sender's
+    /// <see cref="ConnectionSender.OnOutputFlushed"/> for what is left (not tried: the loop is awake, so it batches; a
+    /// partial send; EAGAIN); <see cref="ConnectionSender.OnCallerSendFailed"/> for an error, which the sender then
+    /// handles as its own send's.</returns>
+    private unsafe Action<object?>? SendFromCaller()
+    {
+        long length = _committed - _sent;
+        if (length > _callerSendLimit || _borrowing || !_loop.IsSleeping || _loop.IsOnLoopThread)
+        {
+            return s_onFlushed;
+        }
+        var bytes = new Sendable(_head!, _headIndex, length, borrowed: false);
+        byte opcode = bytes.IsSingleSegment ? IORING_OP_SEND : IORING_OP_SENDMSG;
+        int fault = _loop.Faults?.TakeCallerSendFault(opcode) ?? 0;
+        long sent;
+        int errno = 0;
+        if (fault != 0)
+        {
+            sent = -1;
+            errno = fault;
+        }
+        else if (bytes.IsSingleSegment)
+        {
+            ReadOnlySpan<byte> span = _head!.Memory.Span.Slice(_headIndex, (int)length);
+            fixed (byte* pointer = span)
+            {
+                sent = Libc.send(_fd, pointer, (nuint)span.Length, Libc.MSG_DONTWAIT | (int)Libc.MSG_NOSIGNAL);
+            }
+            errno = sent < 0 ? Libc.GetLastErrno() : 0;
+        }
+        else
+        {
+            sent = SendGather(bytes, out errno);
+        }
+        if (sent < 0)
+        {
+            if (errno is Errno.EAGAIN or Errno.EINTR)
+            {
+                _callerSendsCutShort++;
+                return s_onFlushed; // the socket's buffer is full: the ring's send waits for room
+            }
+            _sender!.CallerSendError = errno;
+            return s_onCallerSendFailed;
+        }
+        _sent += sent;
+        _bytesSentByCallers += sent;
+        _loop.OnCallerSend((int)sent);
+        ReleaseSent();
+        if (_sent < _committed)
+        {
+            _callerSendsCutShort++;
+            return s_onFlushed;
+        }
+        _senderWaiting = true; // as before the flush: nothing to send, the next commit posts or sends again
+        return null;
+    }
+
+    /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next send).</summary>
+    private unsafe long SendGather(in Sendable bytes, out int errno)
+    {
+        PinnedSegments pins = default;
+        iovec* iovecs = stackalloc iovec[MaxCallerSendSegments];
+        int count = 0;
+        try
+        {
+            foreach (ReadOnlyMemory<byte> segment in bytes)
+            {
+                if (segment.IsEmpty)
+                {
+                    continue;
+                }
+                pins[count] = segment.Pin();
+                iovecs[count] = new iovec { iov_base = (nuint)pins[count].Pointer, iov_len = (nuint)segment.Length };
+                if (++count == MaxCallerSendSegments)
+                {
+                    break;
+                }
+            }
+            Libc.msghdr message = new() { msg_iov = iovecs, msg_iovlen = (nuint)count };
+            long sent = Libc.sendmsg(_fd, &message, Libc.MSG_DONTWAIT | (int)Libc.MSG_NOSIGNAL);
+            errno = sent < 0 ? Libc.GetLastErrno() : 0;
+            return sent;
+        }
+        finally
+        {
+            for (int i = 0; i < count; i++)
+            {
+                pins[i].Dispose();
+            }
+        }
+    }
+
+    [System.Runtime.CompilerServices.InlineArray(MaxCallerSendSegments)]
+    private struct PinnedSegments
+    {
+        private MemoryHandle _first;
     }
 
     private bool TakeSenderWaiting()

@@ -11,7 +11,9 @@ namespace IoUring.Net;
 /// <summary>
 /// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
 /// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a time,
-/// the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/>. Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
+/// the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this sender
+/// idle and the loop asleep may send itself first, outside the ring: <see cref="ConnectionOutput"/>; what it leaves, and
+/// its errors, come here). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
 /// loop at once, the memory stays pinned until the later notification CQE, and if the kernel reports it copied anyway
 /// (loopback) the connection returns to plain sends.
 /// </summary>
@@ -78,7 +80,11 @@ internal sealed class ConnectionSender
     /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
     public bool Ended => _ended;
 
-    public long BytesSent => Volatile.Read(ref _bytesSent);
+    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves (<see cref="ConnectionOutput"/>).</summary>
+    public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
+
+    /// <summary>The errno of a send a flushing thread made itself, set before it posts <see cref="OnCallerSendFailed"/>.</summary>
+    public int CallerSendError { get; set; }
 
     /// <summary>Zero-copy sends whose notification has not arrived: they hold memory, not the fd.</summary>
     public int NotificationsPending => _notificationsPending;
@@ -92,6 +98,21 @@ internal sealed class ConnectionSender
 
     /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by Output).</summary>
     public void OnOutputFlushed() => SendNext();
+
+    /// <summary>
+    /// A send a flushing thread made itself failed (posted to the loop by Output, which took the sender's wait for bytes
+    /// as a flush's post does): handled as this sender's own send failing, so a reset, a transient error or any other
+    /// ends the same way whichever thread's send met it.
+    /// </summary>
+    public void OnCallerSendFailed()
+    {
+        if (_sending || _finished)
+        {
+            return; // closing finished the sender meanwhile
+        }
+        _lastSendZeroCopy = false; // the errors a zero-copy send has of its own are not this send's
+        OnSendResult(-CallerSendError);
+    }
 
     /// <summary>
     /// A borrowed write was cancelled (posted to the loop by Output): its memory may be read only until the send in flight

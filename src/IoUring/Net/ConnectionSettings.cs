@@ -18,6 +18,8 @@ internal sealed record ConnectionSettings
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     /// <summary>Test seam (<see cref="TestHooks.IgnoreZeroCopyCopied"/>).</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
+    /// <summary>A flush may send from its own thread while the loop sleeps (<see cref="ConnectionOutput"/>); off by <see cref="TestHooks.NoCallerSends"/>.</summary>
+    public bool CallerSends { get; init; } = true;
     public ConnectionRegistry? Registry { get; init; }
 
     /// <summary>Segment objects shared by the connections' outputs.</summary>
@@ -50,6 +52,7 @@ internal sealed record ConnectionSettings
             AbortWithReset = options.AbortWithReset,
             ZeroCopySendThreshold = options.ZeroCopySendThreshold ?? long.MaxValue,
             IgnoreZeroCopyCopied = options.Loop.Hooks?.IgnoreZeroCopyCopied ?? false,
+            CallerSends = options.Loop.Hooks?.NoCallerSends != true,
             BeforeAcceptorCreated = options.Loop.Hooks?.BeforeAcceptorCreated,
             Registry = registry,
         };

@@ -89,7 +89,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
         // sends from them go zero-copy from fixed buffers.
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
-        _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments, settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling);
+        // A flush sends from its own thread only below the zero-copy threshold: larger sends are the ring's (zero-copy).
+        long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
+        _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments, settings.MaxWriteBufferSize ?? 0,
+            settings.UnsafePreferInlineScheduling, fd, callerSendLimit);
         _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output, settings);
         _output.SetSender(_sender);

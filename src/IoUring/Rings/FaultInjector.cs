@@ -97,6 +97,29 @@ internal sealed class FaultInjector
     /// </summary>
     public int FdCancels => Volatile.Read(ref _fdCancels);
 
+    /// <summary>
+    /// Any thread, instead of a send a connection's flushing thread makes itself (send(2) as <paramref name="opcode"/>
+    /// SEND, sendmsg(2) as SENDMSG): the errno to fail it with as the kernel would, or 0 to make it.
+    /// </summary>
+    public int TakeCallerSendFault(byte opcode)
+    {
+        lock (_random)
+        {
+            if (Array.IndexOf(_opcodes, opcode) < 0 || _random.NextDouble() >= _probability)
+            {
+                return 0;
+            }
+            _injected++;
+            _callerSendFaults++;
+            return _errnos[_random.Next(_errnos.Length)];
+        }
+    }
+
+    private int _callerSendFaults;
+
+    /// <summary>Of <see cref="Injected"/>, the faults given to sends flushing threads made themselves.</summary>
+    public int CallerSendFaults => Volatile.Read(ref _callerSendFaults);
+
     /// <summary>Loop thread, right before io_uring_enter.</summary>
     public unsafe void Apply(Rings.Ring ring)
     {

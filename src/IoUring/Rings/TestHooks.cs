@@ -26,6 +26,9 @@ internal sealed class TestHooks
     /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always copies), to test zero-copy lifetimes here.</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
 
+    /// <summary>Connections never send from the flushing thread: every send goes through the ring, as before caller sends.</summary>
+    public bool NoCallerSends { get; init; }
+
     /// <summary>Called on the thread making a listener just before it makes loop i's acceptor (to hold it there while loops already started accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 

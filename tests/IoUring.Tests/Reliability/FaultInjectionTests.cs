@@ -55,7 +55,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = EchoTests.EchoServerAsync(listener);
         var (completed, failed) = await EchoUnderFaultsAsync(network, listener, seed: 100);
-        output.WriteLine($"transient faults: {Connections} connections, {faults.Injected} faults injected, {completed} byte-exact, {failed} failed");
+        output.WriteLine($"transient faults: {Connections} connections, {faults.Injected} faults injected ({faults.CallerSendFaults} on flushing threads' own sends), {completed} byte-exact, {failed} failed");
         Assert.True(faults.Injected > 20, $"only {faults.Injected} faults were injected");
         // Every one of these errors is retried: no connection may fail, and every byte arrives.
         Assert.Equal(Connections, completed);
@@ -84,7 +84,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
             totalCompleted += completed;
             totalFailed += failed;
         }
-        output.WriteLine($"reset faults: {3 * Connections} connections, {faults.Injected} faults injected, {totalCompleted} byte-exact, {totalFailed} failed cleanly");
+        output.WriteLine($"reset faults: {3 * Connections} connections, {faults.Injected} faults injected ({faults.CallerSendFaults} on flushing threads' own sends), {totalCompleted} byte-exact, {totalFailed} failed cleanly");
         Assert.True(totalFailed > 0, "no connection failed: the resets were not injected where it matters");
         Assert.True(totalCompleted > 0, "no connection completed");
 
@@ -95,6 +95,39 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(owners, network.Loops.Sum(l => l.LiveOwners));
         Assert.Equal(blocks, network.RentedMemoryBlocks);
         Assert.Equal(receiveBlocks, network.Loops.Sum(l => l.ReceiveBuffers.Spares.HeldBlocks));
+    }
+
+    [NopInjectFact]
+    public async Task Transient_errors_on_the_flushing_threads_own_sends_are_retried_through_the_ring()
+    {
+        // Request/response rounds: between them the loop sleeps, so the echo's flushes send themselves (send(2)), and
+        // those are what fail here: each failure goes to the connection's sender, which sends the same bytes again.
+        const int Clients = 8, Rounds = 100;
+        var faults = new FaultInjector([IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ENOBUFS, Errno.EAGAIN, Errno.EINTR], probability: 0.3, seed: 5);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        _ = EchoTests.EchoServerAsync(listener);
+        await Task.WhenAll(Enumerable.Range(0, Clients).Select(async i =>
+        {
+            using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+            await client.ConnectAsync(listener.LocalEndPoint);
+            var random = new Random(i);
+            for (int round = 0; round < Rounds; round++)
+            {
+                byte[] message = RandomNumberGenerator.GetBytes(random.Next(1, 2048));
+                await client.SendAsync(message);
+                byte[] reply = new byte[message.Length];
+                for (int received = 0; received < reply.Length;)
+                {
+                    int n = await client.ReceiveAsync(reply.AsMemory(received)).AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                    Assert.NotEqual(0, n);
+                    received += n;
+                }
+                Assert.Equal(message, reply);
+            }
+        }));
+        output.WriteLine($"{Clients} x {Rounds} rounds: {faults.Injected} faults injected, {faults.CallerSendFaults} on flushing threads' own sends, {network.Loops[0].Counters.CallerSends} caller sends");
+        Assert.True(faults.CallerSendFaults > 10, $"only {faults.CallerSendFaults} faults hit the flushing threads' own sends");
     }
 
     [NopInjectFact]

@@ -1,0 +1,171 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Interop;
+using IoUring.Net;
+using IoUring.Rings;
+using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
+using static IoUring.Tests.Support.TestBytes;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// Sends made by the flushing thread itself (<see cref="ConnectionOutput"/>): while the loop sleeps and no send is in
+/// flight, a flush sends its bytes with one non-blocking send(2) instead of waking the loop. Each test runs with them
+/// and, as the baseline, without (every send through the ring): the observable results must be the same.
+/// </summary>
+public sealed class CallerSendTests
+{
+    private static IoUringNetwork Network(bool callerSends, FaultInjector? faults = null) => new(new IoUringNetworkOptions
+    {
+        LoopCount = 1,
+        Loop = { Hooks = new() { NoCallerSends = !callerSends, Faults = faults, PoisonReturnedMemory = true } },
+    });
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Request_response_rounds_are_sent_by_the_flushing_thread_instead_of_waking_the_loop(bool callerSends)
+    {
+        const int Rounds = 200;
+        await using IoUringNetwork network = Network(callerSends);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        _ = EchoTests.EchoServerAsync(listener);
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        await client.ConnectAsync(listener.LocalEndPoint);
+        var loop = network.Loops[0];
+        long sendsBefore = loop.Counters.CallerSends, wakeupsBefore = loop.Counters.Wakeups, bytesBefore = loop.Counters.BytesSent;
+
+        byte[] reply = new byte[64];
+        for (int round = 0; round < Rounds; round++)
+        {
+            byte[] message = Pattern(64, seed: round);
+            await client.SendAsync(message);
+            int received = 0;
+            while (received < reply.Length)
+            {
+                int n = await client.ReceiveAsync(reply.AsMemory(received)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+                Assert.NotEqual(0, n);
+                received += n;
+            }
+            Assert.Equal(message, reply);
+        }
+
+        long sends = loop.Counters.CallerSends - sendsBefore, wakeups = loop.Counters.Wakeups - wakeupsBefore;
+        Assert.Equal(Rounds * 64L, loop.Counters.BytesSent - bytesBefore); // the caller's bytes are counted too
+        if (callerSends)
+        {
+            // Between rounds the loop sleeps (the client waits for the reply), so the echo's flush sends the reply itself.
+            Assert.True(sends >= Rounds / 2, $"{sends} caller sends in {Rounds} rounds");
+            Assert.True(wakeups < Rounds / 2, $"{wakeups} wake-ups in {Rounds} rounds");
+        }
+        else
+        {
+            Assert.Equal(0, sends);
+            Assert.True(wakeups >= Rounds / 2, $"{wakeups} wake-ups in {Rounds} rounds: the baseline should wake the loop per reply");
+        }
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Sends_cut_short_by_a_full_socket_buffer_go_on_through_the_ring_in_order(bool callerSends)
+    {
+        await using IoUringNetwork network = Network(callerSends);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            client.ReceiveBufferSize = 4096;
+            server.Socket.SendBufferSize = 4096;
+            byte[] data = Pattern(256 * 1024, seed: 3);
+            // Each write waits until the sender has handed everything before it to the kernel (so it waits for the next
+            // flush) and the loop sleeps, while the slow reader below keeps the socket buffers full: the flush's own send
+            // then finds room for part of it only, or none.
+            var output = (ConnectionOutput)server.Output;
+            Task writing = Task.Run(async () =>
+            {
+                var random = new Random(4);
+                for (int offset = 0; offset < data.Length;)
+                {
+                    await Eventually.WaitForAsync(() => output.Unsent == 0 && network.Loops[0].IsSleeping);
+                    int size = Math.Min(data.Length - offset, random.Next(1, 16 * 1024));
+                    FlushResult result = await server.Output.WriteAsync(data.AsMemory(offset, size)).AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                    Assert.False(result.IsCompleted || result.IsCanceled);
+                    offset += size;
+                }
+                await server.Output.CompleteAsync();
+            });
+
+            // A slow reader for the first 128 KiB, then one that keeps up.
+            var received = new MemoryStream();
+            var buffer = new byte[64 * 1024];
+            int n;
+            while ((n = await client.ReceiveAsync(buffer.AsMemory(0, received.Length < 128 * 1024 ? 1024 : buffer.Length)).AsTask().WaitAsync(TimeSpan.FromSeconds(20))) > 0)
+            {
+                received.Write(buffer, 0, n);
+                if (received.Length < 128 * 1024)
+                {
+                    await Task.Delay(1);
+                }
+            }
+            await writing;
+            EchoTests.AssertSameBytes(data, received.ToArray());
+
+            if (callerSends)
+            {
+                Assert.True(network.Loops[0].Counters.CallerSends > 0, $"no flush sent by itself; wake-ups {network.Loops[0].Counters.Wakeups}");
+                Assert.True(output.CallerSendsCutShort > 0, $"no caller send found the socket's buffer full ({network.Loops[0].Counters.CallerSends} caller sends)");
+            }
+            else
+            {
+                Assert.Equal(0, network.Loops[0].Counters.CallerSends);
+            }
+            Assert.Equal(data.Length, server.BytesSent);
+        }
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task A_send_that_meets_a_reset_fails_the_connection_whichever_thread_made_it(bool callerSends)
+    {
+        // Every send fails with ECONNRESET as the kernel reports it: the caller's send(2) and the ring's SEND alike.
+        var faults = new FaultInjector([IORING_OP_SEND, IORING_OP_SENDMSG], [Errno.ECONNRESET], probability: 1.0, seed: 1);
+        await using IoUringNetwork network = Network(callerSends, faults);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            // The output's first block comes from a new slab of the pool, which the loop registers with its ring (a post
+            // that wakes it): rent one once, so the flush below finds the loop asleep.
+            server.Output.GetMemory();
+            await server.Output.FlushAsync();
+            await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping); // the loop has nothing to do: it sleeps
+            await Task.Run(async () =>
+            {
+                server.Output.Write(Pattern(100, seed: 5));
+                await server.Output.FlushAsync();
+            });
+
+            // The reset is the connection's: its input fails with it (as a reset, not an end of stream), it closes, and
+            // later flushes see the output completed (a peer's reset is not the application's error).
+            IOException error = await Assert.ThrowsAnyAsync<IOException>(async () =>
+            {
+                while (!(await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10))).IsCompleted)
+                {
+                }
+            });
+            Assert.Equal(SocketError.ConnectionReset, Assert.IsType<SocketException>(error.InnerException).SocketErrorCode);
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            server.Output.Write(new byte[10]);
+            Assert.True((await server.Output.FlushAsync()).IsCompleted);
+            Assert.True((callerSends ? 1 : 0) == faults.CallerSendFaults, $"caller-send faults {faults.CallerSendFaults}, all {faults.Injected}, caller sends {network.Loops[0].Counters.CallerSends}");
+            Assert.Equal(0, server.BytesSent);
+        }
+    }
+}

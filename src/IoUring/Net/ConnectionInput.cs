@@ -62,6 +62,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
     private bool _readerCompleted;
     private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
     private bool _lent;               // a CopyToAsync to an Output runs (it lends each result's blocks): Complete keeps them until it ends
+    private long _copyingEnd;         // the stream offset up to which that copy's current write lends (the reader's; read by MayHaveUnconsumed)
 
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
@@ -86,6 +87,13 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
             }
         }
     }
+
+    /// <summary>
+    /// Whether bytes the application has yet to act on are waiting (any thread, without the lock: a hint, stale as soon
+    /// as read): received and not consumed, past what a CopyToAsync is writing out. An application answering requests
+    /// with such bytes waiting (pipelined ones) will soon write again.
+    /// </summary>
+    internal bool MayHaveUnconsumed => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
 
     /// <summary>Memory held for the unconsumed bytes: the blocks of the sequence a read would return (tests).</summary>
     internal long HeldBytes
@@ -462,6 +470,8 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
                 {
                     try
                     {
+                        // A read returns from the consumed offset: these bytes are being answered, not waiting.
+                        Volatile.Write(ref _copyingEnd, Volatile.Read(ref _consumed) + buffer.Length);
                         flush = await output.WriteAsync(buffer, cancellationToken).ConfigureAwait(false);
                     }
                     catch

@@ -62,6 +62,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private readonly int _fd;                // the socket, for sends from the flushing thread
     private readonly long _callerSendLimit;  // the most bytes a flush sends itself (0: never)
     private ConnectionSender? _sender;
+    private ConnectionInput? _input;
 
     // The writer's own (its thread, one writer at a time).
     private Memory<byte> _writable;   // the free rest of _tail's block, while _writing
@@ -116,8 +117,12 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         _inlineContinuations = inlineContinuations;
     }
 
-    /// <summary>The sender this output feeds (set once, before the connection starts).</summary>
-    public void SetSender(ConnectionSender sender) => _sender = sender;
+    /// <summary>The sender this output feeds and the connection's input (set once, before the connection starts).</summary>
+    public void SetSender(ConnectionSender sender, ConnectionInput input)
+    {
+        _sender = sender;
+        _input = input;
+    }
 
     /// <summary>Bytes flushed and not yet sent (any thread; a snapshot).</summary>
     public long Unsent
@@ -482,7 +487,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private unsafe Action<object?>? SendFromCaller()
     {
         long length = _committed - _sent;
-        if (length > _callerSendLimit || _borrowing || !_loop.IsSleeping || _loop.IsOnLoopThread)
+        // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
+        if (length > _callerSendLimit || _borrowing || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
         {
             return s_onFlushed;
         }
@@ -531,6 +537,16 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
         _senderWaiting = true; // as before the flush: nothing to send, the next commit posts or sends again
         return null;
     }
+
+    /// <summary>
+    /// Whether more flushes are likely before the loop would take this one: then posting costs one wake-up for all of
+    /// them and the loop submits their sends together, where each flush sending itself would cost a system call apiece
+    /// (Kestrel at 256 connections: 1.32x Sockets' requests per CPU-second sending from every flush against 1.56x
+    /// posting; 16 pipelined requests: 0.34x against 1.03x). More are likely when the thread pool has work queued (other
+    /// connections' requests, whose flushes come next; the loop's wake queued behind them gathers them) or when this
+    /// connection's reader has bytes it has not consumed (pipelined requests, each answered with a flush).
+    /// </summary>
+    private bool MoreSendsLikely() => _input!.MayHaveUnconsumed || ThreadPool.PendingWorkItemCount != 0;
 
     /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next send).</summary>
     private unsafe long SendGather(in Sendable bytes, out int errno)

@@ -83,6 +83,9 @@ internal sealed class ConnectionSender
     /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves (<see cref="ConnectionOutput"/>).</summary>
     public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
 
+    /// <summary>The application aborted the connection (any thread): a flush must not send by itself any more.</summary>
+    public bool AbortRequested => _connection.AbortRequested;
+
     /// <summary>The errno of a send a flushing thread made itself, set before it posts <see cref="OnCallerSendFailed"/>.</summary>
     public int CallerSendError { get; set; }
 

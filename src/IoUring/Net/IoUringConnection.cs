@@ -95,7 +95,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
             settings.UnsafePreferInlineScheduling, fd, callerSendLimit);
         _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output, settings);
-        _output.SetSender(_sender);
+        _output.SetSender(_sender, _receiver.Input);
     }
 
     /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
@@ -180,6 +180,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
     /// </summary>
     public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
+
+    /// <summary>Abort was called (any thread): from then on nothing more is sent, also what is flushed before the loop closes.</summary>
+    internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
     /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an <see cref="IOException"/>).</summary>
     public void Abort() => Abort(null, _settings.AbortWithReset);

@@ -8,6 +8,7 @@ using System.Text;
 using IoUring.AspNetCore.Tests.Support;
 using IoUring.Loops;
 using IoUring.Net;
+using IoUring.Rings;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
@@ -156,7 +157,10 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
             // Hundreds of sends per connection, most from fixed buffers: zero-copy stayed on over loopback (without the
             // seam each connection reverts after its first notification).
             Assert.InRange(sent.ZeroCopySends, Connections * 16L, long.MaxValue);
-            Assert.InRange(sent.ZeroCopySendsFixed, 1L, sent.ZeroCopySends);
+            // From fixed buffers: the responses' sends gather several blocks, which the kernel takes from the table only
+            // since 6.15 (SENDMSG_ZC with FIXED_BUF); before, one unfixed gather is sent rather than one fixed block (6.1
+            // under qemu: 970 zero-copy sends, none fixed).
+            Assert.InRange(sent.ZeroCopySendsFixed, IoUringCapabilities.Current.HasZeroCopySendMsgFixed ? 1L : 0L, sent.ZeroCopySends);
             Assert.True(peak > blocksBefore, "the downloads rented no block from the loops' pools");
             Assert.Equal(blocksBefore, blocksIdle);
         }

@@ -28,7 +28,12 @@ public static class EchoCounters
 
     private static async Task RunAsync(int size, int connections, int bufferCount, int bufferSize, int rounds)
     {
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { Loop = { BufferCount = bufferCount, BufferSize = bufferSize } });
+        // IOURING_NO_CALLER_SENDS=1: every send through the ring (the test seam), to compare with sends from flushing threads.
+        bool noCallerSends = Environment.GetEnvironmentVariable("IOURING_NO_CALLER_SENDS") == "1";
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            Loop = { BufferCount = bufferCount, BufferSize = bufferSize, Hooks = noCallerSends ? new() { NoCallerSends = true } : null },
+        });
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         _ = Task.Run(async () =>
         {
@@ -48,19 +53,21 @@ public static class EchoCounters
             await RoundAsync(clients, message).ConfigureAwait(false);
         }
         EventLoopCounters before = Sum(network);
+        long allocatedBefore = GC.GetTotalAllocatedBytes(precise: true);
         var clock = Stopwatch.StartNew();
         for (int i = 0; i < rounds; i++)
         {
             await RoundAsync(clients, message).ConfigureAwait(false);
         }
         clock.Stop();
+        long allocated = GC.GetTotalAllocatedBytes(precise: true) - allocatedBefore;
         EventLoopCounters after = Sum(network);
         double mib = (double)(after.BytesReceived - before.BytesReceived) / (1 << 20); // the server's and the clients'
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"echo {size} B x {connections}, ring {bufferCount} x {bufferSize} B: {clock.Elapsed.TotalMilliseconds / rounds:F1} ms per round; " +
             $"per MiB received: CQEs {(after.Cqes - before.Cqes) / mib:F1}, ENOBUFS {(after.BufferRingExhaustions - before.BufferRingExhaustions) / mib:F2}, " +
             $"enters {(after.Syscalls - before.Syscalls) / mib:F2}, SQEs {(after.Sqes - before.Sqes) / mib:F1}, wake-ups {(after.Wakeups - before.Wakeups) / mib:F2}, " +
-            $"caller sends {(after.CallerSends - before.CallerSends) / mib:F1}"));
+            $"caller sends {(after.CallerSends - before.CallerSends) / mib:F1}; allocated {allocated / rounds} B per round"));
         foreach (IoUringConnection client in clients)
         {
             client.Abort();
@@ -95,6 +102,19 @@ public static class EchoCounters
 
     private static async Task ServeAsync(IoUringConnection connection)
     {
+        if (Environment.GetEnvironmentVariable("ECHO_SERVER") == "copyto")
+        {
+            // The BenchmarkDotNet echo's server: the pipe API's own echo.
+            try
+            {
+                await connection.Input.CopyToAsync(connection.Output).ConfigureAwait(false);
+            }
+            catch (IOException)
+            {
+            }
+            await connection.DisposeAsync().ConfigureAwait(false);
+            return;
+        }
         try
         {
             while (true)

@@ -16,6 +16,7 @@ namespace IoUring.Tests.Net;
 /// flight, a flush sends its bytes with one non-blocking send(2) instead of waking the loop. Each test runs with them
 /// and, as the baseline, without (every send through the ring): the observable results must be the same.
 /// </summary>
+[Collection(QuietThreadPoolCollection.Name)]
 public sealed class CallerSendTests
 {
     private static IoUringNetwork Network(bool callerSends, FaultInjector? faults = null) => new(new IoUringNetworkOptions
@@ -186,7 +187,8 @@ public sealed class CallerSendTests
             // that wakes it): rent one once, so the flush below finds the loop asleep.
             server.Output.GetMemory();
             await server.Output.FlushAsync();
-            await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping); // the loop has nothing to do: it sleeps
+            // The loop has nothing to do (it sleeps), nor has the thread pool (else the flush posts: ConnectionOutput).
+            await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount == 0);
             await Task.Run(async () =>
             {
                 server.Output.Write(Pattern(100, seed: 5));

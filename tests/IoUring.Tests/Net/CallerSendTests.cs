@@ -25,6 +25,18 @@ public sealed class CallerSendTests
         Loop = { Hooks = new() { NoCallerSends = !callerSends, Faults = faults, PoisonReturnedMemory = true } },
     });
 
+    /// <summary>
+    /// Waits until a flush of <paramref name="server"/>'s would send by itself: the loop asleep and the thread pool idle
+    /// (else the flush posts: ConnectionOutput). The output's first block comes from a new slab of the pool, which the loop
+    /// registers with its ring (a post that wakes it), so one is rented first.
+    /// </summary>
+    private static async Task UntilTheNextFlushCanSendItselfAsync(IoUringNetwork network, IoUringConnection server)
+    {
+        server.Output.GetMemory();
+        await server.Output.FlushAsync();
+        await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount == 0);
+    }
+
     [Theory]
     [InlineData(true)]
     [InlineData(false)]
@@ -142,9 +154,7 @@ public sealed class CallerSendTests
         using (client)
         await using (server)
         {
-            server.Output.GetMemory(); // the pool's first slab (its registration wakes the loop), before the loop sleeps
-            await server.Output.FlushAsync();
-            await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping);
+            await UntilTheNextFlushCanSendItselfAsync(network, server);
             // Abort posts the close to the loop; the flush comes right after, before the loop has run it. From a thread of
             // its own (not the pool's: nothing queued there that would make the flush post anyway).
             var thread = new Thread(() =>
@@ -183,12 +193,7 @@ public sealed class CallerSendTests
         using (client)
         await using (server)
         {
-            // The output's first block comes from a new slab of the pool, which the loop registers with its ring (a post
-            // that wakes it): rent one once, so the flush below finds the loop asleep.
-            server.Output.GetMemory();
-            await server.Output.FlushAsync();
-            // The loop has nothing to do (it sleeps), nor has the thread pool (else the flush posts: ConnectionOutput).
-            await Eventually.WaitForAsync(() => network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount == 0);
+            await UntilTheNextFlushCanSendItselfAsync(network, server);
             await Task.Run(async () =>
             {
                 server.Output.Write(Pattern(100, seed: 5));

@@ -34,7 +34,8 @@ namespace IoUring.Net;
 /// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
 /// holds none. A <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> at least as large as the pause threshold is not copied: the sender sends from
 /// the caller's memory, never zero-copy, and the write completes once all of it is sent (or, cancelled, once no send
-/// reads it, its unsent bytes copied into blocks).</para>
+/// reads it, its unsent bytes copied into blocks). Up to <see cref="MaxCallerSend"/> of it may go in the writing thread's
+/// own send, as any flush's bytes may; all of it sent there, the write completes at once.</para>
 /// </remarks>
 internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
 {
@@ -330,7 +331,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             }
             last = segment;
         }
-        bool postSender;
+        Action<object?>? postSender = null;
         short version;
         lock (_sync)
         {
@@ -358,12 +359,22 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _commitFrom = last;
             _borrowing = true;
             _borrowedEnd = _committed;
-            postSender = TakeSenderWaiting();
+            if (TakeSenderWaiting())
+            {
+                postSender = _callerSendLimit > 0 ? SendFromCaller() : s_onFlushed;
+            }
+            if (_sent >= _borrowedEnd)
+            {
+                // This thread sent all of it (as Socket.SendAsync completes a send the socket took at once): its segments
+                // went back with the send, so nothing reads the caller's memory any more.
+                EndBorrowing();
+                return new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: false));
+            }
             version = _flush.Begin(cancellationToken);
         }
-        if (postSender)
+        if (postSender is not null)
         {
-            _loop.Schedule(s_onFlushed, _sender);
+            _loop.Schedule(postSender, _sender); // outside the lock: it may write the loop's eventfd
         }
         if (cancellationToken.CanBeCanceled)
         {
@@ -487,12 +498,14 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private unsafe Action<object?>? SendFromCaller()
     {
         long length = _committed - _sent;
+        // A borrowed write is never sent zero-copy, so the zero-copy threshold in _callerSendLimit does not apply to it.
+        long limit = _borrowing && _callerSendLimit > 0 ? MaxCallerSend : _callerSendLimit;
         // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
-        if (length > _callerSendLimit || _borrowing || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
+        if (length > limit || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
         {
             return s_onFlushed;
         }
-        var bytes = new Sendable(_head!, _headIndex, length, borrowed: false);
+        var bytes = new Sendable(_head!, _headIndex, length, _borrowing); // a borrowed write's memory: read only during this call
         byte opcode = bytes.IsSingleSegment ? IORING_OP_SEND : IORING_OP_SENDMSG;
         int fault = _loop.Faults?.TakeCallerSendFault(opcode) ?? 0;
         long sent;

@@ -146,6 +146,78 @@ public sealed class CallerSendTests
     [Theory]
     [InlineData(true)]
     [InlineData(false)]
+    public async Task Large_writes_from_the_callers_memory_are_sent_by_the_writing_thread_and_never_read_after_they_complete(bool callerSends)
+    {
+        // 64 KiB: at the default pause threshold, so each WriteAsync lends its memory instead of copying it (ConnectionOutput).
+        const int WriteSize = 64 * 1024;
+        const int Writes = 24;
+        await using IoUringNetwork network = Network(callerSends);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            server.Socket.SendBufferSize = 8192; // until the slow reader below is done: then large enough for a whole write
+            await UntilTheNextFlushCanSendItselfAsync(network, server);
+            var output = (ConnectionOutput)server.Output;
+            var expected = new MemoryStream();
+            int completedAtOnce = 0;
+            Task writing = Task.Run(async () =>
+            {
+                byte[] buffer = new byte[WriteSize]; // one buffer for every write: refilled as soon as a write completes
+                for (int i = 0; i < Writes; i++)
+                {
+                    await Eventually.WaitForAsync(() => output.Unsent == 0 && network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount <= 1);
+                    Pattern(WriteSize, seed: 100 + i).CopyTo(buffer, 0);
+                    expected.Write(buffer);
+                    ValueTask<FlushResult> write = server.Output.WriteAsync(buffer);
+                    completedAtOnce += write.IsCompleted ? 1 : 0;
+                    FlushResult result = await write.AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+                    Assert.False(result.IsCompleted || result.IsCanceled);
+                    Array.Fill(buffer, (byte)0xEE); // the caller's again: none of this may reach the peer
+                }
+                await server.Output.CompleteAsync();
+            });
+
+            // A slow reader for the first 256 KiB (the socket buffers fill: sends are cut short), then one that keeps up.
+            var received = new MemoryStream();
+            var chunk = new byte[64 * 1024];
+            int n;
+            while ((n = await client.ReceiveAsync(chunk.AsMemory(0, received.Length < 256 * 1024 ? 2048 : chunk.Length)).AsTask().WaitAsync(TimeSpan.FromSeconds(20))) > 0)
+            {
+                received.Write(chunk, 0, n);
+                if (received.Length < 256 * 1024)
+                {
+                    await Task.Delay(1);
+                }
+                else
+                {
+                    server.Socket.SendBufferSize = 1 << 20;
+                }
+            }
+            await writing;
+            EchoTests.AssertSameBytes(expected.ToArray(), received.ToArray());
+            Assert.Equal(Writes * (long)WriteSize, server.BytesSent);
+            Assert.Equal(0, output.HeldBlocks);
+
+            long callerSent = output.BytesSentByCallers;
+            if (callerSends)
+            {
+                // Once the reader keeps up, the socket takes a whole write at once: it completes before WriteAsync returns.
+                Assert.True(completedAtOnce > 0, $"no write completed at once; caller-sent {callerSent} B, cut short {output.CallerSendsCutShort}");
+                Assert.True(output.CallerSendsCutShort > 0, $"no caller send found the socket's buffer full; caller-sent {callerSent} B");
+            }
+            else
+            {
+                Assert.Equal(0, completedAtOnce);
+                Assert.Equal(0, callerSent);
+            }
+        }
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
     public async Task Bytes_flushed_after_Abort_are_not_sent(bool callerSends)
     {
         await using IoUringNetwork network = Network(callerSends);

@@ -64,7 +64,7 @@ public static class EchoCounters
         EventLoopCounters after = Sum(network);
         double mib = (double)(after.BytesReceived - before.BytesReceived) / (1 << 20); // the server's and the clients'
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"echo {size} B x {connections}, ring {bufferCount} x {bufferSize} B: {clock.Elapsed.TotalMilliseconds / rounds:F1} ms per round; " +
+            $"echo {size} B x {connections}, ring {bufferCount} x {bufferSize} B: {clock.Elapsed.TotalMicroseconds / rounds:F1} us per round; " +
             $"per MiB received: CQEs {(after.Cqes - before.Cqes) / mib:F1}, ENOBUFS {(after.BufferRingExhaustions - before.BufferRingExhaustions) / mib:F2}, " +
             $"enters {(after.Syscalls - before.Syscalls) / mib:F2}, SQEs {(after.Sqes - before.Sqes) / mib:F1}, wake-ups {(after.Wakeups - before.Wakeups) / mib:F2}, " +
             $"caller sends {(after.CallerSends - before.CallerSends) / mib:F1}; allocated {allocated / rounds} B per round"));

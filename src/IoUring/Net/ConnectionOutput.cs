@@ -98,7 +98,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <param name="segments">The network's segment objects, shared by its outputs.</param>
     /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
     /// <param name="fd">The connection's socket: it stays open until the sender has completed (<see cref="CompleteSender"/>).</param>
-    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread, 0 for never (see <see cref="SendFromCaller"/>).</param>
+    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread while the sender may send them
+    /// zero-copy, 0 for never (see <see cref="SendFromCaller"/>).</param>
     public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments, long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
         _fd = fd;
@@ -498,8 +499,9 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private unsafe Action<object?>? SendFromCaller()
     {
         long length = _committed - _sent;
-        // A borrowed write is never sent zero-copy, so the zero-copy threshold in _callerSendLimit does not apply to it.
-        long limit = _borrowing && _callerSendLimit > 0 ? MaxCallerSend : _callerSendLimit;
+        // _callerSendLimit keeps what is large enough to go zero-copy for the ring; that reason is gone for a borrowed write
+        // (never zero-copy) and once the sender has stopped sending zero-copy (the kernel copied: loopback).
+        long limit = _borrowing || !_sender!.MaySendZeroCopy ? MaxCallerSend : _callerSendLimit;
         // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
         if (length > limit || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
         {

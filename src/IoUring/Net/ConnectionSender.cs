@@ -77,6 +77,9 @@ internal sealed class ConnectionSender
         _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
     }
 
+    /// <summary>Whether large sends may still go zero-copy (any thread: a snapshot; it only ever turns false).</summary>
+    public bool MaySendZeroCopy => Volatile.Read(ref _zeroCopy);
+
     /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
     public bool Ended => _ended;
 

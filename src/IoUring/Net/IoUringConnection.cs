@@ -89,7 +89,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
         // sends from them go zero-copy from fixed buffers.
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
-        // A flush sends from its own thread only below the zero-copy threshold: larger sends are the ring's (zero-copy).
+        // A flush sends from its own thread only below the zero-copy threshold while the sender sends zero-copy: larger
+        // sends are the ring's then.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
         _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments, settings.MaxWriteBufferSize ?? 0,
             settings.UnsafePreferInlineScheduling, fd, callerSendLimit);

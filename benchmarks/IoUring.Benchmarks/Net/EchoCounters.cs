@@ -29,6 +29,8 @@ public static class EchoCounters
     private static async Task RunAsync(int size, int connections, int bufferCount, int bufferSize, int rounds)
     {
         // IOURING_NO_CALLER_SENDS=1: every send through the ring (the test seam), to compare with sends from flushing threads.
+        // ECHO_SERVER=copyto: the server echoes with Input.CopyToAsync(Output), as the BenchmarkDotNet echo's does.
+        // ECHO_BLOCKING=1: rounds driven by one blocking thread, as BenchmarkDotNet drives them.
         bool noCallerSends = Environment.GetEnvironmentVariable("IOURING_NO_CALLER_SENDS") == "1";
         await using var network = new IoUringNetwork(new IoUringNetworkOptions
         {
@@ -55,9 +57,25 @@ public static class EchoCounters
         EventLoopCounters before = Sum(network);
         long allocatedBefore = GC.GetTotalAllocatedBytes(precise: true);
         var clock = Stopwatch.StartNew();
-        for (int i = 0; i < rounds; i++)
+        if (Environment.GetEnvironmentVariable("ECHO_BLOCKING") == "1")
         {
-            await RoundAsync(clients, message).ConfigureAwait(false);
+            // As BenchmarkDotNet drives the echo: a thread of its own starts each round (its flush sends) and blocks on it.
+            var driver = new Thread(() =>
+            {
+                for (int i = 0; i < rounds; i++)
+                {
+                    RoundAsync(clients, message).GetAwaiter().GetResult();
+                }
+            });
+            driver.Start();
+            driver.Join();
+        }
+        else
+        {
+            for (int i = 0; i < rounds; i++)
+            {
+                await RoundAsync(clients, message).ConfigureAwait(false);
+            }
         }
         clock.Stop();
         long allocated = GC.GetTotalAllocatedBytes(precise: true) - allocatedBefore;

@@ -4,6 +4,7 @@ using System.Security.Cryptography;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using Xunit.Abstractions;
 
 namespace IoUring.Tests.Net;
@@ -11,7 +12,8 @@ namespace IoUring.Tests.Net;
 /// <summary>Byte integrity through real loopback sockets, hashed both ways, with System.Net.Sockets peers on either side.</summary>
 public sealed class EchoTests(ITestOutputHelper output)
 {
-    internal static async Task EchoServerAsync(IoUringListener listener)
+    /// <summary>Echoes every accepted connection until its peer's FIN, each once <paramref name="start"/> (if given) completed.</summary>
+    internal static async Task EchoServerAsync(IoUringListener listener, Task? start = null)
     {
         while (await listener.AcceptAsync() is { } connection)
         {
@@ -19,6 +21,10 @@ public sealed class EchoTests(ITestOutputHelper output)
             {
                 await using (connection)
                 {
+                    if (start is not null)
+                    {
+                        await start;
+                    }
                     try
                     {
                         await connection.Input.CopyToAsync(connection.Output);
@@ -208,7 +214,11 @@ public sealed class EchoTests(ITestOutputHelper output)
         int ringBuffers = caps.HasReceiveLimit ? 16 : 2; // the kernel's own path is the cap-less one before 6.17
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = ringBuffers, BufferSize = 1024, Hooks = new() { Capabilities = caps } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        _ = EchoServerAsync(listener);
+        // Nothing is read until the ring has run dry (or 10 s passed): the 32 clients' bytes arrive together, so receives
+        // complete in batches faster than the loop refills the ring. Echoing at once, a fast echo (sends from the flushing
+        // threads) could finish before that ever happened.
+        Task ranDry = Eventually.WaitForAsync(() => network.Loops[0].Counters.BufferRingExhaustions > 0);
+        _ = EchoServerAsync(listener, start: ranDry);
         await Task.WhenAll(Enumerable.Range(0, 32).Select(async i =>
         {
             using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);

@@ -34,8 +34,9 @@ namespace IoUring.Net;
 /// each given back as soon as the sender has sent all of it; a connection with nothing unsent and no write in progress
 /// holds none. A <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> at least as large as the pause threshold is not copied: the sender sends from
 /// the caller's memory, never zero-copy, and the write completes once all of it is sent (or, cancelled, once no send
-/// reads it, its unsent bytes copied into blocks). Up to <see cref="MaxCallerSend"/> of it may go in the writing thread's
-/// own send, as any flush's bytes may; all of it sent there, the write completes at once.</para>
+/// reads it, its unsent bytes copied into blocks). Such a write of at most <see cref="MaxCallerSend"/> (with anything
+/// unsent before it) may go in the writing thread's own send, as any flush's bytes may; all of it sent there, the
+/// write completes at once.</para>
 /// </remarks>
 internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
 {
@@ -141,7 +142,8 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <summary>Bytes flushing threads sent themselves (any thread; counted in the connection's BytesSent).</summary>
     public long BytesSentByCallers => Volatile.Read(ref _bytesSentByCallers);
 
-    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (tests).</summary>
+    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (EAGAIN, a partial send),
+    /// or the bytes were in more than <see cref="MaxCallerSendSegments"/> pieces (tests).</summary>
     internal int CallerSendsCutShort => Volatile.Read(ref _callerSendsCutShort);
 
     /// <summary>Blocks held (tests).</summary>
@@ -496,11 +498,12 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <see cref="ConnectionSender.OnOutputFlushed"/> for what is left (not tried: the loop is awake, so it batches; a
     /// partial send; EAGAIN); <see cref="ConnectionSender.OnCallerSendFailed"/> for an error, which the sender then
     /// handles as its own send's.</returns>
-    private unsafe Action<object?>? SendFromCaller()
+    private Action<object?>? SendFromCaller()
     {
         long length = _committed - _sent;
         // _callerSendLimit keeps what is large enough to go zero-copy for the ring; that reason is gone for a borrowed write
-        // (never zero-copy) and once the sender has stopped sending zero-copy (the kernel copied: loopback).
+        // (never zero-copy) and where the sender does not send zero-copy (it stopped because the kernel copied, as over
+        // loopback; or never could: a Unix socket, a pool whose blocks are not pinned, a kernel without SEND_ZC).
         long limit = _borrowing || !_sender!.MaySendZeroCopy ? MaxCallerSend : _callerSendLimit;
         // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
         if (length > limit || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
@@ -517,18 +520,19 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             sent = -1;
             errno = fault;
         }
-        else if (bytes.IsSingleSegment)
-        {
-            ReadOnlySpan<byte> span = _head!.Memory.Span.Slice(_headIndex, (int)length);
-            fixed (byte* pointer = span)
-            {
-                sent = Libc.send(_fd, pointer, (nuint)span.Length, Libc.MSG_DONTWAIT | (int)Libc.MSG_NOSIGNAL);
-            }
-            errno = sent < 0 ? Libc.GetLastErrno() : 0;
-        }
         else
         {
-            sent = SendGather(bytes, out errno);
+            try
+            {
+                sent = bytes.IsSingleSegment ? SendSingle(length, out errno) : SendGather(bytes, out errno);
+            }
+            catch (Exception)
+            {
+                // A lent write's memory (its MemoryManager's GetSpan or Pin) threw: the flush must not throw with the sender
+                // no longer waiting to be posted, so the ring's sender takes the bytes, and fails the connection with the
+                // error if it cannot send them either, as for any send of its own.
+                return s_onFlushed;
+            }
         }
         if (sent < 0)
         {
@@ -562,6 +566,19 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// connection's reader has bytes it has not consumed (pipelined requests, each answered with a flush).
     /// </summary>
     private bool MoreSendsLikely() => _input!.MayHaveUnconsumed || ThreadPool.PendingWorkItemCount != 0;
+
+    /// <summary>send(2) of the <paramref name="length"/> bytes from the head block on (all in it).</summary>
+    private unsafe long SendSingle(long length, out int errno)
+    {
+        ReadOnlySpan<byte> span = _head!.Memory.Span.Slice(_headIndex, (int)length);
+        long sent;
+        fixed (byte* pointer = span)
+        {
+            sent = Libc.send(_fd, pointer, (nuint)span.Length, Libc.MSG_DONTWAIT | (int)Libc.MSG_NOSIGNAL);
+        }
+        errno = sent < 0 ? Libc.GetLastErrno() : 0;
+        return sent;
+    }
 
     /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next send).</summary>
     private unsafe long SendGather(in Sendable bytes, out int errno)

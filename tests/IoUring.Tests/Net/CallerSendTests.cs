@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Rings;
@@ -220,6 +221,62 @@ public sealed class CallerSendTests
                 Assert.Equal(0, callerSent);
             }
         }
+    }
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task A_lent_write_whose_memory_cannot_give_a_span_is_still_sent(bool callerSends)
+    {
+        // The flushing thread's send reads a lent write through Memory.Span, the ring's sender pins it: a caller's
+        // MemoryManager that throws from the one must leave the bytes to the other, not throw with the sender stranded.
+        await using IoUringNetwork network = Network(callerSends);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            await UntilTheNextFlushCanSendItselfAsync(network, server);
+            byte[] data = Pattern(64 * 1024, seed: 7); // the default pause threshold: lent, not copied
+            using var memory = new SpanlessMemory(data);
+            FlushResult result = await Task.Run(async () => await server.Output.WriteAsync(memory.Memory)).WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.False(result.IsCompleted || result.IsCanceled);
+            byte[] received = new byte[data.Length];
+            for (int offset = 0; offset < received.Length;)
+            {
+                int n = await client.ReceiveAsync(received.AsMemory(offset)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+                Assert.NotEqual(0, n);
+                offset += n;
+            }
+            Assert.Equal(data, received);
+            Assert.Equal(0, ((ConnectionOutput)server.Output).BytesSentByCallers);
+        }
+    }
+
+    /// <summary>Native memory that can be pinned but gives no span.</summary>
+    private sealed unsafe class SpanlessMemory : MemoryManager<byte>
+    {
+        private readonly byte* _pointer;
+        private readonly int _length;
+
+        public SpanlessMemory(byte[] data)
+        {
+            _length = data.Length;
+            _pointer = (byte*)NativeMemory.Alloc((nuint)_length);
+            data.CopyTo(new Span<byte>(_pointer, _length));
+        }
+
+        public override Memory<byte> Memory => CreateMemory(_length);
+
+        public override Span<byte> GetSpan() => throw new InvalidOperationException("This memory gives no span.");
+
+        public override MemoryHandle Pin(int elementIndex = 0) => new(_pointer + elementIndex);
+
+        public override void Unpin()
+        {
+        }
+
+        protected override void Dispose(bool disposing) => NativeMemory.Free(_pointer);
     }
 
     [Theory]

@@ -234,7 +234,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                 {
                     if (TakeSenderWaiting())
                     {
-                        postSender = _callerSendLimit > 0 ? SendFromCaller() : s_onFlushed;
+                        postSender = SendFromCaller();
                     }
                     if (_flush.IsWaiting)
                     {
@@ -364,7 +364,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
             _borrowedEnd = _committed;
             if (TakeSenderWaiting())
             {
-                postSender = _callerSendLimit > 0 ? SendFromCaller() : s_onFlushed;
+                postSender = SendFromCaller();
             }
             if (_sent >= _borrowedEnd)
             {
@@ -500,6 +500,10 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// handles as its own send's.</returns>
     private Action<object?>? SendFromCaller()
     {
+        if (_callerSendLimit == 0)
+        {
+            return s_onFlushed; // caller sends are off (TestHooks.NoCallerSends)
+        }
         long length = _committed - _sent;
         // _callerSendLimit keeps what is large enough to go zero-copy for the ring; that reason is gone for a borrowed write
         // (never zero-copy) and where the sender does not send zero-copy (it stopped because the kernel copied, as over

@@ -241,14 +241,7 @@ public sealed class CallerSendTests
             using var memory = new SpanlessMemory(data);
             FlushResult result = await Task.Run(async () => await server.Output.WriteAsync(memory.Memory)).WaitAsync(TimeSpan.FromSeconds(10));
             Assert.False(result.IsCompleted || result.IsCanceled);
-            byte[] received = new byte[data.Length];
-            for (int offset = 0; offset < received.Length;)
-            {
-                int n = await client.ReceiveAsync(received.AsMemory(offset)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
-                Assert.NotEqual(0, n);
-                offset += n;
-            }
-            Assert.Equal(data, received);
+            Assert.Equal(data, await LoopbackPairs.ReceiveExactlyAsync(client, data.Length));
             Assert.Equal(0, ((ConnectionOutput)server.Output).BytesSentByCallers);
         }
     }

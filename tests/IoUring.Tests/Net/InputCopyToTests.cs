@@ -53,19 +53,6 @@ public sealed class InputCopyToTests : IAsyncLifetime
         return (client, server);
     }
 
-    private static async Task<byte[]> ReceiveExactlyAsync(Socket client, int length)
-    {
-        var received = new byte[length];
-        int total = 0;
-        while (total < length)
-        {
-            int n = await client.ReceiveAsync(received.AsMemory(total)).AsTask().WaitAsync(TimeSpan.FromSeconds(20));
-            Assert.NotEqual(0, n);
-            total += n;
-        }
-        return received;
-    }
-
     [Fact]
     public async Task Received_blocks_are_sent_as_they_are_and_consumed_once_sent()
     {
@@ -87,7 +74,7 @@ public sealed class InputCopyToTests : IAsyncLifetime
             Assert.Equal(Size, ((ConnectionInput)source.Input).Unconsumed);
 
             destination.Socket.SendBufferSize = 1 << 20;
-            EchoTests.AssertSameBytes(data, await ReceiveExactlyAsync(destinationClient, Size));
+            EchoTests.AssertSameBytes(data, await LoopbackPairs.ReceiveExactlyAsync(destinationClient, Size));
             await Eventually.WaitForAsync(() => ((ConnectionInput)source.Input).Unconsumed == 0);
 
             sourceClient.Shutdown(SocketShutdown.Send); // the end of the stream ends the copy
@@ -126,7 +113,7 @@ public sealed class InputCopyToTests : IAsyncLifetime
             await sending;
 
             destination.Socket.SendBufferSize = 1 << 20;
-            EchoTests.AssertSameBytes(data, await ReceiveExactlyAsync(destinationClient, Size));
+            EchoTests.AssertSameBytes(data, await LoopbackPairs.ReceiveExactlyAsync(destinationClient, Size));
             await copy.WaitAsync(TimeSpan.FromSeconds(10)); // the source's reader completed: the copy ends
             await disposed.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
         }
@@ -161,7 +148,7 @@ public sealed class InputCopyToTests : IAsyncLifetime
             }
 
             destination.Socket.SendBufferSize = 1 << 20;
-            EchoTests.AssertSameBytes(data, await ReceiveExactlyAsync(destinationClient, Size));
+            EchoTests.AssertSameBytes(data, await LoopbackPairs.ReceiveExactlyAsync(destinationClient, Size));
         }
     }
 

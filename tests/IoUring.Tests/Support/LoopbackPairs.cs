@@ -13,4 +13,18 @@ internal static class LoopbackPairs
         IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
         return (client, server);
     }
+
+    /// <summary>Receives exactly <paramref name="length"/> bytes on the client (failing on an early end of stream).</summary>
+    public static async Task<byte[]> ReceiveExactlyAsync(Socket client, int length)
+    {
+        var received = new byte[length];
+        int total = 0;
+        while (total < length)
+        {
+            int n = await client.ReceiveAsync(received.AsMemory(total)).AsTask().WaitAsync(TimeSpan.FromSeconds(20));
+            Assert.NotEqual(0, n);
+            total += n;
+        }
+        return received;
+    }
 }

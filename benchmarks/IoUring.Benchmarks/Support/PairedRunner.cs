@@ -13,9 +13,10 @@ internal static class PairedRunner
 {
     private static readonly TimeSpan s_sliceTarget = TimeSpan.FromMilliseconds(20);
 
-    public static void Run(string name, int operationsPerInvoke, Action baseline, Action candidate, int rounds)
+    /// <summary>Times <paramref name="rounds"/> interleaved rounds after <paramref name="warmup"/> (1 s by default) of both.</summary>
+    public static void Run(string name, int operationsPerInvoke, Action baseline, Action candidate, int rounds, TimeSpan? warmup = null)
     {
-        Warm(baseline, candidate);
+        Warm(baseline, candidate, warmup ?? TimeSpan.FromSeconds(1));
         int invocations = Calibrate(baseline, operationsPerInvoke);
 
         var baselineNs = new double[rounds];
@@ -51,11 +52,11 @@ internal static class PairedRunner
         Console.WriteLine("|---|---:|---:|---:|---|---|---:|");
     }
 
-    private static void Warm(Action baseline, Action candidate)
+    private static void Warm(Action baseline, Action candidate, TimeSpan duration)
     {
         // Long enough for tiered compilation to promote both paths to optimized code.
         var watch = Stopwatch.StartNew();
-        while (watch.Elapsed < TimeSpan.FromSeconds(1))
+        while (watch.Elapsed < duration)
         {
             baseline();
             candidate();

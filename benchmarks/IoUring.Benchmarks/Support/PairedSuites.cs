@@ -6,7 +6,10 @@ namespace IoUring.Benchmarks.Support;
 /// </summary>
 internal static class PairedSuites
 {
-    /// <summary>Runs every comparison, or only <paramref name="only"/>'s group: nop, bufferring or custom.</summary>
+    /// <summary>
+    /// Runs the ring-core comparisons (nop, bufferring, custom), or only <paramref name="only"/>'s group. The loopback echo
+    /// ("echo": IoUring against System.Net.Sockets, every cell of <see cref="Net.EchoBenchmarks"/>) runs only when named.
+    /// </summary>
     public static void Run(int rounds, string? only = null)
     {
         PairedRunner.PrintHeader();
@@ -40,6 +43,32 @@ internal static class PairedSuites
             PairedRunner.Run($"NOP loop, {inFlight} in flight: custom vs internal", CustomOperationBenchmarks.OperationsPerInvoke,
                 suite.Internal, suite.Custom, rounds);
             suite.Cleanup();
+        }
+
+        if (string.Equals(only, "echo", StringComparison.OrdinalIgnoreCase))
+        {
+            RunEcho(rounds);
+        }
+    }
+
+    // Both transports' servers and clients live in this process side by side; each side's loops or threads idle while
+    // the other is timed. Driven from this thread, blocking on each operation, as BenchmarkDotNet drives the suite.
+    private static void RunEcho(int rounds)
+    {
+        foreach (int connections in new[] { 1, 64 })
+        {
+            foreach (int size in new[] { 64, 4 * 1024, 64 * 1024, 1024 * 1024 })
+            {
+                var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+                var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+                sockets.SetupSockets();
+                ioUring.SetupIoUring();
+                PairedRunner.Run($"echo {size} B x {connections}: IoUring vs System.Net.Sockets", 1,
+                    () => sockets.Sockets().GetAwaiter().GetResult(), () => ioUring.IoUring().GetAwaiter().GetResult(), rounds,
+                    warmup: TimeSpan.FromSeconds(5));
+                ioUring.CleanupIoUring();
+                sockets.CleanupSockets();
+            }
         }
     }
 }

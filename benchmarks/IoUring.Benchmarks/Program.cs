@@ -9,7 +9,7 @@ namespace IoUring.Benchmarks;
 /// <summary>
 /// Runs the suites chosen on the command line, e.g.
 /// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
-/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom|echo]</c> instead measures
+/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom|echo|echo-aa]</c> instead measures
 /// each ring-core comparison (or only the one named; echo only when named) interleaved in one process; <c>-- --echo-counters ...</c> prints the
 /// loops' work per MiB of the echo (<see cref="Net.EchoCounters"/>); <c>-- --udp-responder ...</c> the UDP responder's
 /// answers per server CPU-second (<see cref="Net.UdpResponder"/>). docs/benchmarks.md has the measured numbers.

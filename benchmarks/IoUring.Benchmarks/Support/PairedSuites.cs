@@ -8,7 +8,8 @@ internal static class PairedSuites
 {
     /// <summary>
     /// Runs the ring-core comparisons (nop, bufferring, custom), or only <paramref name="only"/>'s group. The loopback echo
-    /// ("echo": IoUring against System.Net.Sockets, every cell of <see cref="Net.EchoBenchmarks"/>) runs only when named.
+    /// ("echo": IoUring against System.Net.Sockets, every cell of <see cref="Net.EchoBenchmarks"/>) runs only when named, as does
+    /// its self-check ("echo-aa": each transport against itself, where a fair runner measures 1.0).
     /// </summary>
     public static void Run(int rounds, string? only = null)
     {
@@ -49,6 +50,10 @@ internal static class PairedSuites
         {
             RunEcho(rounds);
         }
+        if (string.Equals(only, "echo-aa", StringComparison.OrdinalIgnoreCase))
+        {
+            RunEchoSelfCheck(rounds);
+        }
     }
 
     // Both transports' servers and clients live in this process side by side; each side's loops or threads idle while
@@ -68,6 +73,29 @@ internal static class PairedSuites
                     warmup: TimeSpan.FromSeconds(5));
                 ioUring.CleanupIoUring();
                 sockets.CleanupSockets();
+            }
+        }
+    }
+
+    private static void RunEchoSelfCheck(int rounds)
+    {
+        foreach (int connections in new[] { 1, 64 })
+        {
+            foreach (int size in new[] { 64, 4 * 1024, 64 * 1024, 1024 * 1024 })
+            {
+                var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+                sockets.SetupSockets();
+                PairedRunner.Run($"echo {size} B x {connections}: System.Net.Sockets vs itself", 1,
+                    () => sockets.Sockets().GetAwaiter().GetResult(), () => sockets.Sockets().GetAwaiter().GetResult(), rounds,
+                    warmup: TimeSpan.FromSeconds(5));
+                sockets.CleanupSockets();
+
+                var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+                ioUring.SetupIoUring();
+                PairedRunner.Run($"echo {size} B x {connections}: IoUring vs itself", 1,
+                    () => ioUring.IoUring().GetAwaiter().GetResult(), () => ioUring.IoUring().GetAwaiter().GetResult(), rounds,
+                    warmup: TimeSpan.FromSeconds(5));
+                ioUring.CleanupIoUring();
             }
         }
     }

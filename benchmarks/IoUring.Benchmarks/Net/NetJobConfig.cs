@@ -10,8 +10,9 @@ namespace IoUring.Benchmarks.Net;
 /// System.Net.Sockets baseline) are what the numbers are for; the machine is shared and noisy.
 /// The warm-up is long because the two sides start differently: System.Net.Sockets is precompiled (ReadyToRun) in the
 /// shared framework, this library is JIT-compiled from tier 0, and on two busy CPUs its hot paths reach tier 1 only
-/// seconds in. With two warmup iterations (0.5 s) the single-connection echo measured IoUring partly at tier 0
-/// (4 KiB x 1: 0.74-1.09x Sockets' time over ten runs, 0.48x with 7.5 s of warm-up; docs/benchmarks.md).
+/// seconds in, so two warmup iterations (0.5 s) measured IoUring partly at tier 0. (The single-connection cells still
+/// differ from one process to the next; the paired runner, <c>-- --paired 31 echo</c>, compares them in one process:
+/// docs/benchmarks.md.)
 /// </summary>
 public sealed class NetJobConfig : ManualConfig
 {

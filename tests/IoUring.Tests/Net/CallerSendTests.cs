@@ -174,7 +174,7 @@ public sealed class CallerSendTests
                 byte[] buffer = new byte[WriteSize]; // one buffer for every write: refilled as soon as a write completes
                 for (int i = 0; i < Writes; i++)
                 {
-                    await Eventually.WaitForAsync(() => output.Unsent == 0 && network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount <= 1);
+                    await Eventually.WaitForAsync(() => output.Unsent == 0 && network.Loops[0].IsSleeping && ThreadPool.PendingWorkItemCount == 0);
                     Pattern(WriteSize, seed: 100 + i).CopyTo(buffer, 0);
                     expected.Write(buffer);
                     long callerSentBefore = output.BytesSentByCallers;
@@ -189,22 +189,28 @@ public sealed class CallerSendTests
             });
 
             // A slow reader for the first 256 KiB (the socket buffers fill: sends are cut short), then one that keeps up.
+            // It blocks on a thread of its own: an awaiting reader's wake-ups are thread-pool work items, and a flush
+            // sends itself only while nothing is queued there (with one, every write could go to the ring).
             var received = new MemoryStream();
-            var chunk = new byte[64 * 1024];
-            int n;
-            while ((n = await client.ReceiveAsync(chunk.AsMemory(0, received.Length < 256 * 1024 ? 2048 : chunk.Length)).AsTask().WaitAsync(TimeSpan.FromSeconds(20))) > 0)
+            client.ReceiveTimeout = 20_000;
+            Task reading = Task.Factory.StartNew(() =>
             {
-                received.Write(chunk, 0, n);
-                if (received.Length < 256 * 1024)
+                var chunk = new byte[64 * 1024];
+                int n;
+                while ((n = client.Receive(chunk, 0, received.Length < 256 * 1024 ? 2048 : chunk.Length, SocketFlags.None)) > 0)
                 {
-                    await Task.Delay(1);
+                    received.Write(chunk, 0, n);
+                    if (received.Length < 256 * 1024)
+                    {
+                        Thread.Sleep(1);
+                    }
+                    else
+                    {
+                        server.Socket.SendBufferSize = 1 << 20;
+                    }
                 }
-                else
-                {
-                    server.Socket.SendBufferSize = 1 << 20;
-                }
-            }
-            await writing;
+            }, TaskCreationOptions.LongRunning);
+            await Task.WhenAll(writing, reading);
             EchoTests.AssertSameBytes(expected.ToArray(), received.ToArray());
             Assert.Equal(Writes * (long)WriteSize, server.BytesSent);
             Assert.Equal(0, output.HeldBlocks);

@@ -56,47 +56,43 @@ internal static class PairedSuites
         }
     }
 
+    // Every cell of the echo suite, and the warm-up each cell gets before its rounds (past tier 0 for this library).
+    private static readonly (int Size, int Connections)[] s_echoCells =
+        [(64, 1), (4 * 1024, 1), (64 * 1024, 1), (1024 * 1024, 1), (64, 64), (4 * 1024, 64), (64 * 1024, 64), (1024 * 1024, 64)];
+    private static readonly TimeSpan s_echoWarmup = TimeSpan.FromSeconds(5);
+
     // Both transports' servers and clients live in this process side by side; each side's loops or threads idle while
     // the other is timed. Driven from this thread, blocking on each operation, as BenchmarkDotNet drives the suite.
     private static void RunEcho(int rounds)
     {
-        foreach (int connections in new[] { 1, 64 })
+        foreach ((int size, int connections) in s_echoCells)
         {
-            foreach (int size in new[] { 64, 4 * 1024, 64 * 1024, 1024 * 1024 })
-            {
-                var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
-                var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
-                sockets.SetupSockets();
-                ioUring.SetupIoUring();
-                PairedRunner.Run($"echo {size} B x {connections}: IoUring vs System.Net.Sockets", 1,
-                    () => sockets.Sockets().GetAwaiter().GetResult(), () => ioUring.IoUring().GetAwaiter().GetResult(), rounds,
-                    warmup: TimeSpan.FromSeconds(5));
-                ioUring.CleanupIoUring();
-                sockets.CleanupSockets();
-            }
+            var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+            var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+            sockets.SetupSockets();
+            ioUring.SetupIoUring();
+            PairedRunner.Run($"echo {size} B x {connections}: IoUring vs System.Net.Sockets", 1,
+                () => sockets.Sockets().GetAwaiter().GetResult(), () => ioUring.IoUring().GetAwaiter().GetResult(), rounds, s_echoWarmup);
+            ioUring.CleanupIoUring();
+            sockets.CleanupSockets();
         }
     }
 
     private static void RunEchoSelfCheck(int rounds)
     {
-        foreach (int connections in new[] { 1, 64 })
+        foreach ((int size, int connections) in s_echoCells)
         {
-            foreach (int size in new[] { 64, 4 * 1024, 64 * 1024, 1024 * 1024 })
-            {
-                var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
-                sockets.SetupSockets();
-                PairedRunner.Run($"echo {size} B x {connections}: System.Net.Sockets vs itself", 1,
-                    () => sockets.Sockets().GetAwaiter().GetResult(), () => sockets.Sockets().GetAwaiter().GetResult(), rounds,
-                    warmup: TimeSpan.FromSeconds(5));
-                sockets.CleanupSockets();
+            var sockets = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+            sockets.SetupSockets();
+            Action timeSockets = () => sockets.Sockets().GetAwaiter().GetResult();
+            PairedRunner.Run($"echo {size} B x {connections}: System.Net.Sockets vs itself", 1, timeSockets, timeSockets, rounds, s_echoWarmup);
+            sockets.CleanupSockets();
 
-                var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
-                ioUring.SetupIoUring();
-                PairedRunner.Run($"echo {size} B x {connections}: IoUring vs itself", 1,
-                    () => ioUring.IoUring().GetAwaiter().GetResult(), () => ioUring.IoUring().GetAwaiter().GetResult(), rounds,
-                    warmup: TimeSpan.FromSeconds(5));
-                ioUring.CleanupIoUring();
-            }
+            var ioUring = new Net.EchoBenchmarks { MessageSize = size, Connections = connections };
+            ioUring.SetupIoUring();
+            Action timeIoUring = () => ioUring.IoUring().GetAwaiter().GetResult();
+            PairedRunner.Run($"echo {size} B x {connections}: IoUring vs itself", 1, timeIoUring, timeIoUring, rounds, s_echoWarmup);
+            ioUring.CleanupIoUring();
         }
     }
 }

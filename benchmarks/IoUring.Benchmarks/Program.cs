@@ -9,8 +9,9 @@ namespace IoUring.Benchmarks;
 /// <summary>
 /// Runs the suites chosen on the command line, e.g.
 /// <c>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --filter '*Nop*'</c>;
-/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom|echo|echo-aa]</c> instead measures
-/// each ring-core comparison (or only the one named; echo only when named) interleaved in one process; <c>-- --echo-counters ...</c> prints the
+/// add <c>--job short</c> for a quick look (3 iterations, one launch). <c>-- --paired [rounds] [nop|bufferring|custom|echo|echo-aa|storm|storm-aa]</c> instead measures
+/// each ring-core comparison (or only the one named; echo and storm only when named) interleaved in one process; <c>-- --storm-trace
+/// [server] [storms]</c> times one accept-storm server's storms one after another; <c>-- --echo-counters ...</c> prints the
 /// loops' work per MiB of the echo (<see cref="Net.EchoCounters"/>); <c>-- --udp-responder ...</c> the UDP responder's
 /// answers per server CPU-second (<see cref="Net.UdpResponder"/>). docs/benchmarks.md has the measured numbers.
 /// </summary>
@@ -25,6 +26,9 @@ public static class Program
         }
         switch (args.Length > 0 ? args[0] : null)
         {
+            case "--storm-trace":
+                PairedSuites.TraceStorm(args.Length > 1 ? args[1] : "iouring", args.Length > 2 ? int.Parse(args[2], CultureInfo.InvariantCulture) : 20);
+                return;
             case "--udp-responder":
                 Net.UdpResponder.Run(args[1..]);
                 return;

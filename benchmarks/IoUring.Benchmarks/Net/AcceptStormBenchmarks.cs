@@ -128,7 +128,9 @@ public class AcceptStormBenchmarks
         // hand-off's post, or any other) and the loops' system calls, per connection served.
         long served = Math.Max(1, _network.Loops.Sum(l => l.Counters.BytesReceived / MessageSize));
         Console.WriteLine($"// per connection: {(double)_network.Loops.Sum(l => l.Counters.Wakeups) / served:F3} loop wake-ups (eventfd writes), "
-            + $"{(double)_network.Loops.Sum(l => l.Counters.Syscalls) / served:F3} io_uring_enter calls");
+            + $"{(double)_network.Loops.Sum(l => l.Counters.Syscalls) / served:F3} io_uring_enter calls, "
+            + $"{(double)_network.Loops.Sum(l => l.Counters.Sqes) / served:F2} SQEs, {(double)_network.Loops.Sum(l => l.Counters.Cqes) / served:F2} CQEs, "
+            + $"{(double)_network.Loops.Sum(l => l.Counters.CallerSends) / served:F3} sends made by the flushing thread");
         _ioUringListener?.DisposeAsync().AsTask().GetAwaiter().GetResult();
         _network?.Dispose();
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));

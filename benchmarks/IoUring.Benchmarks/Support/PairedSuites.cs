@@ -1,3 +1,5 @@
+using System.Globalization;
+
 namespace IoUring.Benchmarks.Support;
 
 /// <summary>
@@ -9,7 +11,8 @@ internal static class PairedSuites
     /// <summary>
     /// Runs the ring-core comparisons (nop, bufferring, custom), or only <paramref name="only"/>'s group. The loopback echo
     /// ("echo": IoUring against System.Net.Sockets, every cell of <see cref="Net.EchoBenchmarks"/>) runs only when named, as does
-    /// its self-check ("echo-aa": each transport against itself, where a fair runner measures 1.0).
+    /// its self-check ("echo-aa": each transport against itself, where a fair runner measures 1.0), and so do the accept
+    /// storm ("storm": <see cref="Net.AcceptStormBenchmarks"/>'s servers in pairs) and its self-check ("storm-aa").
     /// </summary>
     public static void Run(int rounds, string? only = null)
     {
@@ -54,6 +57,14 @@ internal static class PairedSuites
         {
             RunEchoSelfCheck(rounds);
         }
+        if (string.Equals(only, "storm", StringComparison.OrdinalIgnoreCase))
+        {
+            RunStorm(rounds);
+        }
+        if (string.Equals(only, "storm-aa", StringComparison.OrdinalIgnoreCase))
+        {
+            RunStormSelfCheck(rounds);
+        }
     }
 
     // Every cell of the echo suite, and the warm-up each cell gets before its rounds (past tier 0 for this library).
@@ -94,5 +105,93 @@ internal static class PairedSuites
             PairedRunner.Run($"echo {size} B x {connections}: IoUring vs itself", 1, timeIoUring, timeIoUring, rounds, s_echoWarmup);
             ioUring.CleanupIoUring();
         }
+    }
+
+    // The accept storm's servers, each ready to be timed one storm at a time (the count of served connections reset
+    // before each, as BenchmarkDotNet's IterationSetup does). Warm-up: 8 s, about five storms of each side
+    // (the BenchmarkDotNet job's five).
+    private static readonly TimeSpan s_stormWarmup = TimeSpan.FromSeconds(8);
+
+    private static (Net.AcceptStormBenchmarks Suite, Action Storm) StormServer(string server)
+    {
+        var suite = new Net.AcceptStormBenchmarks { Clients = 10_000, Concurrency = 256 };
+        Func<Task> storm;
+        switch (server)
+        {
+            case "sockets": suite.SetupSockets(); storm = suite.Sockets; break;
+            case "iouring": suite.SetupIoUring(); storm = suite.IoUring; break;
+            case "single-shot": suite.SetupIoUringSingleShot(); storm = suite.IoUringSingleShot; break;
+            default: suite.SetupCServer(); storm = suite.CServer; break;
+        }
+        return (suite, () => { suite.ResetCount(); storm().GetAwaiter().GetResult(); });
+    }
+
+    private static void StopStormServer(Net.AcceptStormBenchmarks suite, string server)
+    {
+        switch (server)
+        {
+            case "sockets": suite.CleanupSockets(); break;
+            case "iouring" or "single-shot": suite.CleanupIoUring(); break;
+            default: suite.CleanupCServer(); break;
+        }
+    }
+
+    // IoUring and the C floor each against System.Net.Sockets, IoUring against the floor, and single-shot against
+    // multishot accept, each pair in rounds of its own.
+    private static void RunStorm(int rounds)
+    {
+        foreach ((string baseline, string candidate) in new[] { ("sockets", "iouring"), ("sockets", "c"), ("c", "iouring"), ("iouring", "single-shot") })
+        {
+            var (baselineSuite, baselineStorm) = StormServer(baseline);
+            var (candidateSuite, candidateStorm) = StormServer(candidate);
+            PairedRunner.Run($"accept storm 10,000 x 128 B: {candidate} vs {baseline}", 1, baselineStorm, candidateStorm, rounds, s_stormWarmup);
+            StopStormServer(candidateSuite, candidate);
+            StopStormServer(baselineSuite, baseline);
+        }
+    }
+
+    private static void RunStormSelfCheck(int rounds)
+    {
+        foreach (string server in new[] { "sockets", "iouring" })
+        {
+            var (suite, storm) = StormServer(server);
+            PairedRunner.Run($"accept storm 10,000 x 128 B: {server} vs itself", 1, storm, storm, rounds, s_stormWarmup);
+            StopStormServer(suite, server);
+        }
+    }
+
+    /// <summary>
+    /// <c>-- --storm-trace [sockets|iouring|single-shot|c] [storms]</c>: one server's storms one after another in this process,
+    /// each with its time, this process's CPU time, thread-pool work items per connection and the kernel's TIME_WAIT count,
+    /// to see how far one storm drifts from the next (and why ratios of storms timed apart need pairing).
+    /// </summary>
+    public static void TraceStorm(string server, int storms)
+    {
+        var (suite, storm) = StormServer(server);
+        using var process = System.Diagnostics.Process.GetCurrentProcess();
+        Console.WriteLine("| storm | ms | this process's CPU ms | pool items per connection | TIME_WAIT |");
+        Console.WriteLine("|---:|---:|---:|---:|---:|");
+        for (int i = 0; i < storms; i++)
+        {
+            process.Refresh();
+            TimeSpan cpuBefore = process.TotalProcessorTime;
+            long itemsBefore = ThreadPool.CompletedWorkItemCount;
+            long start = System.Diagnostics.Stopwatch.GetTimestamp();
+            storm();
+            double ms = System.Diagnostics.Stopwatch.GetElapsedTime(start).TotalMilliseconds;
+            process.Refresh();
+            double cpuMs = (process.TotalProcessorTime - cpuBefore).TotalMilliseconds;
+            double items = (double)(ThreadPool.CompletedWorkItemCount - itemsBefore) / suite.Clients;
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| {i} | {ms:F0} | {cpuMs:F0} | {items:F2} | {TimeWaitCount()} |"));
+        }
+        StopStormServer(suite, server);
+    }
+
+    // The tw field of /proc/net/sockstat's TCP line ("TCP: inuse 2 orphan 0 tw 14120 alloc 2 mem 31").
+    private static string TimeWaitCount()
+    {
+        string[] fields = File.ReadAllLines("/proc/net/sockstat").First(l => l.StartsWith("TCP:", StringComparison.Ordinal)).Split(' ');
+        int index = Array.IndexOf(fields, "tw");
+        return index >= 0 && index + 1 < fields.Length ? fields[index + 1] : "?";
     }
 }

@@ -269,8 +269,7 @@ internal sealed unsafe class Acceptor : RingOwner
         }
         var connection = new IoUringConnection(Loop, fd, _isTcp, _settings);
         // The listener set TCP_NODELAY (IoUringListener); receiving starts when the application accepts it.
-        EndPoint? local = _listener.AcceptedLocalEndPoint is { } bound ? new IPEndPoint(bound.Address, bound.Port) : null; // its own copy: IPEndPoint is mutable
-        connection.Start(noDelayInherited: true, receive: false, local);
+        connection.Start(noDelayInherited: true, receive: false, _listener.AcceptedLocalEndPoint);
         _listener.Enqueue(connection);
     }
 

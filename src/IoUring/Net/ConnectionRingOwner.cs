@@ -19,10 +19,13 @@ internal static class ConnectionRequestKind
 
 /// <summary>
 /// The <see cref="RingOwner"/> of one connection's requests (one GCHandle per connection): routes each completion to
-/// the part that owns that request: receiving, sending, or the connection's lifecycle.
+/// the part that owns that request: receiving, sending, or the connection's lifecycle. Also the thread-pool work item
+/// that signals the connection closed, queued once when it has closed (<see cref="IoUringConnection.SignalClosed"/>).
 /// </summary>
-internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop)
+internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop), IThreadPoolWorkItem
 {
+    void IThreadPoolWorkItem.Execute() => connection.SignalClosed();
+
     internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags)
         => connection.Receiver.OnReceive(data, flags);
 

@@ -36,8 +36,14 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     // per close for the token and Closed together, not one each).
     private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
+    // The endpoints are made when first asked for (few applications but Kestrel ask): the local one as this connection's
+    // own copy of its listener's (IPEndPoint is mutable), else read at start; the peer's parsed from its address, read at
+    // start (the fd number may belong to another socket after close, and a reset peer has no address).
+    private IPEndPoint? _listenerEndPoint;
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
+    private InetSocketAddress _remoteAddress;
+    private int _remoteAddressLength;
     private Exception? _abortReason;
     private int _abortRequested;
     private bool _abortWithReset;
@@ -114,10 +120,30 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public EventLoop Loop => _owner.Loop;
 
     /// <summary>The local endpoint (read when the connection started: the fd number may belong to another socket after close).</summary>
-    public EndPoint? LocalEndPoint => _localEndPoint;
+    public EndPoint? LocalEndPoint => Volatile.Read(ref _localEndPoint) ?? CopyListenerEndPoint();
 
     /// <summary>The peer's endpoint (read when the connection started).</summary>
-    public EndPoint? RemoteEndPoint => _remoteEndPoint;
+    public EndPoint? RemoteEndPoint => Volatile.Read(ref _remoteEndPoint) ?? ParseRemoteAddress();
+
+    private EndPoint? CopyListenerEndPoint()
+    {
+        if (_listenerEndPoint is not { } bound)
+        {
+            return null;
+        }
+        var copy = new IPEndPoint(bound.Address, bound.Port);
+        return Interlocked.CompareExchange(ref _localEndPoint, copy, null) ?? copy;
+    }
+
+    private EndPoint? ParseRemoteAddress()
+    {
+        if (_remoteAddressLength == 0)
+        {
+            return null;
+        }
+        EndPoint? parsed = SocketAddresses.Parse(((ReadOnlySpan<byte>)_remoteAddress)[.._remoteAddressLength]);
+        return Interlocked.CompareExchange(ref _remoteEndPoint, parsed, null) ?? parsed;
+    }
 
     /// <summary>
     /// Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and <see cref="Socket"/>'s,
@@ -245,8 +271,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
     /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
-    /// <param name="localEndPoint">The local endpoint when the caller knows it (a listener bound to one address), else read.</param>
-    internal void Start(bool noDelayInherited = false, bool receive = true, EndPoint? localEndPoint = null)
+    /// <param name="listenerEndPoint">The local endpoint when the caller knows it (a listener bound to one address: shared,
+    /// copied when first asked for), else read.</param>
+    internal void Start(bool noDelayInherited = false, bool receive = true, IPEndPoint? listenerEndPoint = null)
     {
         _owner.Loop.AssertOnLoopThread();
         if (_settings.NoDelay && _isTcp && !noDelayInherited)
@@ -255,8 +282,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         _settings.Registry?.Add(this);
         // Read now: after close the fd number may belong to another socket.
-        _localEndPoint = localEndPoint ?? SocketAddresses.GetLocal(_fd);
-        _remoteEndPoint = SocketAddresses.GetRemote(_fd);
+        _listenerEndPoint = listenerEndPoint;
+        _localEndPoint = listenerEndPoint is null ? SocketAddresses.GetLocal(_fd) : null;
+        _remoteAddressLength = SocketAddresses.ReadRemote(_fd, ref _remoteAddress, out _remoteEndPoint);
         if (receive)
         {
             _receiver.Start();
@@ -420,7 +448,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
-        ThreadPool.UnsafeQueueUserWorkItem(static c => c.SignalClosed(), this, preferLocal: false);
+        ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false); // runs SignalClosed (no work item allocated per close)
     }
 
     /// <summary>
@@ -428,7 +456,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <see cref="DisposeAsync"/>'s caller), then cancels <see cref="ConnectionClosed"/> (its callbacks run here, and
     /// may block on Closed). The network's disposal waits for this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
     /// </summary>
-    private void SignalClosed()
+    internal void SignalClosed()
     {
         ConnectionRegistry? registry = _settings.Registry;
         registry?.BeginClosedSignal(this);

@@ -15,6 +15,31 @@ internal static unsafe class SocketAddresses
 
     public static EndPoint? GetRemote(int fd) => Get(fd, peer: true);
 
+    /// <summary>
+    /// The peer's address of <paramref name="fd"/>: an IPv4 or IPv6 one copied unparsed into <paramref name="address"/>
+    /// (its length returned), to be parsed only if asked for; any other (a Unix socket's path) parsed into
+    /// <paramref name="parsed"/> at once (0 returned). Null and 0 when the socket has no peer (reset, not connected).
+    /// </summary>
+    public static int ReadRemote(int fd, ref InetSocketAddress address, out EndPoint? parsed)
+    {
+        byte* buffer = stackalloc byte[MaxSize];
+        uint length = MaxSize;
+        parsed = null;
+        if (Libc.getpeername(fd, buffer, &length) != 0 || length < 2)
+        {
+            return 0;
+        }
+        var bytes = new ReadOnlySpan<byte>(buffer, (int)length);
+        int family = MemoryMarshal.Read<ushort>(bytes);
+        if (family is Libc.AF_INET or Libc.AF_INET6 && bytes.Length <= InetSocketAddress.Size)
+        {
+            bytes.CopyTo(address);
+            return bytes.Length;
+        }
+        parsed = Parse(bytes);
+        return 0;
+    }
+
     private static EndPoint? Get(int fd, bool peer)
     {
         byte* buffer = stackalloc byte[MaxSize];
@@ -45,4 +70,12 @@ internal static unsafe class SocketAddresses
                 return null;
         }
     }
+}
+
+/// <summary>An IPv4 or IPv6 sockaddr as the kernel wrote it (see <see cref="SocketAddresses.ReadRemote"/>).</summary>
+[System.Runtime.CompilerServices.InlineArray(Size)]
+internal struct InetSocketAddress
+{
+    public const int Size = 28; // sizeof(struct sockaddr_in6), the larger of the two
+    private byte _first;
 }

@@ -316,9 +316,13 @@ public sealed class LifetimeTests : IAsyncLifetime
         var (other, _) = await ConnectPairAsync();
         using (other)
         {
+            // First asked for only now: the peer's from the address read at start, the local one a copy of the listener's.
             var remote = Assert.IsType<IPEndPoint>(server.RemoteEndPoint);
             Assert.Equal(clientLocal.Port, remote.Port);
+            Assert.Same(remote, server.RemoteEndPoint);
             Assert.Equal(_listener.LocalEndPoint, server.LocalEndPoint);
+            Assert.NotSame(_listener.LocalEndPoint, server.LocalEndPoint); // IPEndPoint is mutable: each connection has its own
+            Assert.Same(server.LocalEndPoint, server.LocalEndPoint);
         }
     }
 

@@ -26,6 +26,9 @@ public static class Program
         }
         switch (args.Length > 0 ? args[0] : null)
         {
+            case "--storm-server":
+                Net.AcceptStormBenchmarks.ServeUntilStdinEnds();
+                return;
             case "--storm-trace":
                 PairedSuites.TraceStorm(args.Length > 1 ? args[1] : "iouring", args.Length > 2 ? int.Parse(args[2], CultureInfo.InvariantCulture) : 20);
                 return;

@@ -81,17 +81,64 @@ public class AcceptStormBenchmarks
         {
             BuildCServer(directory);
         }
-        var start = new ProcessStartInfo(program)
-        {
-            // Its stdin is a pipe from this process: the server stops at its end, so it cannot outlive a crash here.
-            RedirectStandardInput = true,
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-            UseShellExecute = false,
-        };
+        var start = new ProcessStartInfo(program);
         start.ArgumentList.Add("0");
         start.ArgumentList.Add(MessageSize.ToString(CultureInfo.InvariantCulture));
-        _cServer = Process.Start(start) ?? throw new InvalidOperationException($"Could not start {program}.");
+        StartServerProcess(start, "It needs io_uring (kernel 6.1 or later) and liburing (make -C benchmarks/c echo_server).");
+    }
+
+    /// <summary>
+    /// The IoUring server of <see cref="IoUring"/> in a process of its own, as the C floor runs (not a BenchmarkDotNet
+    /// job: the paired runner and <c>--storm-trace</c> use it to tell the server's own cost from the cost of sharing a
+    /// process, and its thread pool, with the clients). This program started with <c>--storm-server</c>.
+    /// </summary>
+    public void SetupIoUringProcess()
+    {
+        var start = new ProcessStartInfo(Environment.ProcessPath!);
+        start.ArgumentList.Add("--storm-server");
+        StartServerProcess(start, "");
+    }
+
+    /// <summary>
+    /// <c>--storm-server</c>: serves <see cref="IoUring"/>'s echo on a loopback port it prints ("port N") until its stdin
+    /// ends (<see cref="SetupIoUringProcess"/>).
+    /// </summary>
+    public static void ServeUntilStdinEnds()
+    {
+        var server = new AcceptStormBenchmarks();
+        server.SetupIoUring();
+        Console.WriteLine($"port {server._endPoint.Port}");
+        Console.Out.Flush();
+        while (Console.In.Read() >= 0)
+        {
+        }
+        server.CleanupIoUring();
+    }
+
+    /// <summary>The server process's CPU time so far (utime + stime in /proc), or zero without one.</summary>
+    public TimeSpan ServerProcessCpu
+    {
+        get
+        {
+            if (_cServer is not { } server)
+            {
+                return TimeSpan.Zero;
+            }
+            string stat = File.ReadAllText($"/proc/{server.Id}/stat");
+            string[] fields = stat[(stat.LastIndexOf(')') + 2)..].Split(' '); // after "pid (comm) ": state is field 3
+            long ticks = long.Parse(fields[11], CultureInfo.InvariantCulture) + long.Parse(fields[12], CultureInfo.InvariantCulture);
+            return TimeSpan.FromSeconds(ticks / 100.0); // USER_HZ
+        }
+    }
+
+    private void StartServerProcess(ProcessStartInfo start, string needs)
+    {
+        // Its stdin is a pipe from this process: the server stops at its end, so it cannot outlive a crash here.
+        start.RedirectStandardInput = true;
+        start.RedirectStandardOutput = true;
+        start.RedirectStandardError = true;
+        start.UseShellExecute = false;
+        _cServer = Process.Start(start) ?? throw new InvalidOperationException($"Could not start {start.FileName}.");
         Task<string?> firstLine = _cServer.StandardOutput.ReadLineAsync();
         string? line = firstLine.Wait(TimeSpan.FromSeconds(10)) ? firstLine.Result : null;
         if (line is null || !line.StartsWith("port ", StringComparison.Ordinal)
@@ -99,8 +146,7 @@ public class AcceptStormBenchmarks
         {
             string errors = StopCServer();
             throw new InvalidOperationException(
-                $"{program} did not print its port (first line: '{line}'; stderr: '{errors.Trim()}'). "
-                + "It needs io_uring (kernel 6.1 or later) and liburing (make -C benchmarks/c echo_server).");
+                $"{start.FileName} did not print its port (first line: '{line}'; stderr: '{errors.Trim()}'). " + needs);
         }
         _endPoint = new IPEndPoint(IPAddress.Loopback, port);
     }
@@ -136,6 +182,7 @@ public class AcceptStormBenchmarks
         _ = _acceptLoop.Wait(TimeSpan.FromSeconds(5));
     }
 
+    /// <summary>Ends the C server, or the IoUring server process (<see cref="SetupIoUringProcess"/>).</summary>
     [GlobalCleanup(Target = nameof(CServer))]
     public void CleanupCServer() => _ = StopCServer();
 
@@ -150,6 +197,9 @@ public class AcceptStormBenchmarks
 
     [Benchmark(Description = "C liburing echo server (floor)")]
     public Task CServer() => StormAsync(waitForServer: false);
+
+    /// <summary>The storm against a server in another process (<see cref="SetupIoUringProcess"/>; the C floor's too).</summary>
+    public Task ServerProcess() => StormAsync(waitForServer: false);
 
     private async Task StormAsync(bool waitForServer = true)
     {

@@ -12,7 +12,8 @@ internal static class PairedSuites
     /// Runs the ring-core comparisons (nop, bufferring, custom), or only <paramref name="only"/>'s group. The loopback echo
     /// ("echo": IoUring against System.Net.Sockets, every cell of <see cref="Net.EchoBenchmarks"/>) runs only when named, as does
     /// its self-check ("echo-aa": each transport against itself, where a fair runner measures 1.0), and so do the accept
-    /// storm ("storm": <see cref="Net.AcceptStormBenchmarks"/>'s servers in pairs) and its self-check ("storm-aa").
+    /// storm ("storm": <see cref="Net.AcceptStormBenchmarks"/>'s servers in pairs; "storm-process": the IoUring server in
+    /// a process of its own) and its self-check ("storm-aa").
     /// </summary>
     public static void Run(int rounds, string? only = null)
     {
@@ -60,6 +61,10 @@ internal static class PairedSuites
         if (string.Equals(only, "storm", StringComparison.OrdinalIgnoreCase))
         {
             RunStorm(rounds);
+        }
+        if (string.Equals(only, "storm-process", StringComparison.OrdinalIgnoreCase))
+        {
+            RunStorm(rounds, serverProcess: true);
         }
         if (string.Equals(only, "storm-aa", StringComparison.OrdinalIgnoreCase))
         {
@@ -121,6 +126,7 @@ internal static class PairedSuites
             case "sockets": suite.SetupSockets(); storm = suite.Sockets; break;
             case "iouring": suite.SetupIoUring(); storm = suite.IoUring; break;
             case "single-shot": suite.SetupIoUringSingleShot(); storm = suite.IoUringSingleShot; break;
+            case "iouring-process": suite.SetupIoUringProcess(); storm = suite.ServerProcess; break;
             default: suite.SetupCServer(); storm = suite.CServer; break;
         }
         return (suite, () => { suite.ResetCount(); storm().GetAwaiter().GetResult(); });
@@ -137,10 +143,14 @@ internal static class PairedSuites
     }
 
     // IoUring and the C floor each against System.Net.Sockets, IoUring against the floor, and single-shot against
-    // multishot accept, each pair in rounds of its own.
-    private static void RunStorm(int rounds)
+    // multishot accept, each pair in rounds of its own. "storm-process": the IoUring server in a process of its own (as the
+    // C floor is) against the floor and against itself in the clients' process.
+    private static void RunStorm(int rounds, bool serverProcess = false)
     {
-        foreach ((string baseline, string candidate) in new[] { ("sockets", "iouring"), ("sockets", "c"), ("c", "iouring"), ("iouring", "single-shot") })
+        var pairs = serverProcess
+            ? new[] { ("c", "iouring-process"), ("iouring", "iouring-process") }
+            : new[] { ("sockets", "iouring"), ("sockets", "c"), ("c", "iouring"), ("iouring", "single-shot") };
+        foreach ((string baseline, string candidate) in pairs)
         {
             var (baselineSuite, baselineStorm) = StormServer(baseline);
             var (candidateSuite, candidateStorm) = StormServer(candidate);
@@ -161,28 +171,31 @@ internal static class PairedSuites
     }
 
     /// <summary>
-    /// <c>-- --storm-trace [sockets|iouring|single-shot|c] [storms]</c>: one server's storms one after another in this process,
-    /// each with its time, this process's CPU time, thread-pool work items per connection and the kernel's TIME_WAIT count,
+    /// <c>-- --storm-trace [sockets|iouring|single-shot|iouring-process|c] [storms]</c>: one server's storms one after another
+    /// in this process, each with its time, this process's CPU time, the server process's (C, iouring-process: the IoUring
+    /// server in a process of its own), thread-pool work items per connection and the kernel's TIME_WAIT count,
     /// to see how far one storm drifts from the next (and why ratios of storms timed apart need pairing).
     /// </summary>
     public static void TraceStorm(string server, int storms)
     {
         var (suite, storm) = StormServer(server);
         using var process = System.Diagnostics.Process.GetCurrentProcess();
-        Console.WriteLine("| storm | ms | this process's CPU ms | pool items per connection | TIME_WAIT |");
-        Console.WriteLine("|---:|---:|---:|---:|---:|");
+        Console.WriteLine("| storm | ms | this process's CPU ms | server process's CPU ms | pool items per connection | TIME_WAIT |");
+        Console.WriteLine("|---:|---:|---:|---:|---:|---:|");
         for (int i = 0; i < storms; i++)
         {
             process.Refresh();
             TimeSpan cpuBefore = process.TotalProcessorTime;
+            TimeSpan serverCpuBefore = suite.ServerProcessCpu;
             long itemsBefore = ThreadPool.CompletedWorkItemCount;
             long start = System.Diagnostics.Stopwatch.GetTimestamp();
             storm();
             double ms = System.Diagnostics.Stopwatch.GetElapsedTime(start).TotalMilliseconds;
             process.Refresh();
             double cpuMs = (process.TotalProcessorTime - cpuBefore).TotalMilliseconds;
+            double serverCpuMs = (suite.ServerProcessCpu - serverCpuBefore).TotalMilliseconds;
             double items = (double)(ThreadPool.CompletedWorkItemCount - itemsBefore) / suite.Clients;
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| {i} | {ms:F0} | {cpuMs:F0} | {items:F2} | {TimeWaitCount()} |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| {i} | {ms:F0} | {cpuMs:F0} | {serverCpuMs:F0} | {items:F2} | {TimeWaitCount()} |"));
         }
         StopStormServer(suite, server);
     }

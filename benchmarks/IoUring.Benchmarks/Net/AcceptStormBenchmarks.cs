@@ -37,7 +37,7 @@ public class AcceptStormBenchmarks
     private IoUringNetwork? _network;
     private IoUringListener? _ioUringListener;
     private Task _acceptLoop = Task.CompletedTask;
-    private Process? _cServer;
+    private Process? _serverProcess;
     private int _served;
     private TaskCompletionSource _allServed = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -120,7 +120,7 @@ public class AcceptStormBenchmarks
     {
         get
         {
-            if (_cServer is not { } server)
+            if (_serverProcess is not { } server)
             {
                 return TimeSpan.Zero;
             }
@@ -138,13 +138,13 @@ public class AcceptStormBenchmarks
         start.RedirectStandardOutput = true;
         start.RedirectStandardError = true;
         start.UseShellExecute = false;
-        _cServer = Process.Start(start) ?? throw new InvalidOperationException($"Could not start {start.FileName}.");
-        Task<string?> firstLine = _cServer.StandardOutput.ReadLineAsync();
+        _serverProcess = Process.Start(start) ?? throw new InvalidOperationException($"Could not start {start.FileName}.");
+        Task<string?> firstLine = _serverProcess.StandardOutput.ReadLineAsync();
         string? line = firstLine.Wait(TimeSpan.FromSeconds(10)) ? firstLine.Result : null;
         if (line is null || !line.StartsWith("port ", StringComparison.Ordinal)
             || !int.TryParse(line.AsSpan(5), NumberStyles.None, CultureInfo.InvariantCulture, out int port))
         {
-            string errors = StopCServer();
+            string errors = StopServerProcess();
             throw new InvalidOperationException(
                 $"{start.FileName} did not print its port (first line: '{line}'; stderr: '{errors.Trim()}'). " + needs);
         }
@@ -184,7 +184,7 @@ public class AcceptStormBenchmarks
 
     /// <summary>Ends the C server, or the IoUring server process (<see cref="SetupIoUringProcess"/>).</summary>
     [GlobalCleanup(Target = nameof(CServer))]
-    public void CleanupCServer() => _ = StopCServer();
+    public void CleanupCServer() => _ = StopServerProcess();
 
     [Benchmark(Baseline = true, Description = "System.Net.Sockets accept")]
     public Task Sockets() => StormAsync();
@@ -262,14 +262,14 @@ public class AcceptStormBenchmarks
         }
     }
 
-    /// <summary>Ends the C server (the end of its stdin, then a kill if it is still there) and returns its stderr.</summary>
-    private string StopCServer()
+    /// <summary>Ends the server process, the C floor or IoUring's own (the end of its stdin, then a kill if it is still there), and returns its stderr.</summary>
+    private string StopServerProcess()
     {
-        if (_cServer is not { } server)
+        if (_serverProcess is not { } server)
         {
             return "";
         }
-        _cServer = null;
+        _serverProcess = null;
         server.StandardInput.Close();
         if (!server.WaitForExit(5_000))
         {

@@ -214,17 +214,27 @@ public sealed class EchoTests(ITestOutputHelper output)
         int ringBuffers = caps.HasReceiveLimit ? 16 : 2; // the kernel's own path is the cap-less one before 6.17
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { BufferCount = ringBuffers, BufferSize = 1024, Hooks = new() { Capabilities = caps } } });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        // Nothing is read until the ring has run dry (or 10 s passed): the 32 clients' bytes arrive together, so receives
-        // complete in batches faster than the loop refills the ring. Echoing at once, a fast echo (sends from the flushing
-        // threads) could finish before that ever happened.
-        Task ranDry = Eventually.WaitForAsync(() => network.Loops[0].Counters.BufferRingExhaustions > 0);
-        _ = EchoServerAsync(listener, start: ranDry);
-        await Task.WhenAll(Enumerable.Range(0, 32).Select(async i =>
+        // The connections are taken only once every client's first bytes wait in its socket, so the 32 receives start in
+        // one loop iteration and each finds bytes at once: far more than the ring's buffers (taken as they arrived, the
+        // receives could complete one by one, the ring refilled between them: it once never ran dry in 10 s in CI).
+        // Nothing is read until the ring has run dry (or 10 s passed): echoing at once, a fast echo (sends from the
+        // flushing threads) could finish before that ever happened.
+        const int Clients = 32, FirstBytes = 16 * 1024; // 16 ring buffers of 1 KiB per connection
+        int sending = 0;
+        var allSending = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        Task ranDry = allSending.Task.ContinueWith(_ => Eventually.WaitForAsync(() => network.Loops[0].Counters.BufferRingExhaustions > 0)).Unwrap();
+        _ = allSending.Task.ContinueWith(_ => EchoServerAsync(listener, start: ranDry)).Unwrap();
+        await Task.WhenAll(Enumerable.Range(0, Clients).Select(async i =>
         {
             using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
             await client.ConnectAsync(listener.LocalEndPoint);
             byte[] payload = RandomNumberGenerator.GetBytes(512 * 1024);
-            byte[] echoed = await RoundTripAsync(new NetworkStream(client), () => client.Shutdown(SocketShutdown.Send), payload, i)
+            await client.SendAsync(payload.AsMemory(0, FirstBytes)); // into the socket's buffer: nobody reads yet
+            if (Interlocked.Increment(ref sending) == Clients)
+            {
+                allSending.SetResult();
+            }
+            byte[] echoed = await RoundTripAsync(new NetworkStream(client), () => client.Shutdown(SocketShutdown.Send), payload[FirstBytes..], i)
                 .WaitAsync(TimeSpan.FromSeconds(60)); // a read left waiting for bytes that never came would hang here
             AssertSameBytes(payload, echoed);
         }));

@@ -127,7 +127,8 @@ internal static class PairedSuites
             case "iouring": suite.SetupIoUring(); storm = suite.IoUring; break;
             case "single-shot": suite.SetupIoUringSingleShot(); storm = suite.IoUringSingleShot; break;
             case "iouring-process": suite.SetupIoUringProcess(); storm = suite.ServerProcess; break;
-            default: suite.SetupCServer(); storm = suite.CServer; break;
+            case "c": suite.SetupCServer(); storm = suite.CServer; break;
+            default: throw new ArgumentException($"Unknown storm server '{server}' (sockets, iouring, single-shot, iouring-process or c).", nameof(server));
         }
         return (suite, () => { suite.ResetCount(); storm().GetAwaiter().GetResult(); });
     }
@@ -138,7 +139,7 @@ internal static class PairedSuites
         {
             case "sockets": suite.CleanupSockets(); break;
             case "iouring" or "single-shot": suite.CleanupIoUring(); break;
-            default: suite.CleanupCServer(); break;
+            default: suite.CleanupCServer(); break; // c, iouring-process: a server process
         }
     }
 

@@ -23,13 +23,12 @@ internal static unsafe class SocketAddresses
     public static int ReadRemote(int fd, ref InetSocketAddress address, out EndPoint? parsed)
     {
         byte* buffer = stackalloc byte[MaxSize];
-        uint length = MaxSize;
+        ReadOnlySpan<byte> bytes = Read(fd, peer: true, buffer);
         parsed = null;
-        if (Libc.getpeername(fd, buffer, &length) != 0 || length < 2)
+        if (bytes.Length < 2)
         {
             return 0;
         }
-        var bytes = new ReadOnlySpan<byte>(buffer, (int)length);
         int family = MemoryMarshal.Read<ushort>(bytes);
         if (family is Libc.AF_INET or Libc.AF_INET6 && bytes.Length <= InetSocketAddress.Size)
         {
@@ -43,9 +42,15 @@ internal static unsafe class SocketAddresses
     private static EndPoint? Get(int fd, bool peer)
     {
         byte* buffer = stackalloc byte[MaxSize];
+        return Parse(Read(fd, peer, buffer)); // empty (no address): null
+    }
+
+    /// <summary>The fd's own or its peer's sockaddr, written into <paramref name="buffer"/> (<see cref="MaxSize"/> bytes); empty on failure.</summary>
+    private static ReadOnlySpan<byte> Read(int fd, bool peer, byte* buffer)
+    {
         uint length = MaxSize;
         int result = peer ? Libc.getpeername(fd, buffer, &length) : Libc.getsockname(fd, buffer, &length);
-        return result == 0 ? Parse(new ReadOnlySpan<byte>(buffer, (int)length)) : null;
+        return result == 0 ? new ReadOnlySpan<byte>(buffer, (int)Math.Min(length, MaxSize)) : default;
     }
 
     public static EndPoint? Parse(ReadOnlySpan<byte> address)

@@ -98,6 +98,10 @@ builder.Logging.AddFilter("Microsoft.Hosting.Lifetime", LogLevel.Information);
 builder.Logging.AddFilter("Microsoft.Extensions.Hosting.Internal.Host", LogLevel.Critical);
 builder.Services.ConfigureHttpJsonOptions(o => o.SerializerOptions.TypeInfoResolverChain.Insert(0, SampleJsonContext.Default));
 
+if (stats)
+{
+    MemoryReport.Start();
+}
 WebApplication app = builder.Build();
 app.UseWebSockets();
 
@@ -146,6 +150,9 @@ if (stats)
     // Methods compiled so far: the runtime tiers code up for tens of seconds under load, so the harness warms up until this stops growing.
     app.MapGet("/_jit", () => Results.Text(System.Runtime.JitInfo.GetCompiledMethodCount().ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
     // Thread-pool work items completed so far: over a measured window, divided by its requests, the hops per request.
+    // Memory: the process's RSS, the GC's heap, and every memory-pool instrument the transports publish (IoUring's
+    // loop pools, Kestrel's pool), as "name value" lines: benchmarks/run-kestrel.sh's memory scenarios sample it.
+    app.MapGet("/_memory", () => Results.Text(MemoryReport.Text(), "text/plain"));
     app.MapGet("/_threadpool", () => Results.Text(ThreadPool.CompletedWorkItemCount.ToString(System.Globalization.CultureInfo.InvariantCulture), "text/plain"));
 }
 
@@ -192,4 +199,50 @@ internal sealed partial class SampleJsonContext : JsonSerializerContext;
 internal static class Download
 {
     public static readonly ReadOnlyMemory<byte> Chunk = Enumerable.Range(0, 64 * 1024).Select(i => (byte)('a' + i % 26)).ToArray();
+}
+
+/// <summary>The --stats memory report: RSS, GC heap and the memory-pool instruments of IoUring's and Kestrel's meters.</summary>
+internal static class MemoryReport
+{
+    private static readonly System.Diagnostics.Metrics.MeterListener s_listener = new();
+    private static readonly System.Collections.Concurrent.ConcurrentDictionary<string, long> s_sums = new();
+    private static readonly System.Collections.Concurrent.ConcurrentDictionary<string, long> s_observed = new();
+
+    /// <summary>Listens from startup: Kestrel's pool publishes up-down counters, whose level is the sum of every change.</summary>
+    public static void Start()
+    {
+        s_listener.InstrumentPublished = (instrument, listener) =>
+        {
+            if (instrument.Meter.Name is "IoUring" or "Microsoft.AspNetCore.MemoryPool")
+            {
+                listener.EnableMeasurementEvents(instrument);
+            }
+        };
+        s_listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
+        {
+            var target = instrument.IsObservable ? s_observed : s_sums;
+            target.AddOrUpdate(instrument.Name, value, (_, old) => old + value);
+        });
+        s_listener.Start();
+    }
+
+    public static string Text()
+    {
+        s_observed.Clear();
+        s_listener.RecordObservableInstruments(); // observable ones report their current level per loop: summed here
+        GCMemoryInfo gc = GC.GetGCMemoryInfo();
+        var text = new System.Text.StringBuilder();
+        text.Append("rss ").Append(Environment.WorkingSet).Append('\n');
+        text.Append("gc.heap ").Append(gc.HeapSizeBytes).Append('\n');
+        text.Append("gc.committed ").Append(gc.TotalCommittedBytes).Append('\n');
+        text.Append("gc.poh ").Append(gc.GenerationInfo[4].SizeAfterBytes).Append('\n');
+        foreach (var (name, value) in s_observed.Concat(s_sums).OrderBy(p => p.Key, StringComparer.Ordinal))
+        {
+            if (name.Contains("memory_pool", StringComparison.Ordinal) || name.Contains("zero_copy", StringComparison.Ordinal))
+            {
+                text.Append(name).Append(' ').Append(value).Append('\n');
+            }
+        }
+        return text.ToString();
+    }
 }

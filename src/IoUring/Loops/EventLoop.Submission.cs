@@ -44,6 +44,20 @@ public sealed unsafe partial class EventLoop
         }
     }
 
+    /// <summary>
+    /// Runs <paramref name="retry"/> on <paramref name="target"/> in the loop's next iteration, for a request
+    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone (its stop ended everything).
+    /// </summary>
+    internal void RetryNextIteration<T>(T target, Action<T> retry) where T : class
+        => Schedule(static s =>
+        {
+            var (loop, target, retry) = ((EventLoop, T, Action<T>))s!;
+            if (loop.IsOnLoopThread)
+            {
+                retry(target);
+            }
+        }, (this, target, retry));
+
     /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data included.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewRawSqe(RingOwner owner)

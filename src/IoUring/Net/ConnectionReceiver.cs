@@ -98,7 +98,17 @@ internal sealed class ConnectionReceiver
     /// <summary>Arms the one-shot poll that notices the peer's FIN or reset (see the class remarks).</summary>
     public unsafe void ArmHangUpPoll()
     {
-        io_uring_sqe* sqe = _owner.Loop.NewSqe(_owner, ConnectionRequestKind.HangUpPoll);
+        if (_hangUpArmed || _connection.IsClosing || _owner.Loop.IsStopping)
+        {
+            return; // a retry that came after the close began, or after the stop's cancel-all
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.HangUpPoll);
+        if (sqe == null)
+        {
+            // No SQE (the SQ stayed full after an early submit): again next iteration, so starting a connection cannot throw.
+            _owner.Loop.RetryNextIteration(this, static r => r.ArmHangUpPoll());
+            return;
+        }
         sqe->opcode = IORING_OP_POLL_ADD;
         sqe->fd = _fd;
         sqe->poll32_events = PollRdHup;

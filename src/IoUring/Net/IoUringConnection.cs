@@ -412,16 +412,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         sqe->fd = _fd;
     }
 
-    /// <summary>Runs <paramref name="retry"/> in the loop's next iteration (not once the loop is gone: its stop closes everything).</summary>
-    private void RetryOnLoop(Action<IoUringConnection> retry)
-        => _owner.Loop.Schedule(static s =>
-        {
-            var (connection, retry) = ((IoUringConnection, Action<IoUringConnection>))s!;
-            if (connection._owner.Loop.IsOnLoopThread)
-            {
-                retry(connection);
-            }
-        }, (this, retry));
+    private void RetryOnLoop(Action<IoUringConnection> retry) => _owner.Loop.RetryNextIteration(this, retry);
 
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
 

@@ -1,4 +1,6 @@
 using Xunit.Abstractions;
+using System.Buffers;
+using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
@@ -145,5 +147,54 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         long syscalls = network.Loops[0].Counters.Syscalls;
         Assert.True(syscalls < 200, $"{syscalls} io_uring_enter calls in 500 ms: the loop is spinning");
         Assert.True(listener.FdExhaustions >= 2);
+    }
+
+    /// <summary>Runs <paramref name="action"/> on <paramref name="loop"/>'s thread and returns what it returned.</summary>
+    private static Task<T> OnLoopAsync<T>(EventLoop loop, Func<T> action)
+    {
+        var done = new TaskCompletionSource<T>(TaskCreationOptions.RunContinuationsAsynchronously);
+        loop.Schedule(_ => done.SetResult(action()), null);
+        return done.Task;
+    }
+
+    [Fact]
+    public async Task A_connect_whose_completion_the_loop_refuses_sqes_for_still_completes_and_leaves_no_owner_behind()
+    {
+        // The loop refuses the two requests asked for once the CONNECT is queued (as when the SQ stays full after an early
+        // submit): the new connection's RECV and its hang-up poll. ConnectAsync used to wait for ever, its owner never freed.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        int reported = 0;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => Interlocked.Increment(ref reported) } });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peer.Listen();
+        EventLoop loop = network.Loops[0];
+        int owners = loop.LiveOwners;
+
+        // ConnectAsync posts the CONNECT's start; the refusal posted right behind it runs in the same iteration, before
+        // the CONNECT's completion can.
+        Task<IoUringConnection> connecting = await OnLoopAsync(loop, () =>
+        {
+            Task<IoUringConnection> connect = network.ConnectAsync(peer.LocalEndPoint!).AsTask();
+            loop.Schedule(_ => faults.RefuseSqes(2), null);
+            return connect;
+        });
+        IoUringConnection connection = await connecting.WaitAsync(TimeSpan.FromSeconds(5)); // hang guard
+        Assert.Equal(2, faults.SqesRefused);
+        Assert.Equal(2, reported);
+
+        // Both directions work: the refused requests were made again.
+        using Socket accepted = await peer.AcceptAsync();
+        await connection.Output.WriteAsync(new byte[] { 1, 2, 3 });
+        Assert.Equal(new byte[] { 1, 2, 3 }, await LoopbackPairs.ReceiveExactlyAsync(accepted, 3));
+        accepted.Send([4, 5]);
+        ReadResult read = await connection.Input.ReadAtLeastAsync(2).AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        Assert.Equal(new byte[] { 4, 5 }, read.Buffer.ToArray());
+        connection.Input.AdvanceTo(read.Buffer.End);
+
+        await connection.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && loop.LiveOwners == owners);
+        Assert.Equal(0, network.ConnectionCount);
+        Assert.Equal(owners, loop.LiveOwners);
     }
 }

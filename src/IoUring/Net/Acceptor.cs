@@ -65,7 +65,12 @@ internal sealed unsafe class Acceptor : RingOwner
         {
             return;
         }
-        io_uring_sqe* sqe = Loop.NewSqe(this, KindAccept);
+        io_uring_sqe* sqe = Loop.TryNewSqe(this, KindAccept);
+        if (sqe == null)
+        {
+            Loop.RetryNextIteration(this, static a => a.Arm()); // no SQE: without a retry nothing would ever re-arm it
+            return;
+        }
         sqe->opcode = IORING_OP_ACCEPT;
         sqe->fd = _listenFd;
         sqe->ioprio = _settings.MultishotAccept ? IORING_ACCEPT_MULTISHOT : (ushort)0;
@@ -109,7 +114,19 @@ internal sealed unsafe class Acceptor : RingOwner
     {
         if (_acceptArmed && !_cancelSubmitted && !Loop.IsStopping) // a stopping loop cancels everything itself
         {
-            io_uring_sqe* sqe = Loop.NewSqe(this, KindCancel);
+            io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
+            if (sqe == null)
+            {
+                // No SQE: again next iteration if still wanted; throwing here would drop the connection just accepted.
+                Loop.RetryNextIteration(this, static a =>
+                {
+                    if (a._stopped || a._failed || Volatile.Read(ref a._paused) != 0)
+                    {
+                        a.CancelAccept();
+                    }
+                });
+                return;
+            }
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->addr = UserDataOf(KindAccept);
             _cancelSubmitted = true;
@@ -214,7 +231,12 @@ internal sealed unsafe class Acceptor : RingOwner
     {
         if (!more && !_stopped && !_backoffArmed)
         {
-            io_uring_sqe* sqe = Loop.NewSqe(this, KindBackoff);
+            io_uring_sqe* sqe = Loop.TryNewSqe(this, KindBackoff);
+            if (sqe == null)
+            {
+                Loop.RetryNextIteration(this, static a => a.BackOff(more: false)); // no SQE: nothing else would re-arm the accept
+                return;
+            }
             sqe->opcode = IORING_OP_TIMEOUT;
             sqe->addr = (ulong)_backoff;
             sqe->len = 1;

@@ -197,4 +197,119 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(0, network.ConnectionCount);
         Assert.Equal(owners, loop.LiveOwners);
     }
+
+    /// <summary>
+    /// Refuses the one request a backing-off owner asks for right after its next error (<paramref name="errors"/>
+    /// counts them): once an error was handled (its back-off TIMEOUT queued) and a later CQE (that TIMEOUT's) re-armed the
+    /// failing request, whose error comes next and asks for the back-off. Loop thread; runs each iteration until then.
+    /// </summary>
+    private static Task RefuseTheNextBackOffAsync(EventLoop loop, FaultInjector faults, Func<long> errors)
+    {
+        var refused = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        long seen = -1, cqes = -1;
+        void Step(object? _)
+        {
+            if (seen < 0)
+            {
+                seen = errors();
+            }
+            else if (cqes < 0 && errors() != seen)
+            {
+                cqes = loop.Counters.Cqes;
+            }
+            else if (cqes >= 0 && loop.Counters.Cqes > cqes)
+            {
+                faults.RefuseSqes(1);
+                refused.SetResult();
+                return;
+            }
+            loop.Schedule(Step, null);
+        }
+        loop.Schedule(Step, null);
+        return refused.Task;
+    }
+
+    private static async Task<IoUringConnection> AcceptWithinAsync(IoUringListener listener, Task<IoUringConnection?>? accepting = null)
+        => (await (accepting ?? listener.AcceptAsync().AsTask()).WaitAsync(TimeSpan.FromSeconds(5)))!; // hang guard
+
+    [Fact]
+    public async Task An_accept_that_fills_the_backlog_while_the_loop_refuses_its_cancel_still_hands_out_the_connection_and_leaks_no_fd()
+    {
+        // Backlog 1: the first connection fills the listener's queue, so the acceptor pauses and cancels its ACCEPT, and the
+        // loop refuses that cancel (as when the SQ stays full after an early submit). The accepted fd used to be dropped.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Backlog = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        int fds = FdCount.Owned();
+        faults.RefuseSqes(1);
+        for (int i = 0; i < 2; i++)
+        {
+            using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            await client.ConnectAsync(listener.LocalEndPoint);
+            IoUringConnection server = await AcceptWithinAsync(listener);
+            client.Dispose();
+            await server.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        }
+        Assert.Equal(1, faults.SqesRefused);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && FdCount.Owned() <= fds);
+        Assert.Equal(fds, FdCount.Owned());
+    }
+
+    [Fact]
+    public async Task A_single_shot_accept_whose_rearm_the_loop_refuses_is_armed_again_and_the_next_client_is_accepted()
+    {
+        // The loop refuses the first three requests after an ACCEPT completes: the connection's hang-up poll, its RECV
+        // (the application is waiting, so it starts receiving at once) and the next ACCEPT, which used to be lost.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, MultishotAccept = false, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        faults.RefuseSqes(3);
+        for (int i = 0; i < 2; i++)
+        {
+            Task<IoUringConnection?> accepting = listener.AcceptAsync().AsTask();
+            using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            await client.ConnectAsync(listener.LocalEndPoint);
+            await using IoUringConnection server = await AcceptWithinAsync(listener, accepting);
+        }
+        Assert.Equal(3, faults.SqesRefused);
+    }
+
+    [Fact]
+    public async Task An_accept_resumed_after_a_full_backlog_whose_rearm_the_loop_refuses_is_armed_again()
+    {
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Backlog = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        EventLoop loop = network.Loops[0];
+        using var first = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await first.ConnectAsync(listener.LocalEndPoint);
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 1);
+        await Task.Delay(100); // the queue is full: the acceptor paused, its ACCEPT cancelled
+        // Taken on the loop thread: its RECV is refused (and retried next iteration, refused again), then the ACCEPT the
+        // resume posts, which used to be lost.
+        await using IoUringConnection server = await OnLoopAsync(loop, () =>
+        {
+            faults.RefuseSqes(3);
+            return listener.AcceptAsync().AsTask();
+        }).Unwrap().WaitAsync(TimeSpan.FromSeconds(5)) ?? throw new InvalidOperationException("no connection");
+        using var second = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await second.ConnectAsync(listener.LocalEndPoint);
+        await using IoUringConnection next = await AcceptWithinAsync(listener);
+        Assert.Equal(3, faults.SqesRefused);
+    }
+
+    [NopInjectFact]
+    public async Task Accept_backing_off_for_lack_of_fds_whose_back_off_the_loop_refuses_keeps_retrying()
+    {
+        var faults = new FaultInjector([IORING_OP_ACCEPT], [Errno.EMFILE], probability: 1.0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        await RefuseTheNextBackOffAsync(network.Loops[0], faults, () => listener.FdExhaustions).WaitAsync(TimeSpan.FromSeconds(5));
+        await Eventually.WaitForAsync(() => faults.SqesRefused == 1);
+        int attempts = faults.Injected;
+        // The back-off's TIMEOUT was refused: the ACCEPT must still be tried again (it used to stop for good).
+        await Eventually.WaitForAsync(() => faults.Injected >= attempts + 3);
+        Assert.Equal(1, faults.SqesRefused);
+        Assert.True(faults.Injected >= attempts + 3, $"{faults.Injected - attempts} accept attempts after the refused back-off");
+    }
 }

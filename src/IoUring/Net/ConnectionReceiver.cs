@@ -512,7 +512,14 @@ internal sealed class ConnectionReceiver
         {
             return;
         }
-        ReceiveBackoff.Prepare(_owner.Loop.NewSqe(_owner, ConnectionRequestKind.ReceiveBackoff));
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.ReceiveBackoff);
+        if (sqe == null)
+        {
+            // No SQE for the pause: back off again next iteration (the connection must not fail for it, nor the receive spin).
+            _owner.Loop.RetryNextIteration(this, static r => r.BackOff());
+            return;
+        }
+        ReceiveBackoff.Prepare(sqe);
         _backingOff = true;
     }
 

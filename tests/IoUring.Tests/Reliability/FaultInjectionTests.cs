@@ -312,4 +312,30 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(1, faults.SqesRefused);
         Assert.True(faults.Injected >= attempts + 3, $"{faults.Injected - attempts} accept attempts after the refused back-off");
     }
+
+    [NopInjectFact]
+    public async Task A_receive_backing_off_from_an_empty_buffer_ring_whose_back_off_the_loop_refuses_keeps_the_connection_and_retries()
+    {
+        // Every RECV finds the buffer ring empty (ENOBUFS): the receive backs off (a TIMEOUT) and tries again. The loop
+        // refuses one back-off's TIMEOUT; the connection used to be aborted for it.
+        var faults = new FaultInjector([IORING_OP_RECV], [Errno.ENOBUFS], probability: 1.0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        (Socket client, IoUringConnection server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        {
+            EventLoop loop = network.Loops[0];
+            await RefuseTheNextBackOffAsync(loop, faults, () => loop.ReceiveBuffers.Exhaustions).WaitAsync(TimeSpan.FromSeconds(5));
+            await Eventually.WaitForAsync(() => faults.SqesRefused == 1);
+            long exhaustions = loop.ReceiveBuffers.Exhaustions;
+
+            // Still open: what the server sends arrives, and its receive goes on being tried.
+            await server.Output.WriteAsync(new byte[] { 1, 2, 3 });
+            Assert.Equal(new byte[] { 1, 2, 3 }, await LoopbackPairs.ReceiveExactlyAsync(client, 3));
+            await Eventually.WaitForAsync(() => loop.ReceiveBuffers.Exhaustions >= exhaustions + 3);
+            Assert.Equal(1, faults.SqesRefused);
+            Assert.True(loop.ReceiveBuffers.Exhaustions >= exhaustions + 3, $"{loop.ReceiveBuffers.Exhaustions - exhaustions} receives tried after the refused back-off");
+            server.Abort();
+        }
+    }
 }

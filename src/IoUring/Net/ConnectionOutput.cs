@@ -78,6 +78,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     private Segment? _commitFrom;     // the tail at the last commit: blocks before it are all committed (null: from _head)
     private long _committed;          // bytes flushed since the start: the sender may send up to here
     private long _sent;               // bytes the sender is done with (or dropped)
+    private long _pinnedBySender;     // of _sent, bytes zero-copy sends still pin until their notifications
     private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
     private Waiter<FlushResult> _flush; // a flush waiting for the sender to catch up (mutable struct: never readonly)
     private bool _cancelNextFlush;    // CancelPendingFlush with no flush waiting
@@ -246,7 +247,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                         _cancelNextFlush = false;
                         result = new ValueTask<FlushResult>(new FlushResult(isCanceled: true, isCompleted: false));
                     }
-                    else if (_pauseThreshold == 0 || _committed - _sent < _pauseThreshold)
+                    else if (_pauseThreshold == 0 || Held < _pauseThreshold)
                     {
                         result = default; // not canceled, not completed
                     }
@@ -730,22 +731,57 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
     /// <summary>A borrowed write was cancelled and no send is in flight (the sender asks before it takes bytes).</summary>
     public bool UnborrowRequested => Volatile.Read(ref _unborrowRequested);
 
-    /// <summary>The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back; a waiting flush may go on.</summary>
-    public void Consume(int bytes)
+    /// <summary>
+    /// Bytes this output holds for the peer, under the lock: unsent, and sent zero-copy but still pinned until the peer
+    /// acknowledges them. Flushes wait on both, so a peer that stops reading holds MaxWriteBufferSize whichever way the
+    /// bytes went (on copying sends the socket's buffer is the kernel's memory; on zero-copy ones it is ours).
+    /// </summary>
+    private long Held => _committed - _sent + _pinnedBySender;
+
+    /// <summary>
+    /// The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back (once unpinned);
+    /// a waiting flush may go on. <paramref name="pinnedUntilNotification"/>: a zero-copy send's, held until
+    /// <see cref="Unpinned"/>.
+    /// </summary>
+    public void Consume(int bytes, bool pinnedUntilNotification = false)
     {
         AwaiterCompletion completion = default;
         lock (_sync)
         {
             Debug.Assert(bytes >= 0 && bytes <= _committed - _sent);
             _sent += bytes;
-            ReleaseSent();
-            if (_flush.IsWaiting && (_borrowing ? _sent >= _borrowedEnd : _committed - _sent < _resumeThreshold))
+            if (pinnedUntilNotification)
             {
-                EndBorrowing(); // its segments went back with ReleaseSent: all of it is sent
-                completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: false), null, _inlineContinuations);
+                _pinnedBySender += bytes;
             }
+            ReleaseSent();
+            completion = ResumeIfCaughtUp();
         }
         completion.Run();
+    }
+
+    /// <summary>A zero-copy send's notification came: the <paramref name="bytes"/> it had sent no longer hold memory.</summary>
+    public void Unpinned(int bytes)
+    {
+        AwaiterCompletion completion;
+        lock (_sync)
+        {
+            _pinnedBySender -= bytes;
+            Debug.Assert(_pinnedBySender >= 0);
+            completion = ResumeIfCaughtUp();
+        }
+        completion.Run();
+    }
+
+    /// <summary>Under the lock: completes a waiting flush once a borrowed write is all sent, or the bytes held fell below the resume threshold.</summary>
+    private AwaiterCompletion ResumeIfCaughtUp()
+    {
+        if (_flush.IsWaiting && !_senderCompleted && (_borrowing ? _sent >= _borrowedEnd : Held < _resumeThreshold))
+        {
+            EndBorrowing(); // its segments went back with ReleaseSent: all of it is sent
+            return _flush.Complete(new FlushResult(isCanceled: false, isCompleted: false), null, _inlineContinuations);
+        }
+        return default;
     }
 
     /// <summary>

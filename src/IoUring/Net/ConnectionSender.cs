@@ -53,6 +53,7 @@ internal sealed class ConnectionSender
     private bool _copyNextSend;                 // the last zero-copy send could not pin its pages: send these bytes copied
     private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
     private int[] _pinSetCounts = [];
+    private int[] _pinSetSent = [];             // per set: bytes its send sent, held by Output until the notification
     private int _pinSetsBusy;                   // bit per set awaiting its notification
     private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
 
@@ -195,7 +196,7 @@ internal sealed class ConnectionSender
     }
 
     /// <summary>A send's result (loop thread): consume what went, then send on; or end on an error.</summary>
-    private void OnSendResult(int sent)
+    private void OnSendResult(int sent, bool pinnedUntilNotification = false)
     {
         _sending = false;
         _cancelledForUnborrow = false;
@@ -241,7 +242,7 @@ internal sealed class ConnectionSender
             return;
         }
         // After the completion, never before: the kernel read these bytes until now.
-        _output.Consume(sent);
+        _output.Consume(sent, pinnedUntilNotification);
         SendNext(); // the rest of a partial send, what was flushed meanwhile, or the end
     }
 
@@ -409,6 +410,11 @@ internal sealed class ConnectionSender
             _notificationsPending--;
             _owner.Loop.OnNotificationArrived();
             ReleasePinSet(pinSet);
+            if (_pinSetSent[pinSet] > 0)
+            {
+                _output.Unpinned(_pinSetSent[pinSet]);
+                _pinSetSent[pinSet] = 0;
+            }
             return;
         }
         _sendInFlight = 0; // the send's result: only its notification (not cancellable) may follow
@@ -422,8 +428,9 @@ internal sealed class ConnectionSender
             // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
             _notificationsPending++;
             _owner.Loop.OnNotificationPending();
+            _pinSetSent[pinSet] = Math.Max(result, 0);
         }
-        Complete(result);
+        Complete(result, pinnedUntilNotification: (flags & IORING_CQE_F_MORE) != 0);
         _connection.CheckCloseProgress();
     }
 
@@ -437,14 +444,14 @@ internal sealed class ConnectionSender
         }
     }
 
-    private void Complete(int result)
+    private void Complete(int result, bool pinnedUntilNotification = false)
     {
         if (result > 0)
         {
             _bytesSent += result;
             _owner.Loop.OnBytesSent(result);
         }
-        OnSendResult(result); // may submit the next send
+        OnSendResult(result, pinnedUntilNotification); // may submit the next send
     }
 
     private static void ReleasePins(MemoryHandle[] pins, int count)
@@ -537,6 +544,7 @@ internal sealed class ConnectionSender
         {
             _pinSets = new MemoryHandle[PinSets][];
             _pinSetCounts = new int[PinSets];
+            _pinSetSent = new int[PinSets];
             for (int i = 0; i < PinSets; i++)
             {
                 _pinSets[i] = new MemoryHandle[MaxIovecs];

@@ -118,6 +118,53 @@ public sealed class ZeroCopyTests
     }
 
     [Fact]
+    public async Task A_peer_that_stops_reading_holds_no_more_than_max_write_buffer_size_with_zero_copy_sends()
+    {
+        // Zero-copy sends complete once the socket took their bytes, but their blocks stay pinned until the peer
+        // acknowledges them: for a peer that does not read, never. They count against MaxWriteBufferSize as unsent
+        // bytes do, so a slow reader holds what it holds on copying sends (Kestrel's Sockets transport): the threshold
+        // plus the write that crossed it.
+        const int Chunk = 16 * 1024, Threshold = 64 * 1024;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            ZeroCopySendThreshold = Chunk,
+            MaxWriteBufferSize = Threshold,
+            Loop = { Hooks = new TestHooks { IgnoreZeroCopyCopied = true } }, // loopback copies: stay zero-copy as a NIC would
+        });
+        await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { ReceiveBufferSize = 4096 };
+        await client.ConnectAsync(listener.LocalEndPoint);
+        IoUringConnection server = (await listener.AcceptAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10)))!;
+        PinnedBlockMemoryPool pool = (PinnedBlockMemoryPool)network.Loops[0].MemoryPool;
+        int blocks = pool.RentedBlocks;
+        pool.ResetPeak();
+
+        // Writes until a flush stays waiting (the bound reached) or 16 MiB went, which no bound would allow.
+        byte[] chunk = RandomNumberGenerator.GetBytes(Chunk);
+        long written = 0;
+        while (written < 16 * 1024 * 1024)
+        {
+            server.Output.Write(chunk);
+            written += Chunk;
+            Task flush = server.Output.FlushAsync().AsTask();
+            if (await Task.WhenAny(flush, Task.Delay(TimeSpan.FromSeconds(2))) != flush)
+            {
+                break;
+            }
+        }
+        Assert.True(server.ZeroCopySends >= 1, "no zero-copy send was made");
+        int bound = (Threshold + Chunk) / pool.BlockBytes + 1; // one block partly written
+        Assert.True(pool.PeakRentedBlocks - blocks <= bound,
+            $"{pool.PeakRentedBlocks - blocks} blocks held for a peer that reads nothing (bound {bound}); {server.BytesSent} B sent, {server.ZeroCopySends} zero-copy");
+
+        client.Dispose(); // unread data: a reset, the kernel lets go of what it held
+        server.Abort();
+        await Eventually.WaitForAsync(() => pool.RentedBlocks == blocks);
+        Assert.Equal(blocks, pool.RentedBlocks);
+    }
+
+    [Fact]
     public async Task A_stopping_loop_does_not_wait_for_a_notification_the_peer_holds()
     {
         var reported = new List<Exception>();

@@ -72,7 +72,7 @@ internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
         _buffers = loop.ReceiveBuffers;
         _blockSize = _buffers.BufferSize;
         _pauseThreshold = pauseThreshold;
-        _resumeThreshold = pauseThreshold / 2;
+        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0; // at least 1, or receiving could never resume
         _inlineContinuations = inlineContinuations;
     }
 

@@ -246,6 +246,37 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
         }
     }
 
+    [Fact]
+    public async Task With_a_read_buffer_of_one_byte_receiving_resumes_once_the_reader_consumes()
+    {
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, MaxReadBufferSize = 1 });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            // The first write's bytes pause receiving; the second's come after, so the reader gets them only if
+            // consuming the first resumes receiving.
+            byte[] sent = Pattern(10, seed: 8);
+            await client.SendAsync(sent.AsMemory(0, 5));
+            var received = new MemoryStream();
+            while (received.Length < sent.Length)
+            {
+                ReadResult result = await server.Input.ReadAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+                foreach (ReadOnlyMemory<byte> segment in result.Buffer)
+                {
+                    received.Write(segment.Span);
+                }
+                server.Input.AdvanceTo(result.Buffer.End);
+                if (received.Length == 5)
+                {
+                    await client.SendAsync(sent.AsMemory(5));
+                }
+            }
+            Assert.Equal(sent, received.ToArray());
+        }
+    }
+
     [Theory]
     [InlineData(false)]
     [InlineData(true)]

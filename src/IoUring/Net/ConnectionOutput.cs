@@ -240,7 +240,7 @@ internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResul
                     if (_flush.IsWaiting)
                     {
                         // A flush already waits (its caller did not await it): this one joins it, as with a pipe.
-                        result = new ValueTask<FlushResult>(this, _flush.Version);
+                        result = new ValueTask<FlushResult>(this, _flush.Join());
                     }
                     else if (_cancelNextFlush)
                     {

@@ -48,14 +48,16 @@ internal struct AwaiterCompletion(CancellationTokenRegistration registration, Ac
 
 /// <summary>
 /// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
-/// flush) and the state of the ValueTask it returned: its version, its outcome, its awaiter's continuation and its
-/// token's registration. A mutable struct kept in a field of its owner (never copied); every member is called under the
-/// owner's lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
+/// flush) and the state of the ValueTask it returned (and those of flushes that joined it): its version, its outcome,
+/// its awaiter's continuation and its token's registration. A mutable struct kept in a field of its owner (never
+/// copied); every member is called under the owner's lock, and the <see cref="AwaiterCompletion"/> that
+/// <see cref="Complete"/> returns runs after it.
 /// </summary>
 internal struct Waiter<TResult>
 {
     private short _version;
     private bool _completed;          // the outcome is set (_result or _error) and not yet taken
+    private int _joined;              // ValueTasks that joined the waiting operation: each takes the outcome too
     private TResult _result;
     private ExceptionDispatchInfo? _error;
     private Action<object?>? _continuation;
@@ -66,9 +68,6 @@ internal struct Waiter<TResult>
     /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
     public bool IsWaiting { get; private set; }
 
-    /// <summary>The waiting operation's ValueTask version.</summary>
-    public readonly short Version => _version;
-
     /// <summary>The waiting operation's token.</summary>
     public CancellationToken Token { get; private set; }
 
@@ -78,9 +77,18 @@ internal struct Waiter<TResult>
         IsWaiting = true;
         Token = token;
         _completed = false;
+        _joined = 0;
         _error = null;
         _continuation = null;
         return ++_version;
+    }
+
+    /// <summary>Another operation joins the waiting one (a flush while one waits): its ValueTask's version, same outcome.</summary>
+    public short Join()
+    {
+        Debug.Assert(IsWaiting);
+        _joined++;
+        return _version;
     }
 
     /// <summary>
@@ -125,10 +133,20 @@ internal struct Waiter<TResult>
         {
             throw new InvalidOperationException("An operation's result was asked for before it completed, or twice.");
         }
-        _completed = false;
+        if (_joined > 0)
+        {
+            _joined--; // the outcome stays for the other ValueTasks of this version
+        }
+        else
+        {
+            _completed = false;
+        }
         _error?.Throw();
         TResult result = _result;
-        _result = default!;
+        if (!_completed)
+        {
+            _result = default!;
+        }
         return result;
     }
 

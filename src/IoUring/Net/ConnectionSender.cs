@@ -286,23 +286,6 @@ internal sealed class ConnectionSender
         }
         _lastSendZeroCopy = pinSet >= 0;
 
-        // The SQE before any pin: if the loop has none (it throws), nothing is held.
-        io_uring_sqe* sqe;
-        try
-        {
-            sqe = pinSet >= 0
-                ? _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet)
-                : _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
-        }
-        catch
-        {
-            if (pinSet >= 0)
-            {
-                ReleasePinSet((uint)pinSet);
-            }
-            throw;
-        }
-
         // Plain sends pin one segment in _singlePin (most sends), a gather in _pins (made at the first); zero-copy
         // sends in their pin set.
         MemoryHandle[]? pins = pinSet >= 0 ? _pinSets[pinSet]
@@ -311,26 +294,52 @@ internal sealed class ConnectionSender
         iovec single; // a single segment goes in the SQE itself (SEND), so its iovec only lives until then
         iovec* iovecs = buffer.IsSingleSegment ? &single : (iovec*)(_message + 1);
         int count = 0;
-        foreach (ReadOnlyMemory<byte> segment in buffer)
+        io_uring_sqe* sqe;
+        try
         {
-            if (segment.IsEmpty)
+            foreach (ReadOnlyMemory<byte> segment in buffer)
             {
-                continue;
+                if (segment.IsEmpty)
+                {
+                    continue;
+                }
+                MemoryHandle pin = segment.Pin(); // a lent memory's may throw
+                if (pins is null)
+                {
+                    _singlePin = pin;
+                }
+                else
+                {
+                    pins[count] = pin;
+                }
+                iovecs[count] = new iovec { iov_base = (nuint)pin.Pointer, iov_len = (nuint)segment.Length };
+                if (++count == segmentLimit)
+                {
+                    break; // the rest goes in the next send
+                }
             }
-            MemoryHandle pin = segment.Pin();
-            if (pins is null)
+            // The SQE after the pins: if either throws (a Pin, or the loop has no SQE), nothing was submitted.
+            sqe = pinSet >= 0
+                ? _owner.Loop.NewSqe(_owner, ConnectionRequestKind.SendZeroCopy, (uint)pinSet)
+                : _owner.Loop.NewSqe(_owner, ConnectionRequestKind.Send);
+        }
+        catch
+        {
+            // Nothing will read the memory: the pins taken go now, so their blocks can go back to the pool.
+            if (pinSet >= 0)
             {
-                _singlePin = pin;
+                _pinSetCounts[pinSet] = count;
+                ReleasePinSet((uint)pinSet);
             }
-            else
+            else if (pins is not null)
             {
-                pins[count] = pin;
+                ReleasePins(pins, count);
             }
-            iovecs[count] = new iovec { iov_base = (nuint)pin.Pointer, iov_len = (nuint)segment.Length };
-            if (++count == segmentLimit)
+            else if (count == 1)
             {
-                break; // the rest goes in the next send
+                _singlePin.Dispose();
             }
+            throw;
         }
 
         if (pinSet >= 0)

@@ -244,7 +244,7 @@ public sealed class CallerSendTests
         {
             await UntilTheNextFlushCanSendItselfAsync(network, server);
             byte[] data = Pattern(64 * 1024, seed: 7); // the default pause threshold: lent, not copied
-            using var memory = new SpanlessMemory(data);
+            using var memory = new LentMemory(data, span: false);
             FlushResult result = await Task.Run(async () => await server.Output.WriteAsync(memory.Memory)).WaitAsync(TimeSpan.FromSeconds(10));
             Assert.False(result.IsCompleted || result.IsCanceled);
             Assert.Equal(data, await LoopbackPairs.ReceiveExactlyAsync(client, data.Length));
@@ -252,24 +252,64 @@ public sealed class CallerSendTests
         }
     }
 
-    /// <summary>Native memory that can be pinned but gives no span.</summary>
-    private sealed unsafe class SpanlessMemory : MemoryManager<byte>
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task A_lent_write_whose_memory_cannot_be_pinned_fails_the_connection_and_every_block_goes_back(bool callerSends)
     {
+        // The ring's sender pins each piece of a gather in turn: the pool block pinned before the lent memory's Pin threw
+        // must be unpinned, or it never goes back to the pool. (Over the caller-send limit: the ring sends, either way.)
+        await using IoUringNetwork network = Network(callerSends);
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            await UntilTheNextFlushCanSendItselfAsync(network, server);
+            server.Output.Write(Pattern(100, seed: 9)); // written, not flushed: the write below sends it first, from a pool block
+            using var memory = new LentMemory(Pattern(64 * 1024, seed: 10), pin: false); // the default pause threshold: lent
+            InvalidOperationException error = await Assert.ThrowsAsync<InvalidOperationException>(
+                () => Task.Run(async () => await server.Output.WriteAsync(memory.Memory)).WaitAsync(TimeSpan.FromSeconds(10)));
+            Assert.Equal(LentMemory.Unpinnable, error.Message);
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            PinnedBlockMemoryPool pool = network.Loops[0].MemoryPoolIfCreated!;
+            await Eventually.WaitForAsync(() => pool.RentedBlocks == 0);
+            Assert.Equal(0, pool.RentedBlocks);
+        }
+
+        // The loop goes on: another connection sends.
+        (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        await using (server)
+        {
+            await server.Output.WriteAsync(Pattern(100, seed: 11));
+            Assert.Equal(Pattern(100, seed: 11), await LoopbackPairs.ReceiveExactlyAsync(client, 100));
+        }
+    }
+
+    /// <summary>Native memory that may give no span, or refuse to be pinned.</summary>
+    private sealed unsafe class LentMemory : MemoryManager<byte>
+    {
+        public const string Unpinnable = "This memory cannot be pinned.";
         private readonly byte* _pointer;
         private readonly int _length;
+        private readonly bool _span;
+        private readonly bool _pin;
 
-        public SpanlessMemory(byte[] data)
+        public LentMemory(byte[] data, bool span = true, bool pin = true)
         {
             _length = data.Length;
             _pointer = (byte*)NativeMemory.Alloc((nuint)_length);
             data.CopyTo(new Span<byte>(_pointer, _length));
+            _span = span;
+            _pin = pin;
         }
 
         public override Memory<byte> Memory => CreateMemory(_length);
 
-        public override Span<byte> GetSpan() => throw new InvalidOperationException("This memory gives no span.");
+        public override Span<byte> GetSpan() => _span ? new Span<byte>(_pointer, _length) : throw new InvalidOperationException("This memory gives no span.");
 
-        public override MemoryHandle Pin(int elementIndex = 0) => new(_pointer + elementIndex);
+        public override MemoryHandle Pin(int elementIndex = 0) => _pin ? new(_pointer + elementIndex) : throw new InvalidOperationException(Unpinnable);
 
         public override void Unpin()
         {

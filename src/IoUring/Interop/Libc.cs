@@ -53,6 +53,11 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int munmap(void* addr, nuint length);
 
+    public const int MADV_DONTNEED = 4; // the same on x86-64 and arm64
+
+    [LibraryImport(LibcName, SetLastError = true)]
+    public static partial int madvise(void* addr, nuint length, int advice);
+
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int close(int fd);
 

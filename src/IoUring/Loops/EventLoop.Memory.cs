@@ -107,6 +107,7 @@ public sealed unsafe partial class EventLoop
                 table.Unregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
             }
             region.BufferIndex = -1;
+            region.ReleasePages(); // after the update: the ring's table no longer holds these pages
         }
     }
 }

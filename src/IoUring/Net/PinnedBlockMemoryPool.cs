@@ -1,4 +1,6 @@
 using System.Buffers;
+using System.Diagnostics;
+using IoUring.Interop;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 
@@ -13,9 +15,11 @@ namespace IoUring.Net;
 /// <remarks>
 /// <para>Every returned block is kept, so a working set of any size is served without allocating once warm (a fixed cap
 /// made 64 connections echoing 1 MiB allocate megabytes per round). What sat unused is trimmed instead: every
-/// <see cref="TrimInterval"/>, the regions none of whose blocks was rented during the whole interval are unregistered
-/// and left to the GC, so a burst's memory goes back within two intervals of the burst's end, except the regions where
-/// some block is still held (one long-held block keeps its whole region).</para>
+/// <see cref="TrimInterval"/>, the regions none of whose blocks was rented during the whole interval are unregistered,
+/// their pages given back to the operating system (madvise DONTNEED: resident memory falls at once, where the GC would
+/// keep a dropped array's pages committed until some later collection) and the arrays left to the GC. So a burst's
+/// memory goes back within two intervals of the burst's end, except the regions where some block is still held (one
+/// long-held block keeps its whole region).</para>
 /// <para>Blocks are rented from one region until it has none free, then from the partly used region with the most
 /// free blocks (a fully free one only when no partly used one has any): a connection's consecutive blocks then mostly
 /// share a region, so a gather send from them names one fixed buffer, and idle regions stay idle until trimmed.</para>
@@ -191,7 +195,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
         foreach (Region region in dropped)
         {
-            _registrar?.Unregister(region); // the registrar forgets its entry before anything could reuse it
+            if (_registrar is null)
+            {
+                region.ReleasePages();
+            }
+            else
+            {
+                _registrar.Unregister(region); // forgets its entry, then releases the pages: the kernel no longer maps them
+            }
         }
         return dropped.Count * BlocksPerRegion;
     }
@@ -332,6 +343,23 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         internal void Push(Block block) => _free[FreeCount++] = block;
 
         internal void MarkDropped() => IsDropped = true;
+
+        /// <summary>
+        /// A dropped region (every block free, no ring's table naming it): its pages go back to the operating system now;
+        /// touched again (a use after return, never ours) they come back as zeros, so nothing can fault.
+        /// </summary>
+        internal void ReleasePages()
+        {
+            Debug.Assert(IsDropped);
+            // Whole pages of the system's size only (arm64 kernels may have 16 or 64 KiB pages).
+            nuint page = (nuint)Environment.SystemPageSize;
+            nuint first = ((nuint)Start + page - 1) & ~(page - 1);
+            nuint end = ((nuint)Start + RegionSize) & ~(page - 1);
+            if (end > first)
+            {
+                _ = Libc.madvise((void*)first, end - first, Libc.MADV_DONTNEED); // a refusal only leaves the pages resident
+            }
+        }
     }
 
     /// <summary>
@@ -394,6 +422,6 @@ internal interface IRegionRegistrar
     /// <summary>A new region (any thread): register it when possible; until then its blocks are used unregistered.</summary>
     void Register(PinnedBlockMemoryPool.Region region);
 
-    /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry.</summary>
+    /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry, then <see cref="PinnedBlockMemoryPool.Region.ReleasePages"/>.</summary>
     void Unregister(PinnedBlockMemoryPool.Region region);
 }

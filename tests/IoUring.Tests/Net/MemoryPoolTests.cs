@@ -1,10 +1,11 @@
 using System.Buffers;
+using System.Runtime.InteropServices;
 using IoUring.Net;
 
 namespace IoUring.Tests.Net;
 
 /// <summary>The pinned block pool: blocks are kept and reused, and trimming drops only whole regions that stayed free.</summary>
-public sealed class MemoryPoolTests
+public sealed partial class MemoryPoolTests
 {
     private const int Region = PinnedBlockMemoryPool.RegionSize / PinnedBlockMemoryPool.BlockSize;
 
@@ -47,6 +48,39 @@ public sealed class MemoryPoolTests
         Assert.Equal(0, pool.RetainedBlocks);
         Assert.Equal(0, pool.Regions);
     }
+
+    [Fact]
+    public void A_trimmed_regions_pages_go_back_to_the_operating_system()
+    {
+        using var pool = new PinnedBlockMemoryPool(trim: false);
+        var blocks = Enumerable.Range(0, Region).Select(_ => (PinnedBlockMemoryPool.Block)pool.Rent()).ToList();
+        blocks.ForEach(b => b.GetSpan().Fill(1)); // every page of the region resident
+        PinnedBlockMemoryPool.Region region = blocks[0].Region;
+        Assert.Equal(PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize, ResidentPages(region));
+        blocks.ForEach(b => ((IMemoryOwner<byte>)b).Dispose());
+
+        Assert.Equal(0, pool.Trim()); // rented during this interval: kept, and resident
+        Assert.Equal(PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize, ResidentPages(region));
+        Assert.Equal(Region, pool.Trim());
+        Assert.Equal(0, ResidentPages(region)); // not only off the free list: out of the process's memory
+    }
+
+    /// <summary>How many of <paramref name="region"/>'s pages are resident (mincore(2)).</summary>
+    internal static unsafe int ResidentPages(PinnedBlockMemoryPool.Region region)
+    {
+        int pages = PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize;
+        byte* vector = stackalloc byte[pages];
+        Assert.Equal(0, mincore(region.Start, (nuint)PinnedBlockMemoryPool.RegionSize, vector));
+        int resident = 0;
+        for (int i = 0; i < pages; i++)
+        {
+            resident += vector[i] & 1;
+        }
+        return resident;
+    }
+
+    [LibraryImport("libc", SetLastError = true)]
+    private static unsafe partial int mincore(void* address, nuint length, byte* vector);
 
     [Fact]
     public void A_region_with_a_rented_or_pinned_block_is_never_trimmed_and_the_block_stays_valid()

@@ -64,12 +64,18 @@ public sealed class RegisteredMemoryTests
         Assert.False(await OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(new byte[16], out _))); // not the pool's memory
         Assert.Throws<InvalidOperationException>(() => loop.TryGetRegisteredBuffer(block.Memory, out _)); // loop thread only
 
+        PinnedBlockMemoryPool.Region region = ((PinnedBlockMemoryPool.Block)block).Region;
+        block.Memory.Span.Fill(1);
         block.Dispose();
         PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
         Assert.Equal(0, pool.Trim()); // rented during this interval
+        Assert.NotEqual(0, MemoryPoolTests.ResidentPages(region));
         Assert.Equal(pool.BlocksPerRegion, pool.Trim());
         await Eventually.WaitForAsync(() => OnLoopAsync(loop, () => loop.BufferTable!.Registered).Result == 0);
         Assert.Equal(0, await OnLoopAsync(loop, () => loop.BufferTable!.RegisteredBytes));
+        // Released on the loop once unregistered (never while the ring's table still held them).
+        await Eventually.WaitForAsync(() => OnLoopAsync(loop, () => MemoryPoolTests.ResidentPages(region)).Result == 0);
+        Assert.Equal(0, await OnLoopAsync(loop, () => MemoryPoolTests.ResidentPages(region)));
         _ = index;
     }
 

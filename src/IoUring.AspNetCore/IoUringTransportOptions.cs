@@ -72,7 +72,9 @@ public sealed class IoUringTransportOptions
     /// <remarks>
     /// Defaults to the plain API's default (<see cref="IoUringNetworkOptions.ZeroCopySendThreshold"/>). Zero-copy needs
     /// memory that outlives the pipe until the kernel's notification: the loops' own pools (see
-    /// <see cref="UseLoopMemoryPools"/>); with Kestrel's pool, sends are plain.
+    /// <see cref="UseLoopMemoryPools"/>); with Kestrel's pool, sends are plain. Bytes sent zero-copy count against
+    /// Kestrel's MaxResponseBufferSize until their notification (once the peer acknowledged them), so a slow reader holds
+    /// no more than on copying sends; on links whose bandwidth-delay product exceeds that limit, raise it.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = s_defaults.ZeroCopySendThreshold;
 

@@ -58,7 +58,8 @@ public sealed class IoUringNetworkOptions
     /// a device that does not copy; docs/benchmarks.md): a zero-copy send from the loop's registered memory costs the same
     /// as a copying send at 4 KiB and 0.85x at 16 KiB; unregistered zero-copy sends win only from 64 KiB. The kernel made
     /// small zero-copy sends cheaper in 6.10; older kernels could not be measured here (qemu without KVM), so they keep
-    /// the earlier, cautious 64 KiB.
+    /// the earlier, cautious 64 KiB. Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/> until their
+    /// notification (once the peer acknowledged them), so a peer that stops reading holds no more than on copying sends.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = DefaultZeroCopySendThreshold;
 

@@ -2,8 +2,11 @@
 // (reading the whole response, which must be a 200 with a Content-Length or a chunked body; 128 connections in
 // progress at a time), keeps them all open and idle, prints "ready N", and waits until it is killed (the kernel then
 // closes them). The harness reads the server's RSS and open descriptors while they are held.
+// With "websocket" each GET is a WebSocket upgrade that must be answered 101; the connections then stay open as idle
+// WebSockets, and on SIGTERM the client sends each a close frame and waits (at most 8 s) for the server to close it,
+// so the server sees orderly closes rather than aborted WebSockets.
 //
-//   ./idle_conns HOST PORT N [PATH]      (PATH defaults to /plaintext; needs ulimit -n above N)
+//   ./idle_conns HOST PORT N [PATH [websocket]]   (PATH defaults to /plaintext; needs ulimit -n above N)
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,12 +28,18 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-// Length of the complete 200 response at the start of buf, 0 while incomplete, -1 if it is not one.
+static int websocket;
+
+// Length of the complete 200 response (with websocket: 101 response head) at the start of buf, 0 while incomplete,
+// -1 if it is not one.
 static long complete_response(const char *buf, long len)
 {
     const char *end = strstr(buf, "\r\n\r\n");
     if (!end) {
         return 0;
+    }
+    if (websocket) {
+        return strncmp(buf, "HTTP/1.1 101", 12) == 0 && len == (end - buf) + 4 ? len : -1;
     }
     if (strncmp(buf, "HTTP/1.1 200", 12) != 0) {
         return -1;
@@ -45,16 +55,25 @@ static long complete_response(const char *buf, long len)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s HOST PORT N [PATH]\n", argv[0]);
+        fprintf(stderr, "usage: %s HOST PORT N [PATH [websocket]]\n", argv[0]);
         return 2;
     }
     struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
     inet_pton(AF_INET, argv[1], &addr.sin_addr);
     int n = atoi(argv[3]);
     const char *path = argc > 4 ? argv[4] : "/plaintext";
+    websocket = argc > 5 && strcmp(argv[5], "websocket") == 0;
     char request[512];
-    int request_len = snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: keep-alive\r\n\r\n",
-        path, argv[1], argv[2]);
+    int request_len = snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: %s:%s\r\n%s\r\n", path, argv[1], argv[2],
+        websocket ? "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" : "Connection: keep-alive\r\n");
+    int *fds = malloc(n * sizeof *fds); // every connection, for the WebSocket close
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    if (websocket) {
+        sigprocmask(SIG_BLOCK, &term, NULL); // taken with sigwait below
+    }
 
     // BATCH connections at a time (well under Kestrel's backlog of 512), each: non-blocking connect, the request once
     // writable, then read until the whole response is in. Sequentially this took seconds on a loaded machine.
@@ -79,6 +98,7 @@ int main(int argc, char **argv)
                 return 1;
             }
             pfds[i] = (struct pollfd){ .fd = fd, .events = POLLOUT };
+            fds[base + i] = fd;
             lens[i] = sent[i] = 0;
         }
         double deadline = now_s() + 10; // a server that stops answering fails the run instead of hanging it
@@ -125,7 +145,35 @@ int main(int argc, char **argv)
     }
     printf("ready %d connections in %.2fs\n", n, now_s() - start);
     fflush(stdout);
-    for (;;) {
-        pause();
+    if (!websocket) {
+        for (;;) {
+            pause();
+        }
     }
+    int sig;
+    sigwait(&term, &sig);
+    // A masked close frame, status 1000 (mask key 0, so the payload reads as is); then read until the server closes.
+    static const unsigned char close_frame[] = { 0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe8 };
+    struct pollfd *all = calloc(n, sizeof *all);
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+        if (write(fds[i], close_frame, sizeof close_frame) == (ssize_t)sizeof close_frame) {
+            all[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+            open++;
+        } else {
+            all[i].fd = -1;
+        }
+    }
+    double deadline = now_s() + 8;
+    char scratch[4096];
+    while (open > 0 && now_s() < deadline && poll(all, n, 1000) >= 0) {
+        for (int i = 0; i < n; i++) {
+            if (all[i].fd >= 0 && all[i].revents && read(all[i].fd, scratch, sizeof scratch) <= 0) {
+                all[i].fd = -1; // poll skips it from now on
+                open--;
+            }
+        }
+    }
+    printf("closed %d of %d WebSockets in an orderly way\n", n - open, n);
+    return 0;
 }

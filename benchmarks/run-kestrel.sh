@@ -290,7 +290,7 @@ cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so f
     read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu ' /proc/stat)
     echo " $steal $((user + nice + system + idle + iowait + irq + softirq + steal))"
 }
-rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
+rss_kib() { sed -n "s/^${2:-VmRSS}:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$1/status"; }   # pid [field, e.g. VmHWM]
 sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
 curl_options() { # how curl speaks to this scenario's servers
     if ((S_H2C)); then echo --http2-prior-knowledge; elif [[ $S_SCHEME == https ]]; then echo -k; fi
@@ -351,6 +351,38 @@ start_generator() { # name seconds outfile [connections] [warm]: the scenario's 
     LIVE[$GEN]=1
 }
 finish_generator() { wait "$GEN" || true; unset "LIVE[$GEN]"; }
+await_ready() { # file pid: until benchmarks/c/idle_conns (pid) printed "ready" into file (at most 120 s); fails if it never did
+    for _ in $(seq 1200); do grep -qs '^ready' "$1" && break; kill -0 "$2" 2>/dev/null || break; sleep 0.1; done
+    grep -qs '^ready' "$1"
+}
+# The idle and memory scenarios: per round each server in turn (rotated each round) on its own, fresh: started, warmed
+# up with WARMUP s of GET /plaintext on 64 connections (wrk), back to the sockets it had before (the warm-up's
+# connections closed, or they would count as held), then measured by FUNCTION SCENARIO NAME ROUND OUTFILE, then stopped.
+fresh_server_rounds() { # scenario function
+    local servers=() name k n round sock0
+    for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
+    n=${#servers[@]}
+    for round in $(seq "$ROUNDS"); do
+        for k in $(seq 0 $((n - 1))); do
+            name=${servers[$(((k + round - 1) % n))]}
+            start_server "$name" "$PORT_BASE" "$1-round$round"
+            sock0=$(sockets_open "${PID[$name]}")
+            S_PATH=/plaintext S_GEN=wrk start_generator "$name" "$WARMUP" "$OUT/warmup-$1-$name.txt" 64; finish_generator
+            for _ in $(seq 100); do (( $(sockets_open "${PID[$name]}") <= sock0 )) && break; sleep 0.1; done
+            sleep 0.5
+            "$2" "$1" "$name" "$round" "$OUT/$1-round$round-$name.txt"
+            stop_server "$name"
+        done
+    done
+}
+open_idle() { # name out [websocket]: benchmarks/c/idle_conns on CPU 1 opens S_CONNS connections to the server, one GET
+    # S_PATH each (websocket: upgrades), and holds them; sets CLIENT (its pid) and OPENED (seconds until all were open)
+    local t0=$EPOCHREALTIME
+    taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$1]}" "$S_CONNS" "$S_PATH" ${3:-} >"$2" 2>&1 &
+    CLIENT=$!; LIVE[$CLIENT]=1
+    await_ready "$2" "$CLIENT" || echo "  $1: the client did not get $S_CONNS connections: $(head -c 300 "$2")"
+    OPENED=$(echo "$EPOCHREALTIME - $t0" | bc)
+}
 
 # ---- header ----
 read -r -a server_list <<<"$SERVERS"
@@ -436,8 +468,7 @@ load_scenario() {
         for name in "${ok[@]}"; do   # each server gets its own idle client, held until the scenario ends
             taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$name]}" "$S_HOLD" >"$OUT/$scen-held-$name.txt" 2>&1 &
             holders+=($!); LIVE[$!]=1
-            for _ in $(seq 1200); do grep -qs '^ready' "$OUT/$scen-held-$name.txt" && break; kill -0 "$!" 2>/dev/null || break; sleep 0.1; done
-            grep -q '^ready' "$OUT/$scen-held-$name.txt" || { echo "  $name: could not hold $S_HOLD connections: $(head -c 300 "$OUT/$scen-held-$name.txt")"; exit 1; }
+            await_ready "$OUT/$scen-held-$name.txt" "$!" || { echo "  $name: could not hold $S_HOLD connections: $(head -c 300 "$OUT/$scen-held-$name.txt")"; exit 1; }
         done
         echo "  holding $S_HOLD idle connections on each server"
     fi
@@ -479,39 +510,21 @@ load_scenario() {
 
 # ---- idle connections: per round and server a fresh server, warm-up, RSS before, N connections held, RSS after ----
 idle_scenario() {
-    local scen=$1 servers=() name k n out client rss0 rss1 sock0 sock1 a0 a1 t0 t1 opened
-    for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
-    echo "== $scen ($(date +%H:%M:%S)): $S_CONNS idle keep-alive connections, one GET $S_PATH each (open files limit $(ulimit -n))"
+    echo "== $1 ($(date +%H:%M:%S)): $S_CONNS idle keep-alive connections, one GET $S_PATH each (open files limit $(ulimit -n))"
     (( $(ulimit -n) > S_CONNS + 500 )) || { echo "  ulimit -n $(ulimit -n) is too low for $S_CONNS connections: skipped"; return; }
-    n=${#servers[@]}
-    for round in $(seq "$ROUNDS"); do
-        for k in $(seq 0 $((n - 1))); do
-            name=${servers[$(((k + round - 1) % n))]}
-            out="$OUT/$scen-round$round-$name.txt"
-            start_server "$name" "$PORT_BASE" "$scen-round$round"
-            sock0=$(sockets_open "${PID[$name]}")
-            start_generator "$name" "$WARMUP" "$OUT/warmup-$scen-$name.txt" 64; finish_generator
-            # until the server has closed the warm-up connections, or they would count as held ones
-            for _ in $(seq 100); do (( $(sockets_open "${PID[$name]}") <= sock0 )) && break; sleep 0.1; done
-            sleep 0.5
-            rss0=$(rss_kib "${PID[$name]}"); sock0=$(sockets_open "${PID[$name]}"); a0=$(allocated "$name")
-            t0=$(date +%s.%N)
-            taskset -c 1 "$IDLE_CLIENT" 127.0.0.1 "${PORT[$name]}" "$S_CONNS" "$S_PATH" >"$out" 2>&1 &
-            client=$!; LIVE[$client]=1
-            for _ in $(seq 1200); do grep -qs '^ready' "$out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
-            t1=$(date +%s.%N)
-            opened=$(echo "$t1 - $t0" | bc)
-            grep -q '^ready' "$out" || echo "  $name: the client did not get $S_CONNS connections: $(head -c 300 "$out")"
-            sleep 1   # let the server settle (allocations, buffers) with every connection idle
-            rss1=$(rss_kib "${PID[$name]}"); sock1=$(sockets_open "${PID[$name]}"); a1=$(allocated "$name")
-            echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
-            reap "$client"
-            stop_server "$name"
-            row "$scen" "$round" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$opened" - - - - - - -
-            printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$round" "$name" \
-                "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
-        done
-    done
+    fresh_server_rounds "$1" idle_round
+}
+idle_round() { # scenario name round out
+    local name=$2 out=$4 rss0 rss1 sock0 sock1 a0 a1
+    rss0=$(rss_kib "${PID[$name]}"); sock0=$(sockets_open "${PID[$name]}"); a0=$(allocated "$name")
+    open_idle "$name" "$out"
+    sleep 1   # let the server settle (allocations, buffers) with every connection idle
+    rss1=$(rss_kib "${PID[$name]}"); sock1=$(sockets_open "${PID[$name]}"); a1=$(allocated "$name")
+    echo "  server sockets via ss: $(ss -Htn state established "( sport = :${PORT[$name]} )" | wc -l)" >>"$out"
+    reap "$CLIENT"
+    row "$1" "$3" "$name" idle_conns "$S_CONNS" 1 "$S_PATH" - "$out" - - "$a0" "$a1" "$rss0" "$rss1" "$sock0" "$sock1" "$OPENED" - - - - - - -
+    printf '  round %s %-15s %6s connections held, RSS %s -> %s KiB (%s B per connection)\n' "$3" "$name" \
+        "$((sock1 - sock0))" "$rss0" "$rss1" "$(( (rss1 - rss0) * 1024 / S_CONNS ))"
 }
 
 for scen in $SCENARIOS; do

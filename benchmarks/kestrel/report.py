@@ -133,6 +133,14 @@ def fmt(value, spec, dash="—"):
     return dash if value != value else format(value, spec)
 
 
+def table_start(title, columns):
+    """A markdown table's title and head: scenario and server left-aligned, the numbers right-aligned."""
+    print(f"## {title}")
+    print()
+    print("| " + " | ".join(columns) + " |")
+    print("|---|---|" + "---:|" * (len(columns) - 2))
+
+
 def main():
     out, servers, scenarios, svg = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
     rows = list(csv.DictReader(open(os.path.join(out, "measurements.tsv")), delimiter="\t"))
@@ -219,11 +227,9 @@ def main():
     idle = [s for s in scenarios if s.startswith("idle-")]
     medians = []
     if load:
-        print("## Under load")
-        print()
-        print("| scenario | server | req/s | req per server CPU-s | vs sockets | per round | p50 ms | p99 ms | p99 vs sockets "
-              "| server CPU | CPU 0 other | generator-bound | pool items/req | alloc B/req | RSS MiB | bytes/resp | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        table_start("Under load", ["scenario", "server", "req/s", "req per server CPU-s", "vs sockets", "per round", "p50 ms", "p99 ms",
+                    "p99 vs sockets", "server CPU", "CPU 0 other", "generator-bound", "pool items/req", "alloc B/req",
+                    "RSS MiB", "bytes/resp", "errors", "server fail logs"])
         for scen in load:
             base = by.get((scen, "sockets"))
             for s in servers:
@@ -265,11 +271,9 @@ def main():
         print("included (see OUT/server-SCENARIO-SERVER.log). — : not served by that server.")
         print()
     if rated:
-        print("## At a fixed rate (partial load)")
-        print()
-        print("| scenario | server | target req/s | req/s | server CPU | thread pool | I/O threads | CPU vs sockets | per round "
-              "| p50 ms | p99 ms | p99.9 ms | p99 vs sockets | pool items/req | alloc B/req | errors | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        table_start("At a fixed rate (partial load)", ["scenario", "server", "target req/s", "req/s", "server CPU", "thread pool", "I/O threads",
+                    "CPU vs sockets", "per round", "p50 ms", "p99 ms", "p99.9 ms", "p99 vs sockets", "pool items/req",
+                    "alloc B/req", "errors", "server fail logs"])
         for scen in rated:
             base = by.get((scen, "sockets"))
             for s in servers:
@@ -299,11 +303,8 @@ def main():
         print("so under overload these understate; at these rates the server keeps up).")
         print()
     if idle:
-        print("## Idle connections")
-        print()
-        print("| scenario | server | connections held | RSS before MiB | RSS with them MiB | KiB per connection "
-              "| vs sockets | alloc B per connection | time to open s | server fail logs |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        table_start("Idle connections", ["scenario", "server", "connections held", "RSS before MiB", "RSS with them MiB", "KiB per connection",
+                    "vs sockets", "alloc B per connection", "time to open s", "server fail logs"])
         for scen in idle:
             base = by.get((scen, "sockets"))
             for s in servers:

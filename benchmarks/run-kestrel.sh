@@ -43,12 +43,22 @@
 #                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
 #                                               maximum, measured in the same run (wrk, 64 connections, after its
 #                                               warm-up; or RATE_MAX req/s): each server's CPU and latency at that rate
-# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload and churnidle scenarios. TLS servers get a self-signed
+# Memory scenarios (benchmarks/kestrel/memory.sh, which says what each does): per round a fresh server on its own; its
+# VmRSS before, at the peak (sampled every second) and MEMORY_AFTER (30) s after the client is gone, with the sample's
+# GET /_memory (IoUring's pool used and registered, Kestrel's pool, the GC heap) at the peak and after:
+#   slowread-800 slowloris-800 slowbody-800     slowhttptest -X / -H / -B: slow readers of a 10 MB download, slow
+#                                               request headers, slow request bodies
+#   bigdownload-512                             GET /download?size=4194304, wrk, 512 connections, 15 s
+#   idlemem-10k idlews-10k                      10,000 keep-alive connections (one request each) / WebSockets, held
+#                                               15 s, then closed
+# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload, churnidle and memory scenarios. TLS servers get a self-signed
 # certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, churnidle-N, idle-N (N or Nk), tls-N,
-# h2c-CxS, h2-CxS or rate-P also works.
+# h2c-CxS, h2-CxS, rate-P, and any N for the memory scenarios also works.
 #
 #   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
+#   ROUNDS=1 SCENARIOS="slowread-800 slowloris-800 slowbody-800 bigdownload-512 idlemem-10k idlews-10k" \
+#       SERVERS="iouring sockets iouring-kestrelpool" benchmarks/run-kestrel.sh          the memory scenarios (~25 min)
 # Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per warm-up step; steps repeat until the server
 # stops compiling, at most WARMUP_MAX s per server and scenario), SERVERS, SCENARIOS,
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the
@@ -56,10 +66,11 @@
 # on this 2-CPU machine it went ~35% further than wrk pipelined, but one request at a time both stop at the same
 # rate: the kernel's loopback TCP work on the generator's CPU is then the limit; the TLS, HTTP/2 and rate scenarios
 # use wrk and h2load whatever this says), RATE_MAX (req/s: the rate scenarios' 100%, instead of measuring the sockets
-# server), OUT (directory for everything;
+# server), MEMORY_AFTER (s from a memory scenario's client exiting to its "after" sample, default 30), OUT (directory for everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
-# of requests per server CPU-second), the raw generator outputs and server logs.
+# of requests per server CPU-second), the raw generator outputs and server logs (memory scenarios: also the VmRSS
+# samples and the /_memory reports of each round).
 set -Eeuo pipefail
 trap 'echo "run-kestrel.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -115,6 +126,7 @@ command -v h2load >/dev/null || missing+=(nghttp2-client)
 command -v curl >/dev/null || missing+=(curl)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v ss >/dev/null || missing+=(iproute2)
+command -v slowhttptest >/dev/null || missing+=(slowhttptest)
 if ((${#missing[@]})); then
     echo "installing with apt-get: ${missing[*]}"
     apt-get update -qq
@@ -136,13 +148,15 @@ C_SERVER="$ROOT/benchmarks/c/plaintext_server"
 LOADGEN="$ROOT/benchmarks/c/loadgen"
 IDLE_CLIENT="$ROOT/benchmarks/c/idle_conns"
 
+source "$HERE/memory.sh"   # the memory scenarios (slowread, slowloris, slowbody, bigdownload, idlemem, idlews)
+
 # ---- scenarios: sets S_KIND S_PATH S_CONNS S_DEPTH S_CLOSE S_HOLD (idle connections held) S_C (the C server can serve it) S_GEN, and
 # S_SCHEME (http or https), S_H2C (1: cleartext endpoints speak HTTP/2 only), S_STREAMS (h2load's streams per
 # connection), S_RATE_PCT (rate scenarios: the share of the sockets server's maximum) ----
 scenario() {
     local name=$1 kind=${1%%-*} arg=${1#*-}
     S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
-    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0
+    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0 S_MEMORY=0
     if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
         S_CONNS=${BASH_REMATCH[1]}
         [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
@@ -177,7 +191,7 @@ scenario() {
                 1m)  S_PATH="/upload?size=1048576" ;;
                 *) echo "unknown scenario $name (upload-64k or upload-1m)"; exit 2 ;;
             esac ;;
-        *) echo "unknown scenario $name"; exit 2 ;;
+        *) memory_kind "$kind" || { echo "unknown scenario $name"; exit 2; } ;;
     esac
     [[ ${S_CONNS:-} ]] || { echo "scenario $name: no connection count"; exit 2; }
     [[ $GENERATOR == loadgen && $kind =~ ^(plaintext|pipelined|json)$ ]] && S_GEN=loadgen
@@ -386,15 +400,17 @@ open_idle() { # name out [websocket]: benchmarks/c/idle_conns on CPU 1 opens S_C
 
 # ---- header ----
 read -r -a server_list <<<"$SERVERS"
-n_load=0 n_idle=0
+n_load=0 n_idle=0 memory_s=0
 for s in $SCENARIOS; do
     scenario "$s"
     k=0; for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && k=$((k + 1)); done
-    if [[ $S_KIND == idle ]]; then n_idle=$((n_idle + k)); else n_load=$((n_load + k)); fi
+    if ((S_MEMORY)); then memory_s=$((memory_s + k * ROUNDS * (WARMUP + S_LOAD_S + MEMORY_AFTER + 6)))
+    elif [[ $S_KIND == idle ]]; then n_idle=$((n_idle + k)); else n_load=$((n_load + k)); fi
 done
 # per server and scenario: the rounds plus ~0.5 s each for sampling, the warm-up, ~1 s to start, probe and stop;
-# an idle round: start, warm-up, open, settle, stop (measured on 2 cores: within ~10% of a real run)
-estimate=$(( (n_load * (ROUNDS * 2 * DURATION + ROUNDS + 2 * WARMUP + 2) / 2 + n_load * WARMUP_MAX * 2 / 3 + n_idle * ROUNDS * (WARMUP + 5) + 20) / 60 + 1 ))
+# an idle round: start, warm-up, open, settle, stop (measured on 2 cores: within ~10% of a real run); a memory round:
+# start, warm-up, load, MEMORY_AFTER, stop
+estimate=$(( (n_load * (ROUNDS * 2 * DURATION + ROUNDS + 2 * WARMUP + 2) / 2 + n_load * WARMUP_MAX * 2 / 3 + n_idle * ROUNDS * (WARMUP + 5) + memory_s + 20) / 60 + 1 ))
 DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ ]*\).*/\1/p' | tail -1)
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -411,7 +427,8 @@ echo "raw outputs: $OUT; estimated time ~${estimate} min"
 CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
-    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches
+    rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches \
+    rss_after_kib rss_hwm_kib sockets_after after_s   # the last four: memory scenarios only
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -529,7 +546,9 @@ idle_round() { # scenario name round out
 
 for scen in $SCENARIOS; do
     scenario "$scen"
-    if [[ $S_KIND == idle ]]; then
+    if ((S_MEMORY)); then
+        memory_scenario "$scen"
+    elif [[ $S_KIND == idle ]]; then
         idle_scenario "$scen"
     else
         load_scenario "$scen"

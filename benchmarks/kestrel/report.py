@@ -30,7 +30,18 @@ SCENARIO_TEXT = {
     "h2c": "GET /plaintext over HTTP/2 with prior knowledge, cleartext (h2load; CxS: connections x streams each)",
     "h2": "GET /plaintext over HTTP/2 on TLS (h2load; CxS: connections x streams each)",
     "rate": "GET /plaintext over HTTP/1.1 keep-alive, 64 connections, at P% of the sockets server's maximum rate (h2load --h1 --rps)",
+    "slowread": "slowhttptest -X: slow readers of GET /download?size=10000000 (3 per connection, 32 B read every 5 s), 20 s",
+    "slowloris": "slowhttptest -H: GET /plaintext with headers that trickle in (a line every 10 s), 20 s",
+    "slowbody": "slowhttptest -B: POST /upload of 8192 bytes that trickle in (every 10 s), 20 s; Kestrel ends each after ~5 s (MinRequestBodyDataRate), so the peak is sampled 1 s after the last one opened",
+    "bigdownload": "wrk, GET /download?size=4194304, 15 s",
+    "idlemem": "keep-alive connections, one GET /plaintext each, held 15 s, then closed",
+    "idlews": "WebSockets to /ws (upgrade, then idle), held 15 s, then closed",
 }
+MEMORY_KINDS = ("slowread", "slowloris", "slowbody", "bigdownload", "idlemem", "idlews")  # benchmarks/kestrel/memory.sh
+MIB = 1024.0 ** 2
+MEMORY_MIB = ["rss_peak", "rss_hwm", "rss_after", "pool_used_before", "pool_used_peak", "pool_used_after", "pool_registered_before",
+              "pool_registered_peak", "pool_registered_after", "kestrel_pool_peak", "kestrel_pool_after", "gc_heap_before", "gc_heap_peak",
+              "gc_heap_after", "gc_committed_peak", "gc_committed_after", "poh_peak", "poh_after", "allocated"]  # memory_round's, in MiB
 
 
 def number(text):
@@ -105,6 +116,41 @@ def parse_generator(path):
     return r
 
 
+def is_memory(scenario):
+    return scenario.split("-")[0] in MEMORY_KINDS
+
+
+def memory_round(row):
+    """A memory scenario's round: the harness's VmRSS samples (KiB) and the sample's GET /_memory before, in the middle
+    of the load (peak) and after it (files beside the client's output), in MiB."""
+    def report(when):
+        try:
+            lines = [line.split() for line in open(f"{row['out']}.memory-{when}")]
+        except OSError:
+            return {}
+        return {p[0]: number(p[1]) for p in lines if len(p) == 2}
+
+    def kestrel_pool(m):  # what Kestrel's pool holds, rented or pooled: bytes it allocated less those it evicted
+        allocated = m.get("aspnetcore.memory_pool.allocated")
+        return NAN if allocated is None else (allocated - m.get("aspnetcore.memory_pool.evicted", 0.0)) / MIB
+
+    kib = lambda column: number(row.get(column)) / 1024
+    before, peak, after = report("before"), report("peak"), report("after")
+    d = dict(conns_peak=number(row["sockets"]) - number(row["sockets_before"]), sockets_after=number(row.get("sockets_after")) - number(row["sockets_before"]),
+             rss_before=kib("rss_before_kib"), rss_peak=kib("rss_kib"), rss_hwm=kib("rss_hwm_kib"), rss_after=kib("rss_after_kib"),
+             after_s=number(row.get("after_s")), cpu_s=number(row["cpu_s"]), wall_s=number(row["wall_s"]), open_s=number(row["open_s"]),
+             kestrel_pool_peak=kestrel_pool(peak), kestrel_pool_after=kestrel_pool(after), memory_report=bool(peak))
+    for key, name in (("gc_heap", "gc.heap"), ("gc_committed", "gc.committed"), ("poh", "gc.poh"),
+                      ("pool_used", "iouring.memory_pool.used"), ("pool_registered", "iouring.memory_pool.registered")):
+        for when, m in (("before", before), ("peak", peak), ("after", after)):
+            d[f"{key}_{when}"] = m.get(name, NAN) / MIB
+    d["allocated"] = (number(row["alloc_after"]) - number(row["alloc_before"])) / MIB   # managed, from before to after
+    # zero-copy sends so far, and those the kernel copied after all
+    d["zc_sends"] = after.get("iouring.connection.zero_copy.sends", NAN)
+    d["zc_copied"] = after.get("iouring.connection.zero_copy.copied", NAN)
+    return d
+
+
 def fail_logs(out, scenario, server):
     """Lines logged at Error level ("fail: ...") by the server during the scenario (warm-up included)."""
     count = 0
@@ -141,6 +187,42 @@ def table_start(title, columns):
     print("|---|---|" + "---:|" * (len(columns) - 2))
 
 
+def memory_table(scenarios, servers, by, out):
+    med = lambda key, xs: median([x[key] for x in xs])
+    after_s = median([x["after_s"] for s in scenarios for v in servers for x in by.get((s, v), [])])
+    after = f"{after_s:.0f} s after" if after_s == after_s else "after"
+    table_start("Memory", ["scenario", "server", "connections at the peak", "RSS before MiB", "peak RSS MiB", "peak vs sockets",
+                f"RSS {after} MiB", f"{after} vs sockets", "pool used MiB at the peak", "registered MiB at the peak",
+                "registered MiB after", "Kestrel pool MiB at the peak", "Kestrel pool MiB after",
+                "GC heap MiB at the peak", "server fail logs"])
+    for scen in scenarios:
+        base = by.get((scen, "sockets"))
+        for s in servers:
+            xs = by.get((scen, s))
+            if not xs:
+                continue
+            ratio = lambda key: fmt(med(key, xs) / med(key, base), ".2f") + "×" if base and s != "sockets" else "—"
+            conns = f"{min(x['conns_peak'] for x in xs):,.0f}" + ("" if all(x["memory_report"] for x in xs) else " (no /_memory!)")
+            print(f"| {scen} | {s} | {conns} | {med('rss_before', xs):.0f} | {med('rss_peak', xs):.0f} | {ratio('rss_peak')} "
+                  f"| {med('rss_after', xs):.0f} | {ratio('rss_after')} | {fmt(med('pool_used_peak', xs), '.1f')} "
+                  f"| {fmt(med('pool_registered_peak', xs), '.1f')} | {fmt(med('pool_registered_after', xs), '.1f')} "
+                  f"| {fmt(med('kestrel_pool_peak', xs), '.1f')} | {fmt(med('kestrel_pool_after', xs), '.1f')} "
+                  f"| {fmt(med('gc_heap_peak', xs), '.1f')} | {fail_logs(out, scen, s)} |")
+    print()
+    print("Per round a fresh server (CPU 0), warmed up with GET /plaintext on 64 connections, then the scenario's client")
+    print("(CPU 1; see `benchmarks/kestrel/memory.sh`). **connections at the peak**: the server's open sockets in the middle")
+    print("of the load less those before (the lowest round). **RSS**: the server's VmRSS before the load; **peak**: the")
+    print("highest of its samples, one a second, until the client was gone (results.tsv also has VmHWM); **after**: once")
+    print("the client had exited and the server sat idle that long. **vs sockets**: over the `sockets` server's (lower is")
+    print("better). From the sample's GET /_memory (`--stats`), read once in the middle of the load (the peak) and again")
+    print("after: **pool used**: bytes rented from the io_uring loops' pools (`iouring.memory_pool.used`); **registered**:")
+    print("bytes the loops registered with their rings (`iouring.memory_pool.registered`); **Kestrel pool**: what Kestrel's")
+    print("pinned-block pool holds, rented or pooled (`aspnetcore.memory_pool.allocated` less `.evicted`; Sockets, and io_uring")
+    print("with `--kestrel-pool`); **GC heap**: the managed heap after the last GC (`GCMemoryInfo.HeapSizeBytes`; 0 before the")
+    print("first). — : the server has no such instrument. Medians over the rounds; every sample is in results.tsv.")
+    print()
+
+
 def main():
     out, servers, scenarios, svg = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
     rows = list(csv.DictReader(open(os.path.join(out, "measurements.tsv")), delimiter="\t"))
@@ -152,7 +234,9 @@ def main():
         d = dict(scenario=row["scenario"], round=int(row["round"]), server=row["server"], generator=row["generator"],
                  connections=int(row["connections"]), depth=int(row["depth"]), path=row["path"], out=row["out"])
         a0, a1 = number(row["alloc_before"]), number(row["alloc_after"])
-        if row["generator"] == "idle_conns":
+        if is_memory(row["scenario"]):
+            d.update(memory_round(row))
+        elif row["generator"] == "idle_conns":
             n = d["connections"]
             ready = re.search(r"^ready (\d+) connections", open(row["out"], errors="replace").read(), re.M)
             d.update(held=int(row["sockets"]) - int(row["sockets_before"]), ready=bool(ready),
@@ -190,10 +274,13 @@ def main():
 
     columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "target_rate", "requests", "rps", "per_cpu",
                "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "pool_items", "ctxsw", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
-               "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s", "out"]
+               "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s",
+               # memory scenarios: connections at the peak and sockets still open after (server sockets above those before)
+               "conns_peak", "sockets_after", "after_s"] + MEMORY_MIB + ["zc_sends", "zc_copied", "out"]
     names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
              "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib",
              "pool_items": "pool_items_per_req", "ctxsw": "ctx_switches_per_req"}
+    names.update({c: c + "_mib" for c in MEMORY_MIB})
     with open(os.path.join(out, "results.tsv"), "w") as f:
         f.write("\t".join(names.get(c, c) for c in columns) + "\n")
         for d in rounds:
@@ -222,7 +309,8 @@ def main():
         print(f"- {key}: `{value}`" if key == "command" else f"- {line}")
     print()
 
-    load = [s for s in scenarios if not s.startswith(("idle-", "rate-"))]
+    load = [s for s in scenarios if not s.startswith(("idle-", "rate-")) and not is_memory(s)]
+    memory = [s for s in scenarios if is_memory(s)]
     rated = [s for s in scenarios if s.startswith("rate-")]
     idle = [s for s in scenarios if s.startswith("idle-")]
     medians = []
@@ -325,6 +413,8 @@ def main():
         print("(VmRSS with them − VmRSS before) / connections, 1 s after the last one opened (lower is better; **vs sockets**")
         print("likewise). **alloc B per connection**: managed bytes allocated while opening them, per connection.")
         print()
+    if memory:
+        memory_table(memory, servers, by, out)
     print("Scenarios: " + "; ".join(f"**{k}**: {v}" for k, v in SCENARIO_TEXT.items()
                                    if any(s.startswith(k + "-") for s in scenarios)) + ". The number is the connection count.")
     print("Servers: **iouring** = `samples/KestrelSample --transport iouring` (`UseIoUring()`), **sockets** = Kestrel's")

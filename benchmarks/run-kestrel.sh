@@ -58,7 +58,7 @@
 #   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
 #   ROUNDS=1 SCENARIOS="slowread-800 slowloris-800 slowbody-800 bigdownload-512 idlemem-10k idlews-10k" \
-#       SERVERS="iouring sockets iouring-kestrelpool" benchmarks/run-kestrel.sh          the memory scenarios (~25 min)
+#       SERVERS="iouring sockets iouring-kestrelpool" benchmarks/run-kestrel.sh          the memory scenarios (~16 min)
 # Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per warm-up step; steps repeat until the server
 # stops compiling, at most WARMUP_MAX s per server and scenario), SERVERS, SCENARIOS,
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the

@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
@@ -56,10 +57,16 @@ internal sealed unsafe class Ring : IDisposable
     public int RefusedSetupAttempts { get; private set; }
 
     /// <summary>Sets up a ring with the best flag set the kernel accepts.</summary>
-    /// <exception cref="IoUringUnavailableException">io_uring is switched off, missing, or memory could not be locked.</exception>
+    /// <exception cref="IoUringUnavailableException">Not Linux, or io_uring is switched off, missing, or memory could not be locked.</exception>
     public static Ring Create(RingOptions options)
     {
         ArgumentNullException.ThrowIfNull(options);
+        // Every way into io_uring (the probe, every loop) sets up a ring first, so this is the one check before any
+        // native call: elsewhere there is no libc to call (Windows) or syscall 425 means something else (macOS).
+        if ((options.Hooks?.OtherOperatingSystem ?? OtherOperatingSystem()) is { } other)
+        {
+            throw new IoUringUnavailableException($"io_uring needs Linux; this is {other}.", Errno.ENOSYS);
+        }
         var ring = new Ring();
         try
         {
@@ -76,6 +83,13 @@ internal sealed unsafe class Ring : IDisposable
             throw;
         }
     }
+
+    /// <summary>The operating system's name when it is not Linux (io_uring is Linux's), or null on Linux.</summary>
+    private static string? OtherOperatingSystem()
+        => OperatingSystem.IsLinux() ? null
+            : OperatingSystem.IsWindows() ? "Windows"
+            : OperatingSystem.IsMacOS() ? "macOS"
+            : RuntimeInformation.OSDescription;
 
     private void Setup(RingOptions options)
     {
@@ -101,6 +115,10 @@ internal sealed unsafe class Ring : IDisposable
             }
             else
             {
+                if (options.Hooks is { } counted)
+                {
+                    Interlocked.Increment(ref counted.SetupCalls);
+                }
                 fd = Libc.io_uring_setup(options.SqEntries, &p);
                 errno = fd < 0 ? Libc.GetLastErrno() : 0;
             }

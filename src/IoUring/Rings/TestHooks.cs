@@ -10,6 +10,12 @@ internal sealed class TestHooks
     /// <summary>Ring setup fails with this errno (EPERM, ENOSYS, ENOMEM) as if the kernel returned it.</summary>
     public int SetupErrno { get; init; }
 
+    /// <summary>Ring setup acts as if the process ran on this operating system ("Windows", "macOS") instead of Linux.</summary>
+    public string? OtherOperatingSystem { get; init; }
+
+    /// <summary>How many io_uring_setup calls rings set up with these hooks made (to prove that none was).</summary>
+    public int SetupCalls;
+
     /// <summary>Ring setup treats any attempt containing one of these IORING_SETUP_* flags as refused with EINVAL.</summary>
     public uint RefusedSetupFlags { get; init; }
 

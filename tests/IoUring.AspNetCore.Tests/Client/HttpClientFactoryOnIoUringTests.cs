@@ -1,5 +1,6 @@
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
+using IoUring.Rings;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 
@@ -88,6 +89,23 @@ public sealed class HttpClientFactoryOnIoUringTests
         Assert.Equal(105, warning.EventId.Id);
         Assert.Contains("HttpClient", warning.Message);
         Assert.Contains("EPERM", warning.Message);
+    }
+
+    [Fact]
+    public async Task Off_Linux_the_clients_connect_through_sockets_with_one_warning_naming_the_OS()
+    {
+        await using TestServer server = await StartServerAsync();
+        var logs = new TestLogs();
+        var macOS = new TestHooks { OtherOperatingSystem = "macOS" };
+        await using ServiceProvider services = BuildServices(logs, o => o.ConfigureNetworkForTesting = n => n.Loop.Hooks = macOS);
+        IHttpClientFactory factory = services.GetRequiredService<IHttpClientFactory>();
+        Assert.Equal("Hello, World!", await factory.CreateClient("backend").GetStringAsync(new Uri(server.BaseAddress, "plaintext")));
+
+        Assert.Null(services.GetRequiredService<IoUringConnectionFactory>().NetworkOrNull());
+        TestLogs.LogRecord warning = Assert.Single(logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
+        Assert.Equal(105, warning.EventId.Id);
+        Assert.EndsWith("io_uring needs Linux; this is macOS.", warning.Message, StringComparison.Ordinal);
+        Assert.Equal(0, macOS.SetupCalls);
     }
 
     [Fact]

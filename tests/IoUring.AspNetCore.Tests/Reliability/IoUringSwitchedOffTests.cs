@@ -13,7 +13,7 @@ namespace IoUring.AspNetCore.Tests.Reliability;
 /// io_uring switched off. For one real process (a seccomp filter, as container runtimes install, set up by
 /// launcher.c): the Kestrel sample falls back to Sockets with one warning, the plain API throws naming the cause.
 /// The global sysctl is never touched, so the tests running in parallel keep their io_uring. In process (the setup
-/// errno hook): the transport's fallback and ThrowIfUnavailable. The plain API's layers: IoUring.Tests' IoUringSwitchedOffTests.
+/// errno hook): the transport's fallback and ThrowIfUnavailable; off Linux (the operating system hook), the fallback. The plain API's layers: IoUring.Tests' IoUringSwitchedOffTests.
 /// </summary>
 public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutputHelper output) : IClassFixture<LauncherFixture>
 {
@@ -86,6 +86,23 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
         Assert.Contains("EPERM", warning.Message);
         var factory = (IoUringTransportFactory)server.App.Services.GetServices<IConnectionListenerFactory>().Last();
         Assert.True(factory.IsFallbackActive);
+    }
+
+    [Fact]
+    public async Task Off_Linux_Kestrel_serves_on_Sockets_with_one_warning_naming_the_OS_and_no_native_call()
+    {
+        var windows = new TestHooks { OtherOperatingSystem = "Windows" };
+        await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
+            o.IoUring = u => u.ConfigureNetworkForTesting = n => n.Loop.Hooks = windows);
+        using HttpClient client = server.CreateClient();
+
+        Assert.Equal("Hello, World!", await client.GetStringAsync("plaintext"));
+
+        Assert.Equal("SocketConnection", server.Connections.All.Single().ContextType);
+        TestLogs.LogRecord warning = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
+        Assert.Equal(100, warning.EventId.Id);
+        Assert.EndsWith("io_uring needs Linux; this is Windows.", warning.Message, StringComparison.Ordinal);
+        Assert.Equal(0, windows.SetupCalls);
     }
 
     [Fact]

@@ -1,4 +1,5 @@
 using IoUring.Interop;
+using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
 using IoUring.Tests.Support;
@@ -8,7 +9,8 @@ namespace IoUring.Tests.Reliability;
 /// <summary>
 /// io_uring switched off or refused (sysctl kernel.io_uring_disabled, a seccomp filter, RLIMIT_MEMLOCK), simulated by
 /// the setup errno hook: every layer names the cause and leaks nothing. The same with a real seccomp filter on a real
-/// process, and the Kestrel transport's fallback: IoUring.AspNetCore.Tests' IoUringSwitchedOffTests.
+/// process, and the Kestrel transport's fallback: IoUring.AspNetCore.Tests' IoUringSwitchedOffTests. Off Linux (the
+/// operating system hook): every way in throws naming the OS before any native call.
 /// </summary>
 [Collection(FdCountingCollection.Name)]
 public sealed class IoUringSwitchedOffTests
@@ -43,5 +45,20 @@ public sealed class IoUringSwitchedOffTests
         Assert.Contains("kernel.io_uring_disabled", ex.Message, StringComparison.Ordinal);
         Assert.Equal(Errno.EPERM, ex.Errno);
         Assert.Equal(fdsBefore, FdCount.Owned());
+    }
+
+    [Fact]
+    public void Off_Linux_the_plain_api_throws_naming_the_OS_before_any_native_call()
+    {
+        var windows = new TestHooks { OtherOperatingSystem = "Windows" };
+
+        var ex = Assert.Throws<IoUringUnavailableException>(() => new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2, Loop = { Hooks = windows } }));
+        Assert.Equal("io_uring needs Linux; this is Windows.", ex.Message);
+        Assert.Equal(Errno.ENOSYS, ex.Errno);
+        Assert.Equal(ex.Message, Assert.Throws<IoUringUnavailableException>(() => new EventLoop(new EventLoopOptions { Hooks = windows })).Message);
+        IoUringCapabilities caps = IoUringCapabilities.Probe(new RingOptions { SqEntries = 8, Hooks = windows });
+        Assert.False(caps.IsSupported);
+        Assert.Equal(ex.Message, caps.UnavailableReason);
+        Assert.Equal(0, windows.SetupCalls);
     }
 }

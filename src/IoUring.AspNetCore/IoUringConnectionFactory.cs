@@ -1,6 +1,8 @@
+using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.AspNetCore.Internal;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
@@ -48,7 +50,10 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endpoint);
-        IoUringTransport transport = _transport.GetOrStart(onUnavailable: null)!;
+        if (!_transport.TryGetOrStart(onUnavailable: null, out IoUringTransport? transport))
+        {
+            throw new UnreachableException(); // without onUnavailable, a transport that cannot start throws
+        }
         return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
     }
 
@@ -65,11 +70,11 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     public bool ConfigureHttpHandler(SocketsHttpHandler handler)
     {
         ArgumentNullException.ThrowIfNull(handler);
-        if (NetworkOrNull() is not { } network)
+        if (!_transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport))
         {
             return false;
         }
-        handler.UseIoUring(network);
+        handler.UseIoUring(transport.Network);
         return true;
     }
 
@@ -77,8 +82,10 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     /// The loops' network, started now if it has not been; null (after one warning, then always) where io_uring is
     /// unavailable, so a caller can fall back to sockets as Kestrel's transport does.
     /// </summary>
-    internal IoUringNetwork? NetworkOrNull()
-        => _transport.GetOrStart(ex => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message))?.Network;
+    [SupportedOSPlatform("linux")]
+    internal IoUringNetwork? NetworkOrNull() => _transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport) ? transport.Network : null;
+
+    private void LogUnavailable(IoUringException ex) => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message);
 
     /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every connection still open.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();

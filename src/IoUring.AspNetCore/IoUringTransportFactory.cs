@@ -1,6 +1,7 @@
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.AspNetCore.Internal;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
@@ -57,6 +58,7 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     public bool IsFallbackActive => Volatile.Read(ref _fallback) is not null;
 
     /// <summary>The loops serving the listeners, once the first bind started them (for tests).</summary>
+    [SupportedOSPlatform("linux")]
     internal IoUring.Net.IoUringNetwork? Network => _transport.Current?.Network;
 
     /// <inheritdoc />
@@ -70,8 +72,7 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
             throw new NotSupportedException($"{endpoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a FileHandleEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
-        IoUringTransport? transport = _transport.GetOrStart(_options.ThrowIfUnavailable ? null : UseSockets);
-        if (transport is null)
+        if (!_transport.TryGetOrStart(_options.ThrowIfUnavailable ? null : UseSockets, out IoUringTransport? transport))
         {
             return _fallback!.BindAsync(endpoint, cancellationToken);
         }

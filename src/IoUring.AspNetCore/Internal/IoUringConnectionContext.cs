@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http.Features;
@@ -20,6 +21,7 @@ namespace IoUring.AspNetCore.Internal;
 /// switch); the first reason wins and is what pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it when it is done with the connection)
 /// sends what is left and FIN, then waits until the socket is closed.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed partial class IoUringConnectionContext : ConnectionContext
 {
     private readonly IoUringConnection _connection;

@@ -1,4 +1,5 @@
 using System.Net;
+using System.Runtime.Versioning;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
 
@@ -9,6 +10,7 @@ namespace IoUring.AspNetCore.Internal;
 /// <see cref="AcceptAsync"/> hands the connections out. Kestrel stops it as Unbind, wait for the accept loop, close
 /// the connections, abort those left, Dispose; connections stay open through Unbind and Dispose.
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class IoUringConnectionListener : IConnectionListener
 {
     private readonly IoUringListener _listener;

@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
+using System.Runtime.Versioning;
 using IoUring.Net;
 using IoUring.Loops;
 
@@ -46,7 +47,8 @@ internal sealed class IoUringMetrics
     private readonly Meter _meter;
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
-    private readonly ConcurrentDictionary<EventLoop, KeyValuePair<string, object?>> _loopTags = new();
+    // By EventLoop, typed object: the meter is made on every OS, and a dictionary of a Linux-only type is Linux-only (CA1416).
+    private readonly ConcurrentDictionary<object, KeyValuePair<string, object?>> _loopTags = new();
     private readonly Lock _lock = new();                 // guards the two below; taken at collection and (de)registration
     private readonly List<IoUringNetwork> _networks = [];
     private EventLoopCounters[] _retired = [];          // by loop id: what networks already disposed did, so counts never go back
@@ -81,6 +83,7 @@ internal sealed class IoUringMetrics
     public static IoUringMetrics For(IMeterFactory? meterFactory)
         => meterFactory is null ? s_global.Value : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
 
+    [SupportedOSPlatform("linux")]
     public void Register(IoUringNetwork network)
     {
         for (int id = 0; id < network.Loops.Count; id++)
@@ -94,6 +97,7 @@ internal sealed class IoUringMetrics
     }
 
     /// <summary>Keeps the counts of a network that is going away.</summary>
+    [SupportedOSPlatform("linux")]
     public void Retire(IoUringNetwork network)
     {
         lock (_lock)
@@ -131,14 +135,19 @@ internal sealed class IoUringMetrics
         lock (_lock)
         {
             EventLoopCounters[] byLoop = counts ? (EventLoopCounters[])_retired.Clone() : [];
-            foreach (IoUringNetwork network in _networks)
+            // Networks exist only on Linux: the check is for CA1416 (the JIT folds it away).
+            if (OperatingSystem.IsLinux())
             {
-                AddLoops(ref byLoop, network);
+                foreach (IoUringNetwork network in _networks)
+                {
+                    AddLoops(ref byLoop, network);
+                }
             }
             return byLoop;
         }
     }
 
+    [SupportedOSPlatform("linux")]
     private static void AddLoops(ref EventLoopCounters[] byLoop, IoUringNetwork network)
     {
         IReadOnlyList<EventLoop> loops = network.Loops;

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
@@ -13,6 +14,7 @@ namespace IoUring.AspNetCore.Internal;
 /// types for resets and aborts, loop errors logged, counters on the meter. Listeners and outbound connections
 /// of one factory share it.
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class IoUringTransport : IAsyncDisposable
 {
     private readonly IoUringNetwork _network;

@@ -1,5 +1,7 @@
+using System.Diagnostics.CodeAnalysis;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
+using System.Runtime.Versioning;
 using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
@@ -50,23 +52,25 @@ internal sealed class LazyTransport
     }
 
     /// <summary>The transport if it has started.</summary>
+    [SupportedOSPlatform("linux")]
     public IoUringTransport? Current => _shared.Current;
 
     /// <summary>
     /// The transport, started now if it has not been. If io_uring cannot be set up and <paramref name="onUnavailable"/>
-    /// is given, it is called the first time this holder finds that out and null is returned from then on; without it
-    /// the error is thrown.
+    /// is given, it is called the first time this holder finds that out and false is returned from then on; without it
+    /// the error is thrown. True only on Linux (a transport starts nowhere else), which CA1416 takes as Linux's guard.
     /// </summary>
     /// <exception cref="ObjectDisposedException">The factory (<c>owner</c>) was disposed.</exception>
-    public IoUringTransport? GetOrStart(Action<IoUringException>? onUnavailable)
+    [SupportedOSPlatformGuard("linux")]
+    public bool TryGetOrStart(Action<IoUringException>? onUnavailable, [NotNullWhen(true)] out IoUringTransport? transport)
     {
         lock (_lock)
         {
             ObjectDisposedException.ThrowIf(_disposed, _owner); // named after the factory
-            IoUringTransport? transport = _shared.GetOrStart(out IoUringException? unavailable);
+            transport = _shared.GetOrStart(out IoUringException? unavailable);
             if (transport is not null)
             {
-                return transport;
+                return true;
             }
             if (onUnavailable is null)
             {
@@ -77,7 +81,7 @@ internal sealed class LazyTransport
                 _toldUnavailable = true;
                 onUnavailable(unavailable!);
             }
-            return null;
+            return false;
         }
     }
 
@@ -104,6 +108,7 @@ internal sealed class LazyTransport
         private int _holders;
         private bool _stopped;
 
+        [SupportedOSPlatform("linux")]
         public IoUringTransport? Current => Volatile.Read(ref _transport);
 
         /// <summary>Made with these services (a service provider's factories get the same ones).</summary>
@@ -129,9 +134,18 @@ internal sealed class LazyTransport
             {
                 if (_transport is null && _unavailable is null)
                 {
+                    IoUringCapabilities capabilities = IoUringCapabilities.Current;
                     try
                     {
-                        Volatile.Write(ref _transport, IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
+                        // Unsupported (off Linux, among other causes): throws naming the cause, as the loops' setup still may.
+                        if (!capabilities.IsSupported)
+                        {
+                            capabilities.EnsureSupported();
+                        }
+                        else
+                        {
+                            Volatile.Write(ref _transport, IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
+                        }
                     }
                     catch (IoUringException ex)
                     {
@@ -155,7 +169,8 @@ internal sealed class LazyTransport
                 _stopped = true;
                 transport = _transport;
             }
-            if (transport is not null)
+            // A transport starts only on Linux: the check is for CA1416 (the JIT folds it away).
+            if (transport is not null && OperatingSystem.IsLinux())
             {
                 await transport.DisposeAsync().ConfigureAwait(false);
             }

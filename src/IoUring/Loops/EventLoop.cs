@@ -3,6 +3,7 @@ using System.IO.Pipelines;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -22,6 +23,7 @@ namespace IoUring.Loops;
 /// <para>Disposing stops the loop: everything in flight is cancelled, the loop waits for each request's final
 /// completion, then closes every fd it opened and frees the memory it gave the kernel.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 {
     private readonly EventLoopOptions _options;

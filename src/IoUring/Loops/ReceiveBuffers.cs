@@ -1,4 +1,5 @@
 using System.Runtime.CompilerServices;
+using System.Runtime.Versioning;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
@@ -26,6 +27,7 @@ namespace IoUring.Loops;
 /// Memory: owned by the <see cref="BufferRing"/>; the loop disposes this after its last completion (see
 /// <see cref="EventLoop"/>'s shutdown). Thread: the loop thread only.
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class ReceiveBuffers : IDisposable
 {
     private readonly BufferRing _ring;

@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 
@@ -25,6 +26,7 @@ namespace IoUring.Loops;
 /// loop.Schedule(_ => handler.Submit(new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP }, 0xDEADBEEF_CAFEF00D), null);
 /// </code>
 /// </example>
+[SupportedOSPlatform("linux")]
 public abstract class RingHandler : RingOwner, IDisposable
 {
     /// <summary>Binds the handler to <paramref name="loop"/>.</summary>

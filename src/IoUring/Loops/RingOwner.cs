@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 
 namespace IoUring.Loops;
 
@@ -14,6 +15,7 @@ namespace IoUring.Loops;
 /// <para>Public only as <see cref="RingHandler"/>'s base (a custom completion then reaches the handler with no extra
 /// object in between); its constructor is internal, so only this library derives from it.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 public abstract class RingOwner
 {
     private GCHandle<RingOwner> _handle;

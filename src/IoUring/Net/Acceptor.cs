@@ -1,5 +1,6 @@
 using System.Net;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -12,6 +13,7 @@ namespace IoUring.Net;
 /// (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an unknown error, after a pause;
 /// never after an error that says the listening socket itself is broken (the listener then fails its AcceptAsync).
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed unsafe class Acceptor : RingOwner
 {
     private const uint KindAccept = 1;

@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -8,6 +9,7 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>One outbound IORING_OP_CONNECT; on success the socket becomes a connection on the same loop.</summary>
+[SupportedOSPlatform("linux")]
 internal sealed unsafe class ConnectOperation : RingOwner
 {
     private const uint KindConnect = 1;

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.ExceptionServices;
+using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -26,6 +27,7 @@ namespace IoUring.Net;
 /// reader side on the application's; both take one lock, once per completion or call. Read continuations run on the
 /// thread pool (inline when the settings prefer inline scheduling), never under the lock.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
 {
     private static readonly Action<object?> s_onResumed = static r => ((ConnectionReceiver)r!).OnInputResumed();

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
 using IoUring.Interop;
 using IoUring.Loops;
@@ -38,6 +39,7 @@ namespace IoUring.Net;
 /// unsent before it) may go in the writing thread's own send, as any flush's bytes may; all of it sent there, the
 /// write completes at once.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
 {
     /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>

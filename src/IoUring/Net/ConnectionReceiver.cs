@@ -1,4 +1,5 @@
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -30,6 +31,7 @@ namespace IoUring.Net;
 /// the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted (cancelled, and
 /// its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports the error.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionReceiver
 {
     private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported

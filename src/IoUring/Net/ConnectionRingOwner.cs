@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using IoUring.Loops;
 
 namespace IoUring.Net;
@@ -22,6 +23,7 @@ internal static class ConnectionRequestKind
 /// the part that owns that request: receiving, sending, or the connection's lifecycle. Also the thread-pool work item
 /// that signals the connection closed, queued once when it has closed (<see cref="IoUringConnection.SignalClosed"/>).
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop), IThreadPoolWorkItem
 {
     void IThreadPoolWorkItem.Execute() => connection.SignalClosed();

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Numerics;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
@@ -21,6 +22,7 @@ namespace IoUring.Net;
 /// Loop thread only. Owns the send state: whether a send is in flight, the pins of the memory the kernel reads, the gather message (native memory, freed by
 /// <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy pin sets and notifications.
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionSender
 {
     private const int MaxIovecs = 64;

@@ -1,10 +1,12 @@
 using System.Buffers;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Rings;
 
 namespace IoUring.Net;
 
 /// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so a layer above overrides with <c>with</c> and keeps every other setting.</summary>
+[SupportedOSPlatform("linux")]
 internal sealed record ConnectionSettings
 {
     /// <summary>The pipes' pool, or null: each loop's own (<see cref="Loops.EventLoop.MemoryPool"/>, registered with its ring).</summary>
@@ -71,6 +73,7 @@ internal sealed record ConnectionSettings
 /// still tells its application on the thread pool (<see cref="IoUringConnection.Closed"/>); the network's disposal waits
 /// for that too (<see cref="WhenClosedSignalled"/>).
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class ConnectionRegistry
 {
     private readonly Lock _lock = new();

@@ -1,4 +1,5 @@
 using System.IO.Pipelines;
+using System.Runtime.Versioning;
 
 namespace IoUring.Net;
 
@@ -7,6 +8,7 @@ namespace IoUring.Net;
 /// completes both, and with an <paramref name="owner"/> also closes that connection, without waiting for the close:
 /// gracefully, or abortively once <see cref="OwnedCloseGrace"/> has passed without the peer taking what is left.
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUringConnection? owner = null) : Stream
 {
     /// <summary>

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -21,6 +22,7 @@ namespace IoUring.Net;
 /// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
 /// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection (RST).</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 {
     private readonly ConnectionRingOwner _owner;

@@ -1,5 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Loops;
 
 namespace IoUring.Net;
@@ -16,6 +17,7 @@ namespace IoUring.Net;
 /// so up to one kernel backlog per loop more may be taken before the loops see the queue is full. Nothing is received
 /// for a connection until <see cref="AcceptAsync"/> hands it out.
 /// </remarks>
+[SupportedOSPlatform("linux")]
 public sealed class IoUringListener : IAsyncDisposable
 {
     private readonly Socket _socket;

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Loops;
 using IoUring.Rings;
 
@@ -25,6 +26,7 @@ namespace IoUring.Net;
 /// }
 /// </code>
 /// </example>
+[SupportedOSPlatform("linux")]
 public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 {
     private readonly EventLoop[] _loops;

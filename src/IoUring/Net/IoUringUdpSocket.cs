@@ -1,5 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Loops;
 
 namespace IoUring.Net;
@@ -35,6 +36,7 @@ namespace IoUring.Net;
 /// }
 /// </code>
 /// </example>
+[SupportedOSPlatform("linux")]
 public sealed class IoUringUdpSocket : IAsyncDisposable
 {
     private readonly Socket _socket; // owns the fd: disposed (closed) only after the last request on it ended

@@ -1,8 +1,10 @@
 using System.Net.Http;
+using System.Runtime.Versioning;
 
 namespace IoUring.Net;
 
 /// <summary>Runs <see cref="HttpClient"/>'s connections on io_uring.</summary>
+[SupportedOSPlatform("linux")]
 public static class SocketsHttpHandlerExtensions
 {
     /// <summary>

@@ -1,4 +1,5 @@
 using System.Net;
+using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
 
 namespace IoUring.Net;
@@ -12,6 +13,7 @@ namespace IoUring.Net;
 /// allocation), where the caller's continuation runs: the loop thread never runs application code. The fields below
 /// the core are guarded by the receiver's lock while the operation waits.
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed class UdpReceiveOperation(UdpReceiver receiver) : IValueTaskSource<DatagramResult>, IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private ManualResetValueTaskSourceCore<DatagramResult> _core; // mutable struct: never readonly

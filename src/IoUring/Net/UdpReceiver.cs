@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -25,6 +26,7 @@ namespace IoUring.Net;
 /// the like) end the RECVMSG; the error goes to the oldest waiting receive, or else to the socket's next operation,
 /// and the RECVMSG is re-armed: the socket stays usable.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpReceiver
 {
     private readonly IoUringUdpSocket _socket;

@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using IoUring.Loops;
 
 namespace IoUring.Net;
@@ -16,6 +17,7 @@ internal static class UdpRequestKind
 /// lets the socket finish closing after the last one. Its receives select from the socket's own buffer group
 /// (<see cref="RingOwner.OwnReceiveBuffers"/>).
 /// </summary>
+[SupportedOSPlatform("linux")]
 internal sealed class UdpRingOwner(EventLoop loop, IoUringUdpSocket socket) : RingOwner(loop)
 {
     internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags) => socket.Receiver.OnReceive(data, flags);

@@ -1,5 +1,6 @@
 using System.Net;
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
 using IoUring.Interop;
 
@@ -15,6 +16,7 @@ namespace IoUring.Net;
 /// who waits for the kernel (<see cref="Awaited"/>: too many sends in flight) is completed on the thread pool (this is
 /// the work item) with the SENDMSG's result.
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private const int NameSpace = 128; // sizeof(struct sockaddr_storage)

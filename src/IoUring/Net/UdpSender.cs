@@ -1,5 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
@@ -19,6 +20,7 @@ namespace IoUring.Net;
 /// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
 /// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
 /// </remarks>
+[SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSender
 {
     private readonly IoUringUdpSocket _socket;

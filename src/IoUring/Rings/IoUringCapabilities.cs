@@ -1,4 +1,5 @@
 using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
@@ -21,7 +22,9 @@ public sealed class IoUringCapabilities
     /// <summary>The capabilities of the running kernel, probed on first use.</summary>
     public static IoUringCapabilities Current => s_current.Value;
 
-    /// <summary>True when io_uring and every feature this library requires are available.</summary>
+    /// <summary>True when io_uring and every feature this library requires are available (never off Linux).</summary>
+    /// <remarks>A guard the platform analyzer (CA1416) knows: code it guards may use the Linux-only types.</remarks>
+    [SupportedOSPlatformGuard("linux")]
     public bool IsSupported => UnavailableReason is null;
 
     /// <summary>Why io_uring cannot be used here, or null when it can.</summary>

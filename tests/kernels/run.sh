@@ -132,7 +132,11 @@ mount -t devtmpfs dev /newroot/dev
 mkdir -p /newroot/dev/shm /newroot/dev/pts /newroot/kernel-out
 mount -t tmpfs -o mode=1777 shm /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
+# A fresh /tmp hides the host's; a checkout under it (where many clone) is bound back over the new one.
+checkout=$(cat /checkout)
+case $checkout in /tmp/*) mkdir -p /mnt/checkout && mount -o bind "/newroot$checkout" /mnt/checkout || fail "binding $checkout failed" ;; esac
 mount -t tmpfs -o mode=1777 tmp /newroot/tmp
+case $checkout in /tmp/*) mkdir -p "/newroot$checkout" && mount -o bind /mnt/checkout "/newroot$checkout" || fail "binding $checkout back failed" ;; esac
 mount -t tmpfs -o mode=755 run /newroot/run
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=none out /newroot/kernel-out || fail "mounting OUT over 9p failed"
 ip link set lo up
@@ -143,6 +147,7 @@ echo "KERNEL-RUN: powering off"
 echo o >/proc/sysrq-trigger
 poweroff -f
 EOF
+echo "$ROOT" >"$KDIR/initrd/checkout"   # the init keeps it visible if it lies under /tmp
 chmod +x "$KDIR/initrd/init"
 (cd "$KDIR/initrd" && find . | cpio -o -H newc --quiet | gzip -1 >"$INITRD")
 echo "initramfs: ${#ordered[@]} modules (${ordered[*]##*/})"

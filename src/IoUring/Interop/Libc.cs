@@ -14,7 +14,7 @@ internal static unsafe partial class Libc
 {
     private const string LibcName = "libc";
 
-    // x86-64 and arm64 share these numbers (asm-generic).
+    // x86-64 and arm64 share these numbers (asm-generic); AbiContractTests checks them against both architectures' headers.
     public const long SYS_io_uring_setup = 425;
     public const long SYS_io_uring_enter = 426;
     public const long SYS_io_uring_register = 427;

@@ -9,8 +9,9 @@ using Xunit.Abstractions;
 namespace IoUring.Tests.Abi;
 
 /// <summary>
-/// Compares every interop struct layout and every constant in IoUring.Interop with the machine's
-/// &lt;linux/io_uring.h&gt; and &lt;errno.h&gt;, as printed by abi_dump.c compiled with gcc.
+/// Compares every interop struct layout and every constant in IoUring.Interop with &lt;linux/io_uring.h&gt;,
+/// &lt;errno.h&gt; and glibc's headers as printed by abi_dump.c, for each <see cref="AbiTarget"/>: this machine's gcc, and
+/// arm64 (cross-compiled, run under qemu-user). The C# layouts are explicit, so one set of bindings must match both.
 /// </summary>
 public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper output) : IClassFixture<AbiDumpFixture>
 {
@@ -18,8 +19,11 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
     // Anything else abi_dump.c does not print fails the test, so a new binding can't skip the check.
     private static readonly Dictionary<string, string> NotInHeader = new(StringComparer.Ordinal);
 
-    // Constants are checked from these classes only: Libc's socket constants are glibc's, not io_uring's.
+    // Constants are checked from these classes whole, and from Libc only the io_uring syscall numbers: those are per
+    // architecture (x86-64 and arm64 happen to share them), while Libc's mmap, eventfd and socket constants are glibc's.
     private static readonly Type[] ConstantClasses = [typeof(IoUringConstants), typeof(Errno)];
+    private static readonly string[] LibcConstants =
+        [nameof(Libc.SYS_io_uring_setup), nameof(Libc.SYS_io_uring_enter), nameof(Libc.SYS_io_uring_register)];
 
     [Fact]
     public void Struct_sizes_are_the_documented_kernel_sizes()
@@ -54,13 +58,15 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         }
     }
 
-    [Fact]
-    public void Every_interop_struct_and_field_matches_the_header()
+    [Theory]
+    [InlineData(AbiTarget.Native)]
+    [InlineData(AbiTarget.Arm64)]
+    public void Every_interop_struct_and_field_matches_the_header(AbiTarget target)
     {
-        HeaderAbi abi = dump.Abi;
+        HeaderAbi abi = dump.For(target);
         var failures = new List<string>();
         int compared = 0;
-        output.WriteLine($"linux/io_uring.h {abi.Header}; probes built: {string.Join(' ', abi.Defines)}");
+        output.WriteLine($"{target}: {abi.Built}; arch {abi.Arch}, linux/io_uring.h {abi.Header}; probes built: {string.Join(' ', abi.Defines)}");
 
         foreach (Type type in InteropStructs())
         {
@@ -124,52 +130,55 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
             }
         }
 
-        output.WriteLine($"compared {compared} struct sizes, field offsets and field sizes");
+        output.WriteLine($"{target}: compared {compared} struct sizes, field offsets and field sizes");
         Assert.True(failures.Count == 0, string.Join('\n', failures));
     }
 
-    [Fact]
-    public void Every_constant_matches_the_header()
+    [Theory]
+    [InlineData(AbiTarget.Native)]
+    [InlineData(AbiTarget.Arm64)]
+    public void Every_constant_matches_the_header(AbiTarget target)
     {
-        HeaderAbi abi = dump.Abi;
+        HeaderAbi abi = dump.For(target);
         var failures = new List<string>();
         int compared = 0;
-        output.WriteLine($"linux/io_uring.h {abi.Header}");
+        output.WriteLine($"{target}: {abi.Built}; arch {abi.Arch}, linux/io_uring.h {abi.Header}");
 
-        foreach (Type holder in ConstantClasses)
+        IEnumerable<FieldInfo> constants = ConstantClasses
+            .SelectMany(holder => holder.GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
+            .Concat(LibcConstants.Select(name => typeof(Libc).GetField(name, BindingFlags.Public | BindingFlags.Static)!));
+        foreach (FieldInfo field in constants)
         {
-            foreach (FieldInfo field in holder.GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
+            Type holder = field.DeclaringType!;
+            string name = field.Name;
+            long value = Convert.ToInt64(field.GetRawConstantValue(), CultureInfo.InvariantCulture);
+            if (NotInHeader.TryGetValue(name, out string? reason))
             {
-                string name = field.Name;
-                long value = Convert.ToInt64(field.GetRawConstantValue(), CultureInfo.InvariantCulture);
-                if (NotInHeader.TryGetValue(name, out string? reason))
+                output.WriteLine($"not compared: {holder.Name}.{name} ({reason})");
+                if (abi.Values.ContainsKey(name))
                 {
-                    output.WriteLine($"not compared: {holder.Name}.{name} ({reason})");
-                    if (abi.Values.ContainsKey(name))
-                    {
-                        failures.Add($"{name} is listed in NotInHeader but the header has it: remove it from NotInHeader");
-                    }
+                    failures.Add($"{name} is listed in NotInHeader but the header has it: remove it from NotInHeader");
                 }
-                else if (abi.Values.TryGetValue(name, out long headerValue))
+            }
+            else if (abi.Values.TryGetValue(name, out long headerValue))
+            {
+                compared++;
+                if (value != headerValue)
                 {
-                    compared++;
-                    if (value != headerValue)
-                    {
-                        failures.Add($"{holder.Name}.{name}: C# {value} (0x{value:X}), header {headerValue} (0x{headerValue:X})");
-                    }
+                    failures.Add($"{holder.Name}.{name}: C# {value} (0x{value:X}), header {headerValue} (0x{headerValue:X})");
                 }
-                else if (abi.Missing.Contains(name))
-                {
-                    output.WriteLine($"skipped: {name} is not in this header");
-                }
-                else
-                {
-                    failures.Add($"abi_dump.c does not print {holder.Name}.{name}: add it (with #ifdef or a probe if newer than the 6.1 header), or list it in NotInHeader with a reason");
-                }
+            }
+            else if (abi.Missing.Contains(name))
+            {
+                output.WriteLine($"skipped: {name} is not in this header");
+            }
+            else
+            {
+                failures.Add($"abi_dump.c does not print {holder.Name}.{name}: add it (with #ifdef or a probe if newer than the 6.1 header), or list it in NotInHeader with a reason");
             }
         }
 
-        output.WriteLine($"compared {compared} constants");
+        output.WriteLine($"{target}: compared {compared} constants");
         Assert.True(failures.Count == 0, string.Join('\n', failures));
     }
 
@@ -202,37 +211,84 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
     private static IEnumerable<Type> InteropStructs() => KernelStructs;
 }
 
+/// <summary>Where abi_dump.c is compiled and run.</summary>
+public enum AbiTarget
+{
+    /// <summary>This machine: gcc, run directly.</summary>
+    Native,
+
+    /// <summary>arm64: Debian's aarch64-linux-gnu-gcc (its cross kernel and glibc headers), static, run under qemu-aarch64-static.</summary>
+    Arm64,
+}
+
 /// <summary>The parsed output of abi_dump.c: values by key, names this header lacks, and older-layout containers.</summary>
 internal sealed class HeaderAbi
 {
     public required string Header { get; init; }
+    public required string Arch { get; init; }
+    public required string Built { get; init; }
     public required IReadOnlyList<string> Defines { get; init; }
     public Dictionary<string, long> Values { get; } = new(StringComparer.Ordinal);
     public HashSet<string> Missing { get; } = new(StringComparer.Ordinal);
     public Dictionary<string, string> Within { get; } = new(StringComparer.Ordinal);
 }
 
-/// <summary>Compiles and runs abi_dump.c once for the test class, on first use.</summary>
+/// <summary>Compiles and runs abi_dump.c once per target for the test class, on first use.</summary>
 public sealed class AbiDumpFixture : IDisposable
 {
     private const string SourceRelativePath = "tests/IoUring.Tests/Abi/abi_dump.c";
     private static readonly TimeSpan ProcessTimeout = TimeSpan.FromSeconds(60);
 
     private readonly DirectoryInfo _work = Directory.CreateTempSubdirectory("iouring-abi-");
-    private readonly Lazy<HeaderAbi> _abi;
+    private readonly Dictionary<AbiTarget, Lazy<HeaderAbi>> _abi;
 
-    public AbiDumpFixture() => _abi = new Lazy<HeaderAbi>(Build);
+    public AbiDumpFixture() =>
+        _abi = Enum.GetValues<AbiTarget>().ToDictionary(target => target, target => new Lazy<HeaderAbi>(() => Build(target)));
 
-    // Lazy caches a failure, so every test that needs gcc fails with the same message.
-    internal HeaderAbi Abi => _abi.Value;
+    // Lazy caches a failure, so every test of a target whose tools are missing fails with the same message.
+    internal HeaderAbi For(AbiTarget target) => _abi[target].Value;
 
     public void Dispose() => _work.Delete(recursive: true);
 
-    private HeaderAbi Build()
+    /// <summary>
+    /// How to build and run abi_dump.c for a target. Arch is what abi_dump must say it was compiled for (null: not
+    /// checked), so a cross build that silently fell back to the host compiler can't pass as arm64.
+    /// </summary>
+    private sealed record Toolchain(string Compiler, string CompilerPackage, string HeadersPackage, string[] Flags,
+        string? Emulator, string? EmulatorPackage, string? Arch);
+
+    private static Toolchain ToolchainFor(AbiTarget target) => target switch
     {
-        string gcc = FindOnPath("gcc")
-            ?? throw new InvalidOperationException("gcc was not found on PATH, so the ABI contract can't be checked against <linux/io_uring.h>. Install it: sudo apt-get install build-essential");
+        AbiTarget.Native => new("gcc", "build-essential", "linux-libc-dev", [], null, null, null),
+        // Static, so qemu-user needs no arm64 glibc at run time (no sysroot, no binfmt registration).
+        AbiTarget.Arm64 => new("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "linux-libc-dev-arm64-cross", ["-static"],
+            "qemu-aarch64-static", "qemu-user-static", "aarch64"),
+        _ => throw new ArgumentOutOfRangeException(nameof(target), target, null),
+    };
+
+    private HeaderAbi Build(AbiTarget target)
+    {
+        Toolchain tools = ToolchainFor(target);
+        string? gcc = FindOnPath(tools.Compiler);
+        string? emulator = tools.Emulator is null ? null : FindOnPath(tools.Emulator);
+        var missing = new List<(string Program, string Package)>();
+        if (gcc is null)
+        {
+            missing.Add((tools.Compiler, tools.CompilerPackage));
+        }
+        if (tools.Emulator is not null && emulator is null)
+        {
+            missing.Add((tools.Emulator, tools.EmulatorPackage!));
+        }
+        if (missing.Count > 0)
+        {
+            throw new InvalidOperationException(
+                $"{string.Join(" and ", missing.Select(m => m.Program))} {(missing.Count == 1 ? "was" : "were")} not found on PATH, "
+                + $"so the ABI contract can't be checked for {target} against <linux/io_uring.h>. "
+                + $"Install {(missing.Count == 1 ? "it" : "them")}: sudo apt-get install {string.Join(' ', missing.Select(m => m.Package))}");
+        }
         string source = FindSource();
+        DirectoryInfo work = _work.CreateSubdirectory(target.ToString().ToLowerInvariant());
         string text = File.ReadAllText(source);
 
         // Enum members and struct fields can't be #ifdef'd: build each probe alone to learn which exist.
@@ -247,9 +303,9 @@ public sealed class AbiDumpFixture : IDisposable
             }
             string[] parts = trimmed["* probe ".Length..].Split(' ', 2, StringSplitOptions.TrimEntries);
             declared.Add(parts[0]);
-            string probe = Path.Combine(_work.FullName, $"{parts[0]}.c");
+            string probe = Path.Combine(work.FullName, $"{parts[0]}.c");
             File.WriteAllText(probe, $"#include <stddef.h>\n#include <linux/io_uring.h>\nlong long abi_probe = (long long)({parts[1]});\n");
-            if (Run(gcc, ["-fsyntax-only", probe]).ExitCode == 0)
+            if (Run(gcc!, ["-fsyntax-only", probe]).ExitCode == 0)
             {
                 defines.Add(parts[0]);
             }
@@ -263,28 +319,37 @@ public sealed class AbiDumpFixture : IDisposable
             }
         }
 
-        string binary = Path.Combine(_work.FullName, "abi_dump");
-        var compileArgs = new List<string> { "-std=gnu11", "-Wall", "-Wextra", "-o", binary, source };
+        string binary = Path.Combine(work.FullName, "abi_dump");
+        var compileArgs = new List<string> { "-std=gnu11", "-Wall", "-Wextra" };
+        compileArgs.AddRange(tools.Flags);
+        compileArgs.AddRange(["-o", binary, source]);
         compileArgs.AddRange(defines.Select(d => $"-D{d}"));
-        (int compileExit, _, string compileErrors) = Run(gcc, compileArgs);
-        Assert.True(compileExit == 0, $"gcc could not compile {source} against this machine's headers (is linux-libc-dev installed?):\n{compileErrors}");
+        (int compileExit, _, string compileErrors) = Run(gcc!, compileArgs);
+        Assert.True(compileExit == 0, $"{tools.Compiler} could not compile {source} against its headers (is {tools.HeadersPackage} installed?):\n{compileErrors}");
 
-        (int exit, string stdout, string stderr) = Run(binary, []);
-        Assert.True(exit == 0, $"abi_dump exited with {exit}:\n{stderr}");
-        return Parse(stdout, defines);
+        (int exit, string stdout, string stderr) = emulator is null ? Run(binary, []) : Run(emulator, [binary]);
+        Assert.True(exit == 0, $"abi_dump ({target}) exited with {exit}:\n{stderr}");
+        string built = string.Join(' ', [tools.Compiler, .. tools.Flags]) + (emulator is null ? ", run here" : $", run under {tools.Emulator}");
+        HeaderAbi abi = Parse(stdout, defines, built);
+        if (tools.Arch is not null && abi.Arch != tools.Arch)
+        {
+            throw new InvalidOperationException($"abi_dump built by {tools.Compiler} says it was compiled for '{abi.Arch}', not {tools.Arch}");
+        }
+        return abi;
     }
 
-    private static HeaderAbi Parse(string stdout, List<string> defines)
+    private static HeaderAbi Parse(string stdout, List<string> defines, string built)
     {
         var lines = stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
-        string header = lines.FirstOrDefault(l => l.StartsWith("header ", StringComparison.Ordinal))?["header ".Length..] ?? "unknown";
-        var abi = new HeaderAbi { Header = header, Defines = defines };
+        string Line(string key) => lines.FirstOrDefault(l => l.StartsWith(key + " ", StringComparison.Ordinal))?[(key.Length + 1)..] ?? "unknown";
+        var abi = new HeaderAbi { Header = Line("header"), Arch = Line("arch"), Built = built, Defines = defines };
         foreach (string line in lines)
         {
             string[] parts = line.Split(' ');
             switch (parts[0])
             {
                 case "header":
+                case "arch":
                     break;
                 case "missing" when parts.Length == 2:
                     abi.Missing.Add(parts[1]);

@@ -6,11 +6,14 @@
  *   offsetof(io_uring_sqe.user_data) 32  offset of a field (union members too)
  *   sizeof(io_uring_sqe.user_data) 8     size of a field
  *   IORING_OP_SEND_ZC 47                 value of a constant
+ *   arch aarch64                         the architecture it was compiled for (AbiContractTests
+ *                                        checks a cross build really is one)
  *   missing IORING_FEAT_NO_IOWAIT        this header is older than the constant or field
  *   within T.f T.g                       this header has no T.f; its bytes are T.g's (an older
  *                                        name, a sibling in the same union, or still reserved)
  *
- * The baseline is the 6.1 uapi header (Debian 12): everything in it is printed unconditionally.
+ * The baseline is the 6.1 uapi header (Debian 12): everything in it is printed unconditionally,
+ * except what came to 6.1 in a stable update (Debian's arm64 cross header is 6.1.4).
  * Newer macros are guarded with #ifdef. Newer enum members and struct fields can't be, so
  * AbiContractTests compiles each probe expression below on its own and passes -D<name> for
  * those that build (its output lists them as "probes built"). A hand build needs the same -D
@@ -33,6 +36,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <linux/io_uring.h>
 #include <linux/time_types.h>
@@ -40,6 +44,14 @@
 
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 1, 0)
 #error "linux/io_uring.h is older than 6.1, the oldest header this ABI dump supports"
+#endif
+
+#if defined(__aarch64__)
+#define ARCH "aarch64"
+#elif defined(__x86_64__)
+#define ARCH "x86_64"
+#else
+#define ARCH "other"
 #endif
 
 #define SIZE(T) printf("sizeof(" #T ") %zu\n", sizeof(struct T))
@@ -395,13 +407,21 @@ static void constants(void)
 	MISSING(IORING_ACCEPT_POLL_FIRST);
 #endif
 
-	/* sqe->cancel_flags */
+	/* sqe->cancel_flags (USERDATA and OP came to 6.1 in a stable update: Debian's arm64 cross header, 6.1.4, lacks them) */
 	CONST(IORING_ASYNC_CANCEL_ALL);
 	CONST(IORING_ASYNC_CANCEL_FD);
 	CONST(IORING_ASYNC_CANCEL_ANY);
 	CONST(IORING_ASYNC_CANCEL_FD_FIXED);
+#ifdef IORING_ASYNC_CANCEL_USERDATA
 	CONST(IORING_ASYNC_CANCEL_USERDATA);
+#else
+	MISSING(IORING_ASYNC_CANCEL_USERDATA);
+#endif
+#ifdef IORING_ASYNC_CANCEL_OP
 	CONST(IORING_ASYNC_CANCEL_OP);
+#else
+	MISSING(IORING_ASYNC_CANCEL_OP);
+#endif
 
 	/* sqe->timeout_flags */
 	CONST(IORING_TIMEOUT_ABS);
@@ -463,6 +483,11 @@ static void constants(void)
 	CONST(IORING_OFF_CQ_RING);
 	CONST(IORING_OFF_SQES);
 
+	/* io_uring syscall numbers (Libc.cs): glibc's SYS_ names for the kernel's per-architecture __NR_ numbers */
+	CONST(SYS_io_uring_setup);
+	CONST(SYS_io_uring_enter);
+	CONST(SYS_io_uring_register);
+
 	/* errno (Errno.cs) */
 	CONST(EPERM);
 	CONST(ENOENT);
@@ -488,6 +513,7 @@ static void constants(void)
 int main(void)
 {
 	printf("header %d.%d\n", LINUX_VERSION_CODE >> 16, (LINUX_VERSION_CODE >> 8) & 0xff);
+	printf("arch %s\n", ARCH);
 	structs();
 	constants();
 	return 0;

@@ -80,21 +80,29 @@ internal sealed unsafe class ConnectOperation : RingOwner
     {
         try
         {
-            Loop.Post(static s =>
-            {
-                var op = (ConnectOperation)s!;
-                if (op.InFlight > 0 && !op.Loop.IsStopping)
-                {
-                    io_uring_sqe* sqe = op.Loop.NewSqe(op, KindCancel);
-                    sqe->opcode = IORING_OP_ASYNC_CANCEL;
-                    sqe->addr = op.UserDataOf(KindConnect);
-                }
-            }, this);
+            Loop.Post(static s => ((ConnectOperation)s!).SubmitCancel(), this);
         }
         catch (ObjectDisposedException)
         {
             // The loop stopped and cancelled the connect itself.
         }
+    }
+
+    /// <summary>Loop thread: cancels the CONNECT if it is still in flight; with no SQE, again next iteration (or it would wait out the kernel's SYN retries).</summary>
+    private void SubmitCancel()
+    {
+        if (InFlight == 0 || Loop.IsStopping)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
+        if (sqe == null)
+        {
+            Loop.RetryNextIteration(this, static op => op.SubmitCancel());
+            return;
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = UserDataOf(KindConnect);
     }
 
     internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)

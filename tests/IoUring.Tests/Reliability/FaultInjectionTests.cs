@@ -198,6 +198,53 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         Assert.Equal(owners, loop.LiveOwners);
     }
 
+    [Fact]
+    public async Task A_connect_cancel_the_loop_refuses_an_sqe_for_is_tried_again_and_the_connect_ends_cancelled()
+    {
+        // A listener whose accept queue is full drops SYNs, so the CONNECT stays in flight until it is cancelled.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        int reported = 0;
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => Interlocked.Increment(ref reported) } });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peer.Listen(0);
+        var fillers = new List<Socket>();
+        try
+        {
+            for (int i = 0; i < 3; i++)
+            {
+                var filler = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                fillers.Add(filler);
+                _ = filler.ConnectAsync(peer.LocalEndPoint!); // the later ones stay in SYN_SENT: the queue is full
+            }
+            await Task.Delay(200);
+            EventLoop loop = network.Loops[0];
+            int owners = loop.LiveOwners;
+            using var cts = new CancellationTokenSource();
+            // ConnectAsync posts the CONNECT's start; posted right behind it, the refusal and the cancel come once its
+            // SQE is written, so the one SQE refused is the cancel's.
+            Task<IoUringConnection> connecting = await OnLoopAsync(loop, () =>
+            {
+                Task<IoUringConnection> connect = network.ConnectAsync(peer.LocalEndPoint!, cts.Token).AsTask();
+                loop.Schedule(_ =>
+                {
+                    faults.RefuseSqes(1);
+                    cts.Cancel();
+                }, null);
+                return connect;
+            });
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => connecting.WaitAsync(TimeSpan.FromSeconds(5)));
+            Assert.Equal(1, faults.SqesRefused);
+            Assert.Equal(1, reported); // the refusal is reported, not thrown into the loop
+            await Eventually.WaitForAsync(() => loop.LiveOwners == owners);
+            Assert.Equal(owners, loop.LiveOwners);
+        }
+        finally
+        {
+            fillers.ForEach(f => f.Dispose());
+        }
+    }
+
     /// <summary>
     /// Refuses the one request a backing-off owner asks for right after its next error (<paramref name="errors"/>
     /// counts them): once an error was handled (its back-off TIMEOUT queued) and a later CQE (that TIMEOUT's) re-armed the

@@ -157,14 +157,25 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         return done.Task;
     }
 
+    /// <summary>A fault injector that fails nothing by itself: its <see cref="FaultInjector.RefuseSqes"/> refuses requests.</summary>
+    private static FaultInjector SqeRefuser() => new([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+
+    /// <summary>A one-loop network with <paramref name="faults"/>; each refused request is reported to <paramref name="report"/> (by default ignored).</summary>
+    private static IoUringNetwork RefusingNetwork(FaultInjector faults, Action<Exception>? report = null, Action<IoUringNetworkOptions>? configure = null)
+    {
+        var options = new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = report ?? (_ => { }) } };
+        configure?.Invoke(options);
+        return new IoUringNetwork(options);
+    }
+
     [Fact]
     public async Task A_connect_whose_completion_the_loop_refuses_sqes_for_still_completes_and_leaves_no_owner_behind()
     {
         // The loop refuses the two requests asked for once the CONNECT is queued (as when the SQ stays full after an early
         // submit): the new connection's RECV and its hang-up poll. ConnectAsync used to wait for ever, its owner never freed.
-        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        var faults = SqeRefuser();
         int reported = 0;
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => Interlocked.Increment(ref reported) } });
+        await using var network = RefusingNetwork(faults, _ => Interlocked.Increment(ref reported));
         using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
         peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         peer.Listen();
@@ -202,9 +213,9 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task A_connect_cancel_the_loop_refuses_an_sqe_for_is_tried_again_and_the_connect_ends_cancelled()
     {
         // A listener whose accept queue is full drops SYNs, so the CONNECT stays in flight until it is cancelled.
-        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
+        var faults = SqeRefuser();
         int reported = 0;
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => Interlocked.Increment(ref reported) } });
+        await using var network = RefusingNetwork(faults, _ => Interlocked.Increment(ref reported));
         using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
         peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         peer.Listen(0);
@@ -284,8 +295,8 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     {
         // Backlog 1: the first connection fills the listener's queue, so the acceptor pauses and cancels its ACCEPT, and the
         // loop refuses that cancel (as when the SQ stays full after an early submit). The accepted fd used to be dropped.
-        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Backlog = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        var faults = SqeRefuser();
+        await using var network = RefusingNetwork(faults, configure: o => o.Backlog = 1);
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         int fds = FdCount.Owned();
         faults.RefuseSqes(1);
@@ -307,8 +318,8 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     {
         // The loop refuses the first three requests after an ACCEPT completes: the connection's hang-up poll, its RECV
         // (the application is waiting, so it starts receiving at once) and the next ACCEPT, which used to be lost.
-        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, MultishotAccept = false, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        var faults = SqeRefuser();
+        await using var network = RefusingNetwork(faults, configure: o => o.MultishotAccept = false);
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         faults.RefuseSqes(3);
         for (int i = 0; i < 2; i++)
@@ -324,8 +335,8 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     [Fact]
     public async Task An_accept_resumed_after_a_full_backlog_whose_rearm_the_loop_refuses_is_armed_again()
     {
-        var faults = new FaultInjector([IORING_OP_NOP], [Errno.ECONNRESET], probability: 0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Backlog = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        var faults = SqeRefuser();
+        await using var network = RefusingNetwork(faults, configure: o => o.Backlog = 1);
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         EventLoop loop = network.Loops[0];
         using var first = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
@@ -349,7 +360,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     public async Task Accept_backing_off_for_lack_of_fds_whose_back_off_the_loop_refuses_keeps_retrying()
     {
         var faults = new FaultInjector([IORING_OP_ACCEPT], [Errno.EMFILE], probability: 1.0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using var network = RefusingNetwork(faults);
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         await RefuseTheNextBackOffAsync(network.Loops[0], faults, () => listener.FdExhaustions).WaitAsync(TimeSpan.FromSeconds(5));
         await Eventually.WaitForAsync(() => faults.SqesRefused == 1);
@@ -366,7 +377,7 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
         // Every RECV finds the buffer ring empty (ENOBUFS): the receive backs off (a TIMEOUT) and tries again. The loop
         // refuses one back-off's TIMEOUT; the connection used to be aborted for it.
         var faults = new FaultInjector([IORING_OP_RECV], [Errno.ENOBUFS], probability: 1.0, seed: 1);
-        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = _ => { } } });
+        await using var network = RefusingNetwork(faults);
         await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         (Socket client, IoUringConnection server) = await LoopbackPairs.ConnectAsync(listener);
         using (client)

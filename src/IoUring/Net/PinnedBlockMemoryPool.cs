@@ -36,7 +36,11 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// <summary>256 KiB: one registered buffer each (the unit of growth, registration and trimming).</summary>
     public const int RegionSize = 256 * 1024;
 
-    private const int PageSize = 4096;
+    private const int MinBlockSize = 4096;
+
+    /// <summary>Regions start on a page of the system's size (16 or 64 KiB on some arm64 kernels), so registration pins
+    /// and madvise releases whole pages of the region's own.</summary>
+    private static readonly int s_pageSize = Environment.SystemPageSize;
 
     /// <summary>How often regions that nobody needed are trimmed.</summary>
     public static readonly TimeSpan TrimInterval = TimeSpan.FromSeconds(10);
@@ -54,12 +58,12 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// <param name="trim">Whether a timer trims unused regions (tests turn it off to count blocks exactly).</param>
     /// <param name="registrar">Registers each new region with a ring (a loop's own pool), or null.</param>
     /// <param name="poisonReturnedBlocks">Fill every returned block with <see cref="PoisonByte"/> (tests).</param>
-    /// <param name="blockSize">Bytes per block: a power of two from 4 KiB (a page) to <see cref="RegionSize"/>.</param>
+    /// <param name="blockSize">Bytes per block: a power of two from 4 KiB to <see cref="RegionSize"/>.</param>
     public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null, bool poisonReturnedBlocks = false, int blockSize = BlockSize)
     {
-        if (blockSize < PageSize || blockSize > RegionSize || !int.IsPow2(blockSize))
+        if (blockSize < MinBlockSize || blockSize > RegionSize || !int.IsPow2(blockSize))
         {
-            throw new ArgumentOutOfRangeException(nameof(blockSize), blockSize, $"A power of two from {PageSize} to {RegionSize}.");
+            throw new ArgumentOutOfRangeException(nameof(blockSize), blockSize, $"A power of two from {MinBlockSize} to {RegionSize}.");
         }
         BlockBytes = blockSize;
         BlocksPerRegion = RegionSize / blockSize;
@@ -299,10 +303,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         public Region(PinnedBlockMemoryPool pool)
         {
             Pool = pool;
-            _array = GC.AllocateUninitializedArray<byte>(RegionSize + PageSize, pinned: true);
+            _array = GC.AllocateUninitializedArray<byte>(RegionSize + s_pageSize, pinned: true);
             // The array lives on the pinned object heap: its address is stable for its whole life.
             nuint address = (nuint)Unsafe.AsPointer(ref MemoryMarshal.GetArrayDataReference(_array));
-            Start = (byte*)((address + PageSize - 1) & ~(nuint)(PageSize - 1));
+            Start = (byte*)((address + (nuint)s_pageSize - 1) & ~(nuint)(s_pageSize - 1));
             _free = new Block[pool.BlocksPerRegion];
             for (int i = 0; i < _free.Length; i++)
             {
@@ -351,14 +355,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         internal void ReleasePages()
         {
             Debug.Assert(IsDropped);
-            // Whole pages of the system's size only (arm64 kernels may have 16 or 64 KiB pages).
-            nuint page = (nuint)Environment.SystemPageSize;
-            nuint first = ((nuint)Start + page - 1) & ~(page - 1);
-            nuint end = ((nuint)Start + RegionSize) & ~(page - 1);
-            if (end > first)
-            {
-                _ = Libc.madvise((void*)first, end - first, Libc.MADV_DONTNEED); // a refusal only leaves the pages resident
-            }
+            _ = Libc.madvise(Start, RegionSize, Libc.MADV_DONTNEED); // a refusal only leaves the pages resident
         }
     }
 

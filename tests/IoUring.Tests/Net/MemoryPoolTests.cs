@@ -70,6 +70,8 @@ public sealed partial class MemoryPoolTests
     {
         int pages = PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize;
         byte* vector = stackalloc byte[pages];
+        Assert.True((nuint)region.Start % (nuint)Environment.SystemPageSize == 0,
+            $"the region starts at 0x{(nuint)region.Start:x}, not on a page boundary ({Environment.SystemPageSize} B pages)");
         Assert.Equal(0, mincore(region.Start, (nuint)PinnedBlockMemoryPool.RegionSize, vector));
         int resident = 0;
         for (int i = 0; i < pages; i++)

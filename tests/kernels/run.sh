@@ -15,7 +15,8 @@
 #                extracted into CACHE, and the tests are a self-contained linux-arm64 publish of $TESTS run by the
 #                project's own in-process runner (tests/IoUring.Tests/Program.cs), since the SDK is x64 only. FILTER
 #                is then INCLUDE/EXCLUDE instead (substrings of test names, space-separated); EXCLUDE defaults to the
-#                ABI tests, which compile C in the guest (their arm64 half runs on the host under qemu-user).
+#                tests that need gcc, the SDK or chromium in the guest (ARM64_EXCLUDES below; the ABI tests' arm64
+#                half runs on the host under qemu-user).
 #   KERNEL_PKG   Debian package holding /boot/vmlinuz-* and its modules (apt-get download + dpkg -x into CACHE; the
 #                host's /boot is not touched). Default: what linux-image-amd64 depends on.
 #   FILTER       test filter (vstest syntax), default empty: the whole suite.
@@ -49,7 +50,14 @@ ARCH=${ARCH:-amd64}
 case $ARCH in amd64|arm64) ;; *) echo "ARCH is amd64 or arm64, not '$ARCH'"; exit 2 ;; esac
 INCLUDE=${INCLUDE:-}
 [[ $ARCH == arm64 && -z ${TEST_ENV+set} ]] && TEST_ENV="IOURING_SOAK_SECONDS=15 DOTNET_EnableWriteXorExecute=0"
-EXCLUDE=${EXCLUDE-IoUring.Tests.Abi.}
+# What needs a tool the arm64 root lacks: gcc (the ABI tests, the child-process launcher), the SDK (packaging, the
+# dotnet host the child processes run on), chromium.
+ARM64_EXCLUDES="IoUring.Tests.Abi."
+for t in Browser. Packaging. Reliability.FdExhaustionTests. Reliability.IoUringSwitchedOffTests. \
+         Reliability.LockedMemoryLimitTests. Reliability.KestrelSampleHttpsTests.; do
+    ARM64_EXCLUDES+=" IoUring.AspNetCore.Tests.$t"
+done
+EXCLUDE=${EXCLUDE-$ARM64_EXCLUDES}
 FILTER=${FILTER:-}
 TESTS=${TESTS:-IoUring.Tests}
 TIMEOUT=${TIMEOUT:-90}

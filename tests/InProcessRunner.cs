@@ -3,19 +3,20 @@ using System.Diagnostics;
 using Xunit.Abstractions;
 using Xunit.Sdk;
 
-namespace IoUring.Tests;
+namespace IoUring.Testing;
 
 /// <summary>
-/// Runs this assembly's tests in its own process, without the SDK or vstest: for a self-contained publish on a machine
-/// that has no .NET SDK, such as the arm64 guest of <c>tests/kernels/run.sh</c>. <c>dotnet test</c> never calls it.
+/// The entry point of each test project: runs that assembly's tests in its own process, without the SDK or vstest, for
+/// a self-contained publish on a machine with no .NET SDK, such as the arm64 guest of <c>tests/kernels/run.sh</c>.
+/// <c>dotnet test</c> never calls it.
 /// </summary>
 /// <remarks>
-/// <c>IoUring.Tests [--include TEXT]... [--exclude TEXT]... [--trace]</c>: a test runs when its full name (namespace,
+/// <c>PROJECT [--include TEXT]... [--exclude TEXT]... [--trace]</c>: a test runs when its full name (namespace,
 /// class, method) contains some <c>--include</c> (or none was given) and no <c>--exclude</c>; <c>--trace</c> also prints
 /// each test as it starts, to name the one a crash killed. The summary lines match
 /// vstest's console logger, so run.sh reads both alike. Exit status: 0 all passed, 1 a test failed, 2 bad arguments.
 /// </remarks>
-public static class Program
+public static class InProcessRunner
 {
     public static int Main(string[] args)
     {
@@ -29,12 +30,12 @@ public static class Program
             else if (args[i] == "--trace") trace = true;
             else
             {
-                Console.Error.WriteLine($"unknown argument '{args[i]}'; usage: IoUring.Tests [--include TEXT]... [--exclude TEXT]... [--trace]");
+                Console.Error.WriteLine($"unknown argument '{args[i]}'; usage: {AppDomain.CurrentDomain.FriendlyName} [--include TEXT]... [--exclude TEXT]... [--trace]");
                 return 2;
             }
         }
 
-        var assembly = typeof(Program).Assembly;
+        var assembly = typeof(InProcessRunner).Assembly;
         var framework = new XunitTestFramework(new ConsoleDiagnostics());
         var discovery = new DiscoverySink();
         using (var discoverer = framework.GetDiscoverer(Reflector.Wrap(assembly)))

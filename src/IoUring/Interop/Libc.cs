@@ -53,7 +53,7 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int munmap(void* addr, nuint length);
 
-    public const int MADV_DONTNEED = 4; // the same on x86-64 and arm64
+    public const int MADV_DONTNEED = 4;
 
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int madvise(void* addr, nuint length, int advice);
@@ -68,6 +68,11 @@ internal static unsafe partial class Libc
     /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy, not the caller's.</summary>
     public const int SCHED_RESET_ON_FORK = 0x40000000;
 
+    // The syscall number differs by architecture (x86-64 has its own table, arm64 asm-generic's): a _<Architecture>
+    // suffix makes AbiContractTests compare each with that architecture's header only.
+    public const long SYS_sched_setscheduler_X64 = 144;
+    public const long SYS_sched_setscheduler_Arm64 = 119;
+
     [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
     private static partial long syscall_sched_setscheduler(long number, int tid, int policy, int* param);
 
@@ -77,8 +82,8 @@ internal static unsafe partial class Libc
     /// </summary>
     public static int sched_setscheduler(int tid, int policy, int* param) => RuntimeInformation.ProcessArchitecture switch
     {
-        Architecture.X64 => (int)syscall_sched_setscheduler(144, tid, policy, param),
-        Architecture.Arm64 => (int)syscall_sched_setscheduler(119, tid, policy, param), // asm-generic
+        Architecture.X64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_X64, tid, policy, param),
+        Architecture.Arm64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_Arm64, tid, policy, param),
         _ => sched_setscheduler_libc(tid, policy, param),
     };
 

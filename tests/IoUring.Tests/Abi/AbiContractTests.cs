@@ -11,19 +11,21 @@ namespace IoUring.Tests.Abi;
 /// <summary>
 /// Compares every interop struct layout and every constant in IoUring.Interop with &lt;linux/io_uring.h&gt;,
 /// &lt;errno.h&gt; and glibc's headers as printed by abi_dump.c, for each <see cref="AbiTarget"/>: this machine's gcc, and
-/// arm64 (cross-compiled, run under qemu-user). The C# layouts are explicit, so one set of bindings must match both.
+/// arm64 (cross-compiled, run under qemu-user). The C# layouts are explicit, so one set of bindings must match both;
+/// a value that differs by architecture is a pair of constants suffixed _X64 and _Arm64, each checked on its own.
 /// </summary>
 public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper output) : IClassFixture<AbiDumpFixture>
 {
     // C# names that deliberately have no counterpart in the kernel headers, with the reason.
     // Anything else abi_dump.c does not print fails the test, so a new binding can't skip the check.
-    private static readonly Dictionary<string, string> NotInHeader = new(StringComparer.Ordinal);
+    private static readonly Dictionary<string, string> NotInHeader = new(StringComparer.Ordinal)
+    {
+        ["LibcName"] = "the library Libc binds, not a kernel constant",
+    };
 
-    // Constants are checked from these classes whole, and from Libc only the io_uring syscall numbers: those are per
-    // architecture (x86-64 and arm64 happen to share them), while Libc's mmap, eventfd and socket constants are glibc's.
-    private static readonly Type[] ConstantClasses = [typeof(IoUringConstants), typeof(Errno)];
-    private static readonly string[] LibcConstants =
-        [nameof(Libc.SYS_io_uring_setup), nameof(Libc.SYS_io_uring_enter), nameof(Libc.SYS_io_uring_register)];
+    // Every const of these classes and their nested types is checked, Libc's too: glibc only names the kernel's values,
+    // and Linux's differ by architecture for some (syscall numbers, and O_*, MAP_*, SO_* on some architectures).
+    private static readonly Type[] ConstantClasses = [typeof(IoUringConstants), typeof(Errno), typeof(Libc)];
 
     [Fact]
     public void Struct_sizes_are_the_documented_kernel_sizes()
@@ -144,42 +146,65 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         int compared = 0;
         output.WriteLine($"{target}: {abi.Built}; arch {abi.Arch}, linux/io_uring.h {abi.Header}");
 
-        IEnumerable<FieldInfo> constants = ConstantClasses
-            .SelectMany(holder => holder.GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
-            .Concat(LibcConstants.Select(name => typeof(Libc).GetField(name, BindingFlags.Public | BindingFlags.Static)!));
+        const BindingFlags Declared = BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static | BindingFlags.DeclaredOnly;
+        IEnumerable<FieldInfo> constants = ConstantClasses.SelectMany(WithNested)
+            .SelectMany(holder => holder.GetFields(Declared).Where(f => f.IsLiteral));
         foreach (FieldInfo field in constants)
         {
             Type holder = field.DeclaringType!;
             string name = field.Name;
-            long value = Convert.ToInt64(field.GetRawConstantValue(), CultureInfo.InvariantCulture);
-            if (NotInHeader.TryGetValue(name, out string? reason))
+            string key = name;
+            // NAME_<Architecture> holds NAME's value on that architecture only: compared with that architecture's header.
+            int cut = name.LastIndexOf('_');
+            if (cut > 0 && Enum.GetNames<Architecture>().Contains(name[(cut + 1)..], StringComparer.Ordinal))
+            {
+                if (name[(cut + 1)..] != ArchitectureOf(abi.Arch))
+                {
+                    output.WriteLine($"not compared: {holder.Name}.{name} (this header is {abi.Arch}'s)");
+                    continue;
+                }
+                key = name[..cut];
+            }
+            if (NotInHeader.TryGetValue(key, out string? reason))
             {
                 output.WriteLine($"not compared: {holder.Name}.{name} ({reason})");
-                if (abi.Values.ContainsKey(name))
+                if (abi.Values.ContainsKey(key))
                 {
-                    failures.Add($"{name} is listed in NotInHeader but the header has it: remove it from NotInHeader");
+                    failures.Add($"{key} is listed in NotInHeader but the header has it: remove it from NotInHeader");
                 }
             }
-            else if (abi.Values.TryGetValue(name, out long headerValue))
+            else if (abi.Values.TryGetValue(key, out long headerValue))
             {
+                long value = Convert.ToInt64(field.GetRawConstantValue(), CultureInfo.InvariantCulture);
                 compared++;
                 if (value != headerValue)
                 {
-                    failures.Add($"{holder.Name}.{name}: C# {value} (0x{value:X}), header {headerValue} (0x{headerValue:X})");
+                    failures.Add($"{holder.Name}.{name}: C# {value} (0x{value:X}), header's {key} {headerValue} (0x{headerValue:X})");
                 }
             }
-            else if (abi.Missing.Contains(name))
+            else if (abi.Missing.Contains(key))
             {
-                output.WriteLine($"skipped: {name} is not in this header");
+                output.WriteLine($"skipped: {key} is not in this header");
             }
             else
             {
-                failures.Add($"abi_dump.c does not print {holder.Name}.{name}: add it (with #ifdef or a probe if newer than the 6.1 header), or list it in NotInHeader with a reason");
+                failures.Add($"abi_dump.c does not print {key} for {holder.Name}.{name}: add it (with #ifdef or a probe if newer than the 6.1 header), or list it in NotInHeader with a reason");
             }
         }
 
         output.WriteLine($"{target}: compared {compared} constants");
         Assert.True(failures.Count == 0, string.Join('\n', failures));
+
+        static IEnumerable<Type> WithNested(Type type) =>
+            type.GetNestedTypes(BindingFlags.Public | BindingFlags.NonPublic).SelectMany(WithNested).Prepend(type);
+
+        // abi_dump.c's arch line as the Architecture enum's name.
+        static string? ArchitectureOf(string arch) => arch switch
+        {
+            "x86_64" => nameof(Architecture.X64),
+            "aarch64" => nameof(Architecture.Arm64),
+            _ => null,
+        };
     }
 
     /// <summary>

@@ -32,9 +32,16 @@
  * probe HAVE_BUF_REG_MIN_LEFT offsetof(struct io_uring_buf_reg, min_left)
  * probe HAVE_GETEVENTS_MIN_WAIT_USEC offsetof(struct io_uring_getevents_arg, min_wait_usec)
  */
+#define _GNU_SOURCE /* SCHED_BATCH, SCHED_RESET_ON_FORK */
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -487,6 +494,36 @@ static void constants(void)
 	CONST(SYS_io_uring_setup);
 	CONST(SYS_io_uring_enter);
 	CONST(SYS_io_uring_register);
+	CONST(SYS_sched_setscheduler);
+
+	/* the rest of Libc's constants (Libc.cs, Libc.Sockets.cs): glibc's names for the kernel's values, some of which
+	   differ by architecture (O_*, MAP_*, SO_* on several), so each is printed for each target */
+	CONST(PROT_READ);
+	CONST(PROT_WRITE);
+	CONST(MAP_SHARED);
+	CONST(MAP_POPULATE);
+	CONST(MADV_DONTNEED);
+	CONST(EFD_CLOEXEC);
+	CONST(EFD_NONBLOCK);
+	CONST(SCHED_BATCH);
+	CONST(SCHED_RESET_ON_FORK);
+	CONST(F_GETFD);
+	CONST(F_DUPFD_CLOEXEC);
+	CONST(FD_CLOEXEC);
+	CONST(AF_UNIX);
+	CONST(AF_INET);
+	CONST(AF_INET6);
+	CONST(SOCK_STREAM);
+	CONST(SOCK_CLOEXEC);
+	CONST(SOCK_NONBLOCK);
+	CONST(SOL_SOCKET);
+	CONST(SO_LINGER);
+	CONST(IPPROTO_TCP);
+	CONST(TCP_NODELAY);
+	CONST(MSG_NOSIGNAL);
+	CONST(MSG_TRUNC);
+	CONST(MSG_DONTWAIT);
+	CONST(SHUT_WR);
 
 	/* errno (Errno.cs) */
 	CONST(EPERM);

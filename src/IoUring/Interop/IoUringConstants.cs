@@ -4,88 +4,89 @@ namespace IoUring.Interop;
 // tests/IoUring.Tests/Abi compares every value here with the machine's header.
 #pragma warning disable CA1707 // kernel names keep their underscores
 
-/// <summary>io_uring constants with the kernel's names and values.</summary>
+/// <summary>io_uring constants with the kernel's names and values: public, what a <c>RingHandler</c> puts in an SQE or
+/// reads from a CQE; internal, what only the library can use (setup, enter, register, mmap offsets, features).</summary>
 public static class IoUringConstants
 {
     // io_uring_setup flags
     /// <summary>IORING_SETUP_IOPOLL</summary>
-    public const uint IORING_SETUP_IOPOLL = 1u << 0;
+    internal const uint IORING_SETUP_IOPOLL = 1u << 0;
     /// <summary>IORING_SETUP_SQPOLL</summary>
-    public const uint IORING_SETUP_SQPOLL = 1u << 1;
+    internal const uint IORING_SETUP_SQPOLL = 1u << 1;
     /// <summary>IORING_SETUP_SQ_AFF</summary>
-    public const uint IORING_SETUP_SQ_AFF = 1u << 2;
+    internal const uint IORING_SETUP_SQ_AFF = 1u << 2;
     /// <summary>IORING_SETUP_CQSIZE: params.cq_entries is valid.</summary>
-    public const uint IORING_SETUP_CQSIZE = 1u << 3;
+    internal const uint IORING_SETUP_CQSIZE = 1u << 3;
     /// <summary>IORING_SETUP_CLAMP</summary>
-    public const uint IORING_SETUP_CLAMP = 1u << 4;
+    internal const uint IORING_SETUP_CLAMP = 1u << 4;
     /// <summary>IORING_SETUP_ATTACH_WQ</summary>
-    public const uint IORING_SETUP_ATTACH_WQ = 1u << 5;
+    internal const uint IORING_SETUP_ATTACH_WQ = 1u << 5;
     /// <summary>IORING_SETUP_R_DISABLED: start disabled; enable with IORING_REGISTER_ENABLE_RINGS.</summary>
-    public const uint IORING_SETUP_R_DISABLED = 1u << 6;
+    internal const uint IORING_SETUP_R_DISABLED = 1u << 6;
     /// <summary>IORING_SETUP_SUBMIT_ALL</summary>
-    public const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
+    internal const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
     /// <summary>IORING_SETUP_COOP_TASKRUN</summary>
-    public const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
+    internal const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
     /// <summary>IORING_SETUP_TASKRUN_FLAG</summary>
-    public const uint IORING_SETUP_TASKRUN_FLAG = 1u << 9;
+    internal const uint IORING_SETUP_TASKRUN_FLAG = 1u << 9;
     /// <summary>IORING_SETUP_SQE128</summary>
-    public const uint IORING_SETUP_SQE128 = 1u << 10;
+    internal const uint IORING_SETUP_SQE128 = 1u << 10;
     /// <summary>IORING_SETUP_CQE32</summary>
-    public const uint IORING_SETUP_CQE32 = 1u << 11;
+    internal const uint IORING_SETUP_CQE32 = 1u << 11;
     /// <summary>IORING_SETUP_SINGLE_ISSUER</summary>
-    public const uint IORING_SETUP_SINGLE_ISSUER = 1u << 12;
+    internal const uint IORING_SETUP_SINGLE_ISSUER = 1u << 12;
     /// <summary>IORING_SETUP_DEFER_TASKRUN</summary>
-    public const uint IORING_SETUP_DEFER_TASKRUN = 1u << 13;
+    internal const uint IORING_SETUP_DEFER_TASKRUN = 1u << 13;
     /// <summary>IORING_SETUP_NO_MMAP</summary>
-    public const uint IORING_SETUP_NO_MMAP = 1u << 14;
+    internal const uint IORING_SETUP_NO_MMAP = 1u << 14;
     /// <summary>IORING_SETUP_REGISTERED_FD_ONLY</summary>
-    public const uint IORING_SETUP_REGISTERED_FD_ONLY = 1u << 15;
+    internal const uint IORING_SETUP_REGISTERED_FD_ONLY = 1u << 15;
     /// <summary>IORING_SETUP_NO_SQARRAY</summary>
-    public const uint IORING_SETUP_NO_SQARRAY = 1u << 16;
+    internal const uint IORING_SETUP_NO_SQARRAY = 1u << 16;
 
     // io_uring_params.features
     /// <summary>IORING_FEAT_SINGLE_MMAP</summary>
-    public const uint IORING_FEAT_SINGLE_MMAP = 1u << 0;
+    internal const uint IORING_FEAT_SINGLE_MMAP = 1u << 0;
     /// <summary>IORING_FEAT_NODROP</summary>
-    public const uint IORING_FEAT_NODROP = 1u << 1;
+    internal const uint IORING_FEAT_NODROP = 1u << 1;
     /// <summary>IORING_FEAT_SUBMIT_STABLE</summary>
-    public const uint IORING_FEAT_SUBMIT_STABLE = 1u << 2;
+    internal const uint IORING_FEAT_SUBMIT_STABLE = 1u << 2;
     /// <summary>IORING_FEAT_FAST_POLL</summary>
-    public const uint IORING_FEAT_FAST_POLL = 1u << 5;
+    internal const uint IORING_FEAT_FAST_POLL = 1u << 5;
     /// <summary>IORING_FEAT_EXT_ARG</summary>
-    public const uint IORING_FEAT_EXT_ARG = 1u << 8;
+    internal const uint IORING_FEAT_EXT_ARG = 1u << 8;
     /// <summary>IORING_FEAT_NATIVE_WORKERS</summary>
-    public const uint IORING_FEAT_NATIVE_WORKERS = 1u << 9;
+    internal const uint IORING_FEAT_NATIVE_WORKERS = 1u << 9;
     /// <summary>IORING_FEAT_CQE_SKIP</summary>
-    public const uint IORING_FEAT_CQE_SKIP = 1u << 11;
+    internal const uint IORING_FEAT_CQE_SKIP = 1u << 11;
     /// <summary>IORING_FEAT_REG_REG_RING</summary>
-    public const uint IORING_FEAT_REG_REG_RING = 1u << 13;
+    internal const uint IORING_FEAT_REG_REG_RING = 1u << 13;
     /// <summary>IORING_FEAT_RECVSEND_BUNDLE</summary>
-    public const uint IORING_FEAT_RECVSEND_BUNDLE = 1u << 14;
+    internal const uint IORING_FEAT_RECVSEND_BUNDLE = 1u << 14;
     /// <summary>IORING_FEAT_MIN_TIMEOUT</summary>
-    public const uint IORING_FEAT_MIN_TIMEOUT = 1u << 15;
+    internal const uint IORING_FEAT_MIN_TIMEOUT = 1u << 15;
     /// <summary>IORING_FEAT_NO_IOWAIT</summary>
-    public const uint IORING_FEAT_NO_IOWAIT = 1u << 17;
+    internal const uint IORING_FEAT_NO_IOWAIT = 1u << 17;
 
     // io_uring_enter flags
     /// <summary>IORING_ENTER_GETEVENTS</summary>
-    public const uint IORING_ENTER_GETEVENTS = 1u << 0;
+    internal const uint IORING_ENTER_GETEVENTS = 1u << 0;
     /// <summary>IORING_ENTER_SQ_WAKEUP</summary>
-    public const uint IORING_ENTER_SQ_WAKEUP = 1u << 1;
+    internal const uint IORING_ENTER_SQ_WAKEUP = 1u << 1;
     /// <summary>IORING_ENTER_SQ_WAIT</summary>
-    public const uint IORING_ENTER_SQ_WAIT = 1u << 2;
+    internal const uint IORING_ENTER_SQ_WAIT = 1u << 2;
     /// <summary>IORING_ENTER_EXT_ARG</summary>
-    public const uint IORING_ENTER_EXT_ARG = 1u << 3;
+    internal const uint IORING_ENTER_EXT_ARG = 1u << 3;
     /// <summary>IORING_ENTER_REGISTERED_RING</summary>
-    public const uint IORING_ENTER_REGISTERED_RING = 1u << 4;
+    internal const uint IORING_ENTER_REGISTERED_RING = 1u << 4;
 
     // sq_ring flags
     /// <summary>IORING_SQ_NEED_WAKEUP</summary>
-    public const uint IORING_SQ_NEED_WAKEUP = 1u << 0;
+    internal const uint IORING_SQ_NEED_WAKEUP = 1u << 0;
     /// <summary>IORING_SQ_CQ_OVERFLOW</summary>
-    public const uint IORING_SQ_CQ_OVERFLOW = 1u << 1;
+    internal const uint IORING_SQ_CQ_OVERFLOW = 1u << 1;
     /// <summary>IORING_SQ_TASKRUN</summary>
-    public const uint IORING_SQ_TASKRUN = 1u << 2;
+    internal const uint IORING_SQ_TASKRUN = 1u << 2;
 
     // sqe->flags
     /// <summary>IOSQE_FIXED_FILE</summary>
@@ -218,51 +219,51 @@ public static class IoUringConstants
     public const uint IORING_NOP_INJECT_RESULT = 1u << 0;
 
     /// <summary>IORING_FILE_INDEX_ALLOC</summary>
-    public const uint IORING_FILE_INDEX_ALLOC = 0xFFFFFFFF;
+    internal const uint IORING_FILE_INDEX_ALLOC = 0xFFFFFFFF;
 
     // io_uring_register opcodes
     /// <summary>IORING_REGISTER_EVENTFD</summary>
-    public const uint IORING_REGISTER_EVENTFD = 4;
+    internal const uint IORING_REGISTER_EVENTFD = 4;
     /// <summary>IORING_REGISTER_PROBE</summary>
-    public const uint IORING_REGISTER_PROBE = 8;
+    internal const uint IORING_REGISTER_PROBE = 8;
     /// <summary>IORING_REGISTER_ENABLE_RINGS</summary>
-    public const uint IORING_REGISTER_ENABLE_RINGS = 12;
+    internal const uint IORING_REGISTER_ENABLE_RINGS = 12;
     /// <summary>IORING_REGISTER_BUFFERS2</summary>
-    public const uint IORING_REGISTER_BUFFERS2 = 15;
+    internal const uint IORING_REGISTER_BUFFERS2 = 15;
     /// <summary>IORING_REGISTER_BUFFERS_UPDATE</summary>
-    public const uint IORING_REGISTER_BUFFERS_UPDATE = 16;
+    internal const uint IORING_REGISTER_BUFFERS_UPDATE = 16;
     /// <summary>IORING_UNREGISTER_BUFFERS</summary>
-    public const uint IORING_UNREGISTER_BUFFERS = 1;
+    internal const uint IORING_UNREGISTER_BUFFERS = 1;
     /// <summary>IORING_RSRC_REGISTER_SPARSE: io_uring_rsrc_register.flags, a table of empty entries.</summary>
-    public const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0;
+    internal const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0;
     /// <summary>IORING_REGISTER_RING_FDS</summary>
-    public const uint IORING_REGISTER_RING_FDS = 20;
+    internal const uint IORING_REGISTER_RING_FDS = 20;
     /// <summary>IORING_UNREGISTER_RING_FDS</summary>
-    public const uint IORING_UNREGISTER_RING_FDS = 21;
+    internal const uint IORING_UNREGISTER_RING_FDS = 21;
     /// <summary>IORING_REGISTER_PBUF_RING</summary>
-    public const uint IORING_REGISTER_PBUF_RING = 22;
+    internal const uint IORING_REGISTER_PBUF_RING = 22;
     /// <summary>IORING_UNREGISTER_PBUF_RING</summary>
-    public const uint IORING_UNREGISTER_PBUF_RING = 23;
+    internal const uint IORING_UNREGISTER_PBUF_RING = 23;
     /// <summary>IORING_REGISTER_SYNC_CANCEL</summary>
-    public const uint IORING_REGISTER_SYNC_CANCEL = 24;
+    internal const uint IORING_REGISTER_SYNC_CANCEL = 24;
     /// <summary>IORING_REGISTER_PBUF_STATUS</summary>
-    public const uint IORING_REGISTER_PBUF_STATUS = 26;
+    internal const uint IORING_REGISTER_PBUF_STATUS = 26;
     /// <summary>IORING_REGISTER_USE_REGISTERED_RING: OR into a register opcode to pass a registered ring index.</summary>
-    public const uint IORING_REGISTER_USE_REGISTERED_RING = 1u << 31;
+    internal const uint IORING_REGISTER_USE_REGISTERED_RING = 1u << 31;
 
     /// <summary>IO_URING_OP_SUPPORTED: io_uring_probe_op.flags bit.</summary>
-    public const ushort IO_URING_OP_SUPPORTED = 1 << 0;
+    internal const ushort IO_URING_OP_SUPPORTED = 1 << 0;
 
     /// <summary>IOU_PBUF_RING_MMAP</summary>
-    public const ushort IOU_PBUF_RING_MMAP = 1;
+    internal const ushort IOU_PBUF_RING_MMAP = 1;
     /// <summary>IOU_PBUF_RING_INC</summary>
-    public const ushort IOU_PBUF_RING_INC = 2;
+    internal const ushort IOU_PBUF_RING_INC = 2;
 
     // mmap offsets
     /// <summary>IORING_OFF_SQ_RING</summary>
-    public const long IORING_OFF_SQ_RING = 0;
+    internal const long IORING_OFF_SQ_RING = 0;
     /// <summary>IORING_OFF_CQ_RING</summary>
-    public const long IORING_OFF_CQ_RING = 0x8000000;
+    internal const long IORING_OFF_CQ_RING = 0x8000000;
     /// <summary>IORING_OFF_SQES</summary>
-    public const long IORING_OFF_SQES = 0x10000000;
+    internal const long IORING_OFF_SQES = 0x10000000;
 }

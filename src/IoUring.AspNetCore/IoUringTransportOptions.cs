@@ -129,7 +129,7 @@ public sealed class IoUringTransportOptions
     /// </summary>
     /// <remarks>
     /// Defaults to true (measured: about 1.2x the requests per CPU-second with the default scheduling; see
-    /// docs/benchmarks.md). Set false if request handlers run CPU-bound on every core for long stretches and I/O
+    /// docs/benchmarks/log/2026-11-22.md). Set false if request handlers run CPU-bound on every core for long stretches and I/O
     /// latency matters more than CPU: completions can then wait up to a scheduler time slice.
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;

@@ -11,7 +11,7 @@ namespace IoUring.Tests.Net;
 /// <summary>
 /// Closing a connection cancels exactly its own requests, each by its user_data: a cancel that searches the ring by fd
 /// makes the kernel walk every pending request of every connection on the loop, so with 10,000 idle connections open
-/// each close cost ~100x more CPU than without (docs/benchmarks.md, Connections). Every path that closes a connection
+/// each close cost ~100x more CPU than without (docs/benchmarks/log/2026-11-25-connections.md, "Closing with many connections open"). Every path that closes a connection
 /// with requests in flight is driven here: the close must still complete, and no cancel may search by fd.
 /// </summary>
 public sealed class CloseCancelTests : IAsyncLifetime

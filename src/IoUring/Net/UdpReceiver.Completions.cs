@@ -1,0 +1,192 @@
+using System.Net.Sockets;
+using System.Runtime.InteropServices;
+using IoUring.Interop;
+using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+// The RECVMSG's completions (loop thread): each datagram is copied into the oldest waiting receive (or a batch still
+// filling) or else queued; an error goes to a waiting receive or the socket's next operation.
+internal sealed unsafe partial class UdpReceiver
+{
+    /// <summary>A completion with a buffer: one datagram (its header, source address and payload).</summary>
+    public void OnReceive(ReceivedBytes data, uint flags)
+    {
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false; // a 0-byte datagram ends a multishot RECVMSG too (the kernel takes a 0 result for the end)
+        }
+        try
+        {
+            foreach (ReadOnlySpan<byte> buffer in data)
+            {
+                OnDatagram(buffer); // one: receive bundles are not asked for
+            }
+        }
+        finally
+        {
+            MaybeRearm(); // also when handing it over threw (the loop reports that): the socket keeps receiving
+        }
+    }
+
+    private void OnDatagram(ReadOnlySpan<byte> buffer)
+    {
+        if (buffer.Length < Datagrams.PayloadOffset)
+        {
+            return; // the kernel always writes the header and the name area; nothing else can be read from this
+        }
+        io_uring_recvmsg_out header = MemoryMarshal.Read<io_uring_recvmsg_out>(buffer);
+        // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
+        ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize, (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
+        ReadOnlySpan<byte> payload = buffer[Datagrams.PayloadOffset..];
+        // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
+        int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
+        _received++;
+        _owner.Loop.OnBytesReceived(payload.Length);
+
+        UdpReceiveOperation? completed = null;
+        Exception? error = null;
+        bool pause = false;
+        lock (_gate)
+        {
+            if (_filling is { } filling)
+            {
+                Append(filling.Batch!, payload, datagramLength, name);
+                if (filling.Batch!.IsFull)
+                {
+                    _filling = null;
+                }
+                return;
+            }
+            if (_firstWaiting is { } waiting)
+            {
+                Unlink(waiting);
+                waiting.Completed = true;
+                completed = waiting;
+                if (waiting.Batch is { } batch)
+                {
+                    try
+                    {
+                        Append(batch, payload, datagramLength, name);
+                    }
+                    catch (Exception ex)
+                    {
+                        error = ex; // as for a single receive's copy: the receive ends with the error, not never
+                    }
+                    _filling = error is null && !batch.IsFull ? waiting : null; // later datagrams join it until its completion runs
+                }
+            }
+            else if (!_queue.TryEnqueue(payload, datagramLength, name))
+            {
+                _dropped++;
+            }
+            else if (_queue.IsFull && !_closed)
+            {
+                _queueFull = true;
+                pause = true;
+            }
+        }
+        if (completed is not null)
+        {
+            DatagramResult result = default;
+            try
+            {
+                if (completed.Batch is null)
+                {
+                    result = Datagrams.CopyOut(payload, datagramLength, name, completed.Buffer.Span, completed.From);
+                }
+            }
+            catch (Exception ex)
+            {
+                // The caller's memory failed (a disposed MemoryManager, say): the receive ends with that, not never.
+                error = ex;
+            }
+            completed.CompleteLater(result, error);
+        }
+        if (pause)
+        {
+            Pause();
+        }
+    }
+
+    private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
+    {
+        if (batch.IsFull)
+        {
+            // Only when one batch was given to two receives at once: the other one filled it.
+            throw new InvalidOperationException("The batch is full: another receive that has not completed was given it too. Give each waiting receive its own batch.");
+        }
+        batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+    }
+
+    /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>
+    public void OnReceiveEnded(int result, uint flags)
+    {
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false;
+        }
+        switch (-result)
+        {
+            case Errno.ENOBUFS:
+                // Every buffer was taken. Those given back are published before the next submit; if none came back
+                // since the last ENOBUFS, re-arming would fail again at once: wait a little first.
+                if (_buffers!.OnExhausted(ref _exhaustionMark))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff();
+                }
+                break;
+            case <= 0: // a result without a buffer (not expected), or cancelled for a pause or the close
+            case Errno.ECANCELED:
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+                MaybeRearm();
+                break;
+            default:
+                // An error of the socket (ICMP: ECONNREFUSED on a connected socket, EHOSTUNREACH, ...): reading it
+                // cleared it. It goes to the next operation; receiving goes on.
+                Fail(SocketErrors.FromErrno(-result));
+                if (IsIcmpError(-result))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff(); // an error that may persist: do not spin on it
+                }
+                break;
+        }
+    }
+
+    private static bool IsIcmpError(int errno) => SocketErrors.ToSocketError(errno) is
+        SocketError.ConnectionRefused or SocketError.HostUnreachable or SocketError.NetworkUnreachable or
+        SocketError.HostDown or SocketError.NetworkDown or SocketError.MessageSize or SocketError.TimedOut;
+
+    /// <summary>An error for the oldest waiting receive, or else for the socket's next operation.</summary>
+    private void Fail(SocketException error)
+    {
+        UdpReceiveOperation? waiting;
+        lock (_gate)
+        {
+            waiting = _firstWaiting;
+            if (waiting is not null)
+            {
+                Unlink(waiting);
+                waiting.Completed = true;
+            }
+        }
+        if (waiting is null)
+        {
+            _socket.SetPendingError(error);
+        }
+        else
+        {
+            waiting.CompleteLater(default, error);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+using System.Buffers;
+using System.Numerics;
+using System.Runtime.InteropServices;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Net;
+
+// Zero-copy sends: their result and notification CQEs, the pin sets holding memory until the notification, the
+// registered buffer a send's segments lie in (fixed sends), and the return to plain sends.
+internal sealed partial class ConnectionSender
+{
+    /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification (F_NOTIF).</summary>
+    public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
+    {
+        if ((flags & IORING_CQE_F_NOTIF) != 0)
+        {
+            // The kernel is done with the memory.
+            if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0)
+            {
+                _owner.Loop.OnZeroCopySendCopied();
+                if (_zeroCopy && !_ignoreCopied)
+                {
+                    _zeroCopy = false;
+                    ZeroCopyReverted = true;
+                }
+            }
+            _notificationsPending--;
+            _owner.Loop.OnNotificationArrived();
+            ReleasePinSet(pinSet);
+            if (_pinSetSent[pinSet] > 0)
+            {
+                _output.Unpinned(_pinSetSent[pinSet]);
+                _pinSetSent[pinSet] = 0;
+            }
+            return;
+        }
+        _sendInFlight = 0; // the send's result: only its notification (not cancellable) may follow
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            ReleasePinSet(pinSet); // no notification will follow (the send failed early)
+        }
+        else
+        {
+            // The request is done with the socket; only its memory waits for the notification, which may come only
+            // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
+            _notificationsPending++;
+            _owner.Loop.OnNotificationPending();
+            _pinSetSent[pinSet] = Math.Max(result, 0);
+        }
+        Complete(result, pinnedUntilNotification: (flags & IORING_CQE_F_MORE) != 0);
+        _connection.CheckCloseProgress();
+    }
+
+    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes again).</summary>
+    private void RevertZeroCopy()
+    {
+        _zeroCopy = false;
+        ZeroCopyReverted = true;
+    }
+
+    /// <summary>
+    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive Consume while pinned); else -1.
+    /// <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span several
+    /// regions but the leading ones in one registered region make at least the threshold (and gathers may be fixed),
+    /// only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next send.
+    /// </summary>
+    private int RentPinSet(in ConnectionOutput.Sendable buffer, out int fixedBuffer, out int segmentLimit)
+    {
+        fixedBuffer = -1;
+        segmentLimit = MaxIovecs;
+        int segments = 0;
+        int leading = 0;        // segments at the start that lie in the first segment's registered region
+        long leadingBytes = 0;
+        foreach (ReadOnlyMemory<byte> segment in buffer)
+        {
+            if (segment.IsEmpty)
+            {
+                continue; // as in Submit: counted alike, so segmentLimit means the same there
+            }
+            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? block))
+            {
+                return -1;
+            }
+            int index = _owner.Loop.RegisteredBufferIndex(block);
+            if (segments == 0)
+            {
+                fixedBuffer = index;
+            }
+            if (leading == segments && index >= 0 && index == fixedBuffer)
+            {
+                leading++;
+                leadingBytes += segment.Length;
+            }
+            if (++segments == MaxIovecs)
+            {
+                break; // the rest goes in the next send
+            }
+        }
+        if (leading < segments)
+        {
+            // Without fixed gathers (before 6.15) one unfixed gather beats a single fixed segment per send.
+            bool prefixWorthIt = _fixedGather && leading > 0 && leadingBytes >= _settings.ZeroCopySendThreshold;
+            if (prefixWorthIt)
+            {
+                segmentLimit = leading;
+            }
+            else
+            {
+                fixedBuffer = -1;
+            }
+        }
+        if (_pinSets.Length == 0)
+        {
+            _pinSets = new MemoryHandle[PinSets][];
+            _pinSetCounts = new int[PinSets];
+            _pinSetSent = new int[PinSets];
+            for (int i = 0; i < PinSets; i++)
+            {
+                _pinSets[i] = new MemoryHandle[MaxIovecs];
+            }
+        }
+        int free = ~_pinSetsBusy & ((1 << PinSets) - 1);
+        if (free == 0)
+        {
+            segmentLimit = MaxIovecs; // a plain send instead: no reason to stop at a region's end
+            fixedBuffer = -1;
+            return -1;
+        }
+        int set = BitOperations.TrailingZeroCount(free);
+        _pinSetsBusy |= 1 << set;
+        return set;
+    }
+
+    private void ReleasePinSet(uint set)
+    {
+        ReleasePins(_pinSets[set], _pinSetCounts[set]);
+        _pinSetCounts[set] = 0;
+        _pinSetsBusy &= ~(1 << (int)set);
+    }
+}

@@ -6,6 +6,7 @@ using System.Reflection;
 using System.Text;
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
+using IoUring.Buffers;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;
@@ -102,7 +103,7 @@ public sealed class IoUringTransportTests
         Assert.True(IoUring.Rings.IoUringCapabilities.Current.HasZeroCopySend); // every kernel the transport runs on (6.0+)
         foreach ((Action<IoUringTransportOptions>? configure, string expected) in new (Action<IoUringTransportOptions>?, string)[]
         {
-            (null, "IoUring.Net.PinnedBlockMemoryPool"),                                       // the default
+            (null, "IoUring.Buffers.PinnedBlockMemoryPool"),                                       // the default
             (o => o.UseLoopMemoryPools = false, "Microsoft.AspNetCore."),                      // turned off
             (o => o.ZeroCopySendThreshold = null, "Microsoft.AspNetCore."),                    // no zero-copy: nothing to gain
         })

@@ -1,6 +1,6 @@
 using System.Buffers;
 using System.Runtime.InteropServices;
-using IoUring.Net;
+using IoUring.Buffers;
 using IoUring.Rings;
 
 namespace IoUring.Loops;

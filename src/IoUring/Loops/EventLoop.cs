@@ -7,6 +7,7 @@ using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
+using IoUring.Testing;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;

@@ -1,5 +1,6 @@
 using System.Runtime.CompilerServices;
 using System.Runtime.Versioning;
+using IoUring.Buffers;
 using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 

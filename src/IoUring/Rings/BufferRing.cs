@@ -2,6 +2,7 @@ using System.Diagnostics;
 using System.Numerics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
+using IoUring.Buffers;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 

@@ -1,7 +1,6 @@
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Interop;
-using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Rings;

@@ -1,3 +1,4 @@
+using IoUring.Testing;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Rings;

@@ -1,6 +1,7 @@
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
 using IoUring.Rings;
+using IoUring.Testing;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 

@@ -2,6 +2,7 @@ using System.Net;
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
 using IoUring.Rings;
+using IoUring.Testing;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;

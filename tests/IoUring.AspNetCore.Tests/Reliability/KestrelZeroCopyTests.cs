@@ -6,9 +6,11 @@ using System.Runtime.InteropServices;
 using System.Security.Cryptography;
 using System.Text;
 using IoUring.AspNetCore.Tests.Support;
+using IoUring.Buffers;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Testing;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
@@ -316,7 +318,7 @@ public sealed class KestrelZeroCopyTests(ITestOutputHelper output)
         {
             u.UseLoopMemoryPools = loopPools;
             u.ZeroCopySendThreshold = 16 * 1024;
-            u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new IoUring.Rings.TestHooks { IgnoreZeroCopyCopied = true, PoisonReturnedMemory = true };
+            u.ConfigureNetworkForTesting = n => n.Loop.Hooks = new IoUring.Testing.TestHooks { IgnoreZeroCopyCopied = true, PoisonReturnedMemory = true };
         };
     });
 

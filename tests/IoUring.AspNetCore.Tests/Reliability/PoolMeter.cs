@@ -1,5 +1,6 @@
 using System.Diagnostics.Metrics;
 using IoUring.AspNetCore.Tests.Support;
+using IoUring.Buffers;
 using Microsoft.Extensions.DependencyInjection;
 
 namespace IoUring.AspNetCore.Tests.Reliability;
@@ -21,16 +22,16 @@ internal sealed class PoolMeter : IDisposable
     private long _pooled;
     private long _peakRented;
 
-    private readonly IoUring.Net.PinnedBlockMemoryPool[] _loopPools;
-    private readonly IoUring.Loops.ReceiveBlockPool[] _receiveBlocks; // what io_uring connections' Inputs hold (ring buffers kept without a copy)
+    private readonly IoUring.Buffers.PinnedBlockMemoryPool[] _loopPools;
+    private readonly IoUring.Buffers.ReceiveBlockPool[] _receiveBlocks; // what io_uring connections' Inputs hold (ring buffers kept without a copy)
 
     public PoolMeter(TestServer server)
         : this(server.App.Services)
     {
         _loopPools = server.Transport == TransportKind.IoUring
             && server.App.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().OfType<IoUringTransportFactory>().LastOrDefault()?.Network is { } network
-            && network.MemoryPool is IoUring.Net.PinnedBlockMemoryPool // the loops' own pools, not Kestrel's
-            ? network.Loops.Select(l => (IoUring.Net.PinnedBlockMemoryPool)l.MemoryPool).ToArray()
+            && network.MemoryPool is IoUring.Buffers.PinnedBlockMemoryPool // the loops' own pools, not Kestrel's
+            ? network.Loops.Select(l => (IoUring.Buffers.PinnedBlockMemoryPool)l.MemoryPool).ToArray()
             : [];
         _receiveBlocks = server.Transport == TransportKind.IoUring
             && server.App.Services.GetServices<Microsoft.AspNetCore.Connections.IConnectionListenerFactory>().OfType<IoUringTransportFactory>().LastOrDefault()?.Network is { } n
@@ -100,11 +101,11 @@ internal sealed class PoolMeter : IDisposable
         {
             _peakRented = _allocated - _evicted - _pooled;
         }
-        foreach (IoUring.Net.PinnedBlockMemoryPool pool in _loopPools)
+        foreach (IoUring.Buffers.PinnedBlockMemoryPool pool in _loopPools)
         {
             pool.ResetPeak();
         }
-        foreach (IoUring.Loops.ReceiveBlockPool blocks in _receiveBlocks)
+        foreach (IoUring.Buffers.ReceiveBlockPool blocks in _receiveBlocks)
         {
             blocks.ResetPeak();
         }

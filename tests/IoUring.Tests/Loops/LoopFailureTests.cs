@@ -5,10 +5,11 @@ using System.Net;
 using System.Net.Sockets;
 using System.Text;
 using IoUring.Interop;
-using IoUring.Net;
-using IoUring.Tests.Support;
 using IoUring.Loops;
+using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Testing;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;
@@ -199,7 +200,7 @@ public sealed class BrokenRingTests
     public async Task A_loop_leaving_on_a_failed_enter_still_closes_its_connections_and_stops()
     {
         var reported = new ConcurrentQueue<Exception>();
-        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
         var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults }, UnhandledException = reported.Enqueue } });
         var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
         using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);

@@ -1,4 +1,3 @@
-using Xunit.Abstractions;
 using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
@@ -7,9 +6,11 @@ using System.Security.Cryptography;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Net;
+using IoUring.Rings;
+using IoUring.Testing;
 using IoUring.Tests.Net;
 using IoUring.Tests.Support;
-using IoUring.Rings;
+using Xunit.Abstractions;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Reliability;

@@ -2,6 +2,7 @@ using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Testing;
 using IoUring.Tests.Support;
 
 namespace IoUring.Tests.Reliability;

@@ -1,13 +1,14 @@
-using Xunit.Abstractions;
 using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Net;
+using IoUring.Rings;
 using IoUring.Tests.Net;
 using IoUring.Tests.Support;
-using IoUring.Rings;
+using Xunit.Abstractions;
 
 namespace IoUring.Tests.Reliability;
 

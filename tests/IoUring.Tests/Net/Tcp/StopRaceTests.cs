@@ -1,7 +1,7 @@
 using System.Net.Sockets;
+using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Support;
-using IoUring.Loops;
 
 namespace IoUring.Tests.Net;
 

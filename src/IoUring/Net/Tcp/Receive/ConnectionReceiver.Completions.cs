@@ -11,6 +11,7 @@ internal sealed partial class ConnectionReceiver
 {
     public void OnReceive(ReceivedBytes data, uint flags)
     {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
             _armed = false;
@@ -25,6 +26,7 @@ internal sealed partial class ConnectionReceiver
     /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare blocks.</summary>
     public void OnVectoredReceive(int result, uint flags)
     {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         _armed = false;
         _cancelling = false;
         int count = _vectorCount;
@@ -77,6 +79,7 @@ internal sealed partial class ConnectionReceiver
     /// <summary>A RECV completion without bytes: the peer's FIN, or an error.</summary>
     public void OnReceiveEnded(int result, uint flags)
     {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
             _armed = false;

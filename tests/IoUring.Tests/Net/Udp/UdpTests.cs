@@ -3,6 +3,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Interop;
 using IoUring.Net;
+using IoUring.Testing;
 using IoUring.Tests.Support;
 using static IoUring.Tests.Support.TestBytes;
 
@@ -465,7 +466,7 @@ public sealed class UdpTests : IAsyncLifetime
     {
         // The loop refuses the first requests asked for (as when the SQ stays full after an early submit) while
         // hundreds of sends from another thread wait for it. Each refused send fails by itself; every other one goes.
-        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { SubmissionQueueSize = 16, Hooks = new() { Faults = faults } } });
         // Few sends complete at once: most callers wait for their own SENDMSG, so a lost one hangs its caller.
         await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 4 });
@@ -525,7 +526,7 @@ public sealed class UdpTests : IAsyncLifetime
     [InlineData(2)] // the re-arm and the back-off's TIMEOUT: retried at the loop's next iteration
     public async Task A_receive_rearm_the_loop_refuses_is_retried_and_the_socket_receives_again(int refused)
     {
-        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
         await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
         await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
@@ -545,7 +546,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_close_whose_cancel_the_loop_refuses_still_completes()
     {
-        var faults = new IoUring.Rings.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
         var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
         try
         {

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
+using IoUring.Buffers;
 using IoUring.Loops;
 
 namespace IoUring.Net;

@@ -1,16 +1,16 @@
-using System.Diagnostics;
 using System.Buffers;
 using System.Collections.Concurrent;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
 using IoUring.Interop;
+using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Loops;
 using IoUring.Tests.Support;
 using Xunit.Abstractions;
-using IoUring.Loops;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;

@@ -1,4 +1,5 @@
 using System.Runtime.Versioning;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;

@@ -2,10 +2,11 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using IoUring.Buffers;
 using IoUring.Net;
 using IoUring.Tests.Support;
-using static IoUring.Tests.Support.TestBytes;
 using Xunit.Abstractions;
+using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
 
@@ -293,7 +294,7 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
             Loop = { BufferCount = 16, BufferSize = BufferSize, Hooks = new() { Capabilities = KernelFeatures.WithReceiveCap(false) } },
         });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        IoUring.Loops.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
+        IoUring.Buffers.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
         var pairs = new List<(Socket Client, IoUringConnection Server)>();
         for (int i = 0; i < Connections; i++)
         {
@@ -355,7 +356,7 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
             Loop = { BufferCount = Ring, BufferSize = BufferSize },
         });
         await using var listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
-        IoUring.Loops.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
+        IoUring.Buffers.ReceiveBlockPool spares = network.Loops[0].ReceiveBuffers.Spares;
         var pairs = new List<(Socket Client, IoUringConnection Server)>();
         for (int i = 0; i < Connections; i++)
         {

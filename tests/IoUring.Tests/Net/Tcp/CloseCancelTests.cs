@@ -2,8 +2,9 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Interop;
 using IoUring.Net;
-using IoUring.Tests.Support;
 using IoUring.Rings;
+using IoUring.Testing;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;

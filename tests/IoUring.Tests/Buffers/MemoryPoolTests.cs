@@ -1,8 +1,9 @@
 using System.Buffers;
 using System.Runtime.InteropServices;
+using IoUring.Buffers;
 using IoUring.Net;
 
-namespace IoUring.Tests.Net;
+namespace IoUring.Tests.Buffers;
 
 /// <summary>The pinned block pool: blocks are kept and reused, and trimming drops only whole regions that stayed free.</summary>
 public sealed partial class MemoryPoolTests

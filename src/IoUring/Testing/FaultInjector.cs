@@ -1,7 +1,7 @@
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring.Rings;
+namespace IoUring.Testing;
 
 /// <summary>
 /// Test seam (internal, off unless set in <see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.Rings;
+using IoUring.Testing;
 
 namespace IoUring.Net;
 

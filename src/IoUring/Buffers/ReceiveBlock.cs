@@ -1,7 +1,7 @@
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 
-namespace IoUring.Rings;
+namespace IoUring.Buffers;
 
 /// <summary>
 /// One receive buffer's memory: a slice of a pinned managed array (allocated on the pinned object heap, so its address

@@ -1,10 +1,10 @@
 using System.Buffers;
 using System.Diagnostics;
-using IoUring.Interop;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
+using IoUring.Interop;
 
-namespace IoUring.Net;
+namespace IoUring.Buffers;
 
 /// <summary>
 /// A pool of fixed-size blocks carved from large regions on the pinned object heap. Pipes of io_uring connections use

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Numerics;
 using System.Runtime.InteropServices;
+using IoUring.Buffers;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
@@ -12,6 +13,7 @@ internal sealed partial class ConnectionSender
     /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification (F_NOTIF).</summary>
     public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
     {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         if ((flags & IORING_CQE_F_NOTIF) != 0)
         {
             // The kernel is done with the memory.

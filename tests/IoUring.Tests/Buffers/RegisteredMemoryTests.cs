@@ -2,14 +2,17 @@ using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Testing;
+using IoUring.Tests.Net;
 using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
-namespace IoUring.Tests.Net;
+namespace IoUring.Tests.Buffers;
 
 /// <summary>
 /// Each loop's memory pool, registered with its ring as fixed buffers, and the zero-copy sends that name those buffers.

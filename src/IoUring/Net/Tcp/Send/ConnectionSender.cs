@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Runtime.Versioning;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;

@@ -2,11 +2,13 @@ using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Net;
-using IoUring.Tests.Support;
 using IoUring.Rings;
+using IoUring.Testing;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;

@@ -4,6 +4,7 @@ using System.Net;
 using System.Net.Sockets;
 using IoUring.Net;
 using IoUring.Rings;
+using IoUring.Testing;
 using IoUring.Tests.Support;
 using Xunit.Abstractions;
 

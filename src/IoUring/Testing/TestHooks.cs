@@ -1,4 +1,6 @@
-namespace IoUring.Rings;
+using IoUring.Rings;
+
+namespace IoUring.Testing;
 
 /// <summary>
 /// Every test seam of the library in one place (internal: only the test assemblies set it). A loop gets it through

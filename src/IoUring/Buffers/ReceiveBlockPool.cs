@@ -1,7 +1,6 @@
 using System.Collections.Concurrent;
-using IoUring.Rings;
 
-namespace IoUring.Loops;
+namespace IoUring.Buffers;
 
 /// <summary>
 /// Spare receive blocks of one loop's buffer ring: a connection's Input keeps the ring buffers it was handed (no copy)

@@ -1,3 +1,4 @@
+using IoUring.Buffers;
 using IoUring.Loops;
 using IoUring.Rings;
 

@@ -134,6 +134,7 @@ internal sealed partial class ConnectionSender
 
     public void OnSendCompleted(int result)
     {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         _sendInFlight = 0;
         if (_pinsInArray)
         {

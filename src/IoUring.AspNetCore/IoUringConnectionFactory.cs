@@ -17,19 +17,23 @@ namespace IoUring.AspNetCore;
 /// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
 /// </summary>
 /// <remarks>The loops start at the first connect. Factories made with the same options object (a service provider's
-/// <see cref="IoUringTransportFactory"/> and this one) share them: a proxy's inbound and outbound connections run on the
-/// same loops. They stop (aborting open connections) when the last of those factories is disposed.</remarks>
+/// <see cref="IoUringTransportFactory"/> and this one) share them: a proxy's inbound and outbound connections run on
+/// the same loops. They stop (aborting open connections) when the last of those factories is disposed.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
     private readonly ILogger _logger;
 
-    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
+    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection
+    /// when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops' pools are used.</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not
+    /// (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops'
+    /// pools are used.</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
-    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
+    /// it.</exception>
     public IoUringConnectionFactory(
         IOptions<IoUringTransportOptions> options,
         ILoggerFactory loggerFactory,
@@ -39,29 +43,34 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(loggerFactory);
         options.Value.Validate();
-        _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory, IoUringMetrics.For(meterFactory));
+        _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory,
+            IoUringMetrics.For(meterFactory));
         _logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
     }
 
-    /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
-    /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>).</exception>
+    /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a
+    /// <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
+    /// <exception cref="SocketException">The connect failed (e.g.
+    /// <see cref="SocketError.ConnectionRefused"/>).</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
-    public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
+    public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint,
+        CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endpoint);
         if (!_transport.TryGetOrStart(onUnavailable: null, out IoUringTransport? transport))
         {
             throw new UnreachableException(); // without onUnavailable, a transport that cannot start throws
         }
-        return transport.CreateContext(await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
+        return transport.CreateContext(
+            await transport.Network.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false));
     }
 
     /// <summary>
     /// Makes <paramref name="handler"/> open its connections on this factory's loops (see
-    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them now if they have not started. Where io_uring
-    /// is unavailable the handler is left to connect through sockets, and the first such call logs one warning naming
-    /// the cause. For code that builds its own handlers, e.g. a YARP <c>ForwarderHttpClientFactory</c>; with
+    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them now if they have not started. Where
+    /// io_uring is unavailable the handler is left to connect through sockets, and the first such call logs one warning
+    /// naming the cause. For code that builds its own handlers, e.g. a YARP <c>ForwarderHttpClientFactory</c>; with
     /// IHttpClientFactory use <c>AddHttpClient(...).UseIoUring()</c>.
     /// </summary>
     /// <param name="handler">The handler to configure, before its first request.</param>
@@ -83,11 +92,14 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     /// unavailable, so a caller can fall back to sockets as Kestrel's transport does.
     /// </summary>
     [SupportedOSPlatform("linux")]
-    internal IoUringNetwork? NetworkOrNull() => _transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport) ? transport.Network : null;
+    internal IoUringNetwork? NetworkOrNull()
+        => _transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport) ? transport.Network : null;
 
-    private void LogUnavailable(IoUringException ex) => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message);
+    private void LogUnavailable(IoUringException ex)
+        => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message);
 
-    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every connection still open.</summary>
+    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every connection still
+    /// open.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>

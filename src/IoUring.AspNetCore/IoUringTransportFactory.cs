@@ -20,10 +20,12 @@ namespace IoUring.AspNetCore;
 /// factory is disposed (with the host's services); an <see cref="IoUringConnectionFactory"/> of the same service
 /// provider (HttpClient's <c>UseIoUring()</c>) shares them, and the last of the two to be disposed stops them.</para>
 /// <para>Where io_uring cannot be used (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, a seccomp filter,
-/// RLIMIT_MEMLOCK, or any other failure to set up the rings), it binds through Kestrel's <see cref="SocketTransportFactory"/> instead and logs one warning
-/// naming the cause, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
+/// RLIMIT_MEMLOCK, or any other failure to set up the rings), it binds through Kestrel's
+/// <see cref="SocketTransportFactory"/> instead and logs one warning naming the cause, unless
+/// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
 /// </remarks>
-public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
+public sealed class IoUringTransportFactory
+    : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
 {
     private readonly IoUringTransportOptions _options;
     private readonly ILoggerFactory _loggerFactory;
@@ -31,13 +33,18 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     private readonly LazyTransport _transport;
     private SocketTransportFactory? _fallback;
 
-    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection when present.</summary>
+    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection
+    /// when present.</summary>
     /// <param name="options">The transport options.</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops' pools are used.</param>
-    /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback (with Kestrel's settings applied).</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not
+    /// (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops'
+    /// pools are used.</param>
+    /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback (with Kestrel's
+    /// settings applied).</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
-    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
+    /// it.</exception>
     public IoUringTransportFactory(
         IOptions<IoUringTransportOptions> options,
         ILoggerFactory loggerFactory,
@@ -51,7 +58,8 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
         _options.Validate();
         _loggerFactory = loggerFactory;
         _socketOptionsFactory = socketOptionsFactory;
-        _transport = new LazyTransport(this, _options, loggerFactory, memoryPoolFactory, IoUringMetrics.For(meterFactory));
+        _transport = new LazyTransport(this, _options, loggerFactory, memoryPoolFactory,
+            IoUringMetrics.For(meterFactory));
     }
 
     /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>
@@ -63,13 +71,16 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
 
     /// <inheritdoc />
     /// <exception cref="AddressInUseException">The address is taken.</exception>
-    /// <exception cref="IoUringUnavailableException">io_uring is unavailable and <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring is unavailable and
+    /// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</exception>
     public ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endpoint);
         if (!CanBind(endpoint))
         {
-            throw new NotSupportedException($"{endpoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a FileHandleEndPoint.");
+            throw new NotSupportedException(
+                $"{endpoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a " +
+                "FileHandleEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
         if (!_transport.TryGetOrStart(_options.ThrowIfUnavailable ? null : UseSockets, out IoUringTransport? transport))
@@ -82,20 +93,22 @@ public sealed class IoUringTransportFactory : IConnectionListenerFactory, IConne
     /// <inheritdoc />
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
-    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (once, under this factory's hold's lock).</summary>
+    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (once, under this
+    /// factory's hold's lock).</summary>
     private void UseSockets(IoUringException ex)
     {
         // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to set the
         // rings up leaves Kestrel better served by Sockets than not at all; the warning names the cause.
         IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
-        SocketTransportOptions socketOptions = _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
+        SocketTransportOptions socketOptions =
+            _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
         _options.CopyTo(socketOptions);
         Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
     }
 
     /// <summary>
-    /// Lets go of the event loops; the last factory sharing them (see <see cref="IoUringConnectionFactory"/>) stops them:
-    /// every connection still open is aborted and every fd they opened is closed.
+    /// Lets go of the event loops; the last factory sharing them (see <see cref="IoUringConnectionFactory"/>) stops
+    /// them: every connection still open is aborted and every fd they opened is closed.
     /// </summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 

@@ -21,7 +21,8 @@ public sealed class IoUringTransportOptions
         [nameof(EventLoopOptions.BufferSize)] = nameof(BufferRingBufferSize),
     };
 
-    /// <summary>Number of event loops: threads, each with its own ring, accepting and serving its own connections.</summary>
+    /// <summary>Number of event loops: threads, each with its own ring, accepting and serving its own
+    /// connections.</summary>
     /// <remarks>Defaults to <see cref="Environment.ProcessorCount"/>.</remarks>
     public int LoopCount { get; set; } = s_defaults.LoopCount;
 
@@ -30,9 +31,11 @@ public sealed class IoUringTransportOptions
     public int Backlog { get; set; } = s_defaults.Backlog;
 
     /// <summary>
-    /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection (false).
+    /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection
+    /// (false).
     /// </summary>
-    /// <remarks>Defaults to true. Single-shot is there to compare the two; it costs one more request per connection.</remarks>
+    /// <remarks>Defaults to true. Single-shot is there to compare the two; it costs one more request per
+    /// connection.</remarks>
     public bool MultishotAccept { get; set; } = s_defaults.MultishotAccept;
 
     /// <summary>Set to false to enable Nagle's algorithm for all connections.</summary>
@@ -73,22 +76,22 @@ public sealed class IoUringTransportOptions
     /// Defaults to the plain API's default (<see cref="IoUringNetworkOptions.ZeroCopySendThreshold"/>). Zero-copy needs
     /// memory that outlives the pipe until the kernel's notification: the loops' own pools (see
     /// <see cref="UseLoopMemoryPools"/>); with Kestrel's pool, sends are plain. Bytes sent zero-copy count against
-    /// Kestrel's MaxResponseBufferSize until their notification (once the peer acknowledged them), so a slow reader holds
-    /// no more than on copying sends; on links whose bandwidth-delay product exceeds that limit, raise it.
+    /// Kestrel's MaxResponseBufferSize until their notification (once the peer acknowledged them), so a slow reader
+    /// holds no more than on copying sends; on links whose bandwidth-delay product exceeds that limit, raise it.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = s_defaults.ZeroCopySendThreshold;
 
     /// <summary>
-    /// Give each connection its loop's memory pool (<see cref="EventLoop.MemoryPool"/>: pinned regions registered with the
-    /// loop's ring as fixed buffers) instead of Kestrel's (IMemoryPoolFactory), so that Kestrel writes responses straight
-    /// into memory the kernel can send without pinning or copying it.
+    /// Give each connection its loop's memory pool (<see cref="EventLoop.MemoryPool"/>: pinned regions registered with
+    /// the loop's ring as fixed buffers) instead of Kestrel's (IMemoryPoolFactory), so that Kestrel writes responses
+    /// straight into memory the kernel can send without pinning or copying it.
     /// </summary>
     /// <remarks>
-    /// Defaults to true. The loops' pools are used when this is true, <see cref="ZeroCopySendThreshold"/> is not null and
-    /// the kernel has zero-copy send; otherwise the pipes use Kestrel's pool where the host provides one (and every send
-    /// copies), else still the loops' pools. On loopback the kernel always copies: from 6.2 (REPORT_USAGE) a
-    /// connection's first large send tells it so and it goes back to plain sends (its memory stays the loop's pool, which
-    /// costs nothing extra); on 6.0 and 6.1 it cannot know and stays zero-copy, correct but slower there.
+    /// Defaults to true. The loops' pools are used when this is true, <see cref="ZeroCopySendThreshold"/> is not null
+    /// and the kernel has zero-copy send; otherwise the pipes use Kestrel's pool where the host provides one (and every
+    /// send copies), else still the loops' pools. On loopback the kernel always copies: from 6.2 (REPORT_USAGE) a
+    /// connection's first large send tells it so and it goes back to plain sends (its memory stays the loop's pool,
+    /// which costs nothing extra); on 6.0 and 6.1 it cannot know and stays zero-copy, correct but slower there.
     /// </remarks>
     public bool UseLoopMemoryPools { get; set; } = true;
 
@@ -129,16 +132,18 @@ public sealed class IoUringTransportOptions
     /// </summary>
     /// <remarks>
     /// Defaults to true (measured: about 1.2x the requests per CPU-second with the default scheduling; see
-    /// docs/benchmarks/log/2026-11-22.md). Set false if request handlers run CPU-bound on every core for long stretches and I/O
-    /// latency matters more than CPU: completions can then wait up to a scheduler time slice.
+    /// docs/benchmarks/log/2026-11-22.md). Set false if request handlers run CPU-bound on every core for long stretches
+    /// and I/O latency matters more than CPU: completions can then wait up to a scheduler time slice.
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
-    /// <summary>Tests: adjusts the lower layer's options (its internal test seams, e.g. a setup errno) after they are made.</summary>
+    /// <summary>Tests: adjusts the lower layer's options (its internal test seams, e.g. a setup errno) after they are
+    /// made.</summary>
     internal Action<IoUringNetworkOptions>? ConfigureNetworkForTesting { get; set; }
 
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid option.</summary>
-    /// <exception cref="ArgumentException">An option is out of range; <see cref="ArgumentException.ParamName"/> names it.</exception>
+    /// <exception cref="ArgumentException">An option is out of range; <see cref="ArgumentException.ParamName"/> names
+    /// it.</exception>
     public void Validate() => ToNetworkOptions().Validate();
 
     internal IoUringNetworkOptions ToNetworkOptions(Action<Exception>? unhandledException = null)
@@ -155,7 +160,8 @@ public sealed class IoUringTransportOptions
             UnsafePreferInlineScheduling = UnsafePreferInlineScheduling,
             ZeroCopySendThreshold = ZeroCopySendThreshold,
             // Kestrel's switch for FIN instead of RST on abort, honoured as the Sockets transport honours it.
-            AbortWithReset = !(AppContext.TryGetSwitch("Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool finOnError) && finOnError),
+            AbortWithReset = !(AppContext.TryGetSwitch(
+                "Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool finOnError) && finOnError),
             Loop = new EventLoopOptions
             {
                 SubmissionQueueSize = SubmissionQueueSize,
@@ -175,7 +181,8 @@ public sealed class IoUringTransportOptions
         {
             options.Validate();
         }
-        catch (ArgumentException e) when (e.ParamName is { } name && s_namesOfLowerOptions.TryGetValue(name, out string? ours))
+        catch (ArgumentException e)
+            when (e.ParamName is { } name && s_namesOfLowerOptions.TryGetValue(name, out string? ours))
         {
             // The checks live with the lower layer's options; the message names the option the user set here.
             throw new ArgumentException(e.Message.Replace($" (Parameter '{name}')", "").Replace(name, ours), ours);

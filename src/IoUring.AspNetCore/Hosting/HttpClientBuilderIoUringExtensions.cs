@@ -35,7 +35,9 @@ public static class HttpClientBuilderIoUringExtensions
         {
             if (handler is not SocketsHttpHandler sockets)
             {
-                throw new InvalidOperationException($"UseIoUring() needs a SocketsHttpHandler as the primary handler of HttpClient '{builder.Name}', not a {handler.GetType().Name}.");
+                throw new InvalidOperationException(
+                    $"UseIoUring() needs a SocketsHttpHandler as the primary handler of HttpClient '{builder.Name}', " +
+                    $"not a {handler.GetType().Name}.");
             }
             services.GetRequiredService<IoUringConnectionFactory>().ConfigureHttpHandler(sockets);
         });

@@ -28,7 +28,8 @@ public static class WebHostBuilderIoUringExtensions
         });
     }
 
-    /// <summary>Makes Kestrel serve through io_uring with the given options; see <see cref="UseIoUring(IWebHostBuilder)"/>.</summary>
+    /// <summary>Makes Kestrel serve through io_uring with the given options; see
+    /// <see cref="UseIoUring(IWebHostBuilder)"/>.</summary>
     /// <param name="hostBuilder">The web host builder to configure.</param>
     /// <param name="configureOptions">Sets the transport's options.</param>
     /// <returns>The web host builder.</returns>
@@ -37,7 +38,8 @@ public static class WebHostBuilderIoUringExtensions
     /// builder.WebHost.UseIoUring(options => options.LoopCount = 2);
     /// </code>
     /// </example>
-    public static IWebHostBuilder UseIoUring(this IWebHostBuilder hostBuilder, Action<IoUringTransportOptions> configureOptions)
+    public static IWebHostBuilder UseIoUring(this IWebHostBuilder hostBuilder,
+        Action<IoUringTransportOptions> configureOptions)
     {
         ArgumentNullException.ThrowIfNull(configureOptions);
         return hostBuilder.UseIoUring().ConfigureServices(services => services.Configure(configureOptions));

@@ -21,7 +21,8 @@ internal sealed partial class IoUringConnectionContext :
     IConnectionEndPointFeature,
     IConnectionSocketFeature
 {
-    // The same list as the type tests in Get<TFeature> and the interfaces above (the feature-collection test checks all three agree).
+    // The same list as the type tests in Get<TFeature> and the interfaces above (the feature-collection test checks all
+    // three agree).
     private static readonly Type[] s_ownFeatures =
     [
         typeof(IConnectionIdFeature),
@@ -124,7 +125,8 @@ internal sealed partial class IoUringConnectionContext :
         return false;
     }
 
-    void IFeatureCollection.Set<TFeature>(TFeature? instance) where TFeature : default => ((IFeatureCollection)this)[typeof(TFeature)] = instance;
+    void IFeatureCollection.Set<TFeature>(TFeature? instance) where TFeature : default
+        => ((IFeatureCollection)this)[typeof(TFeature)] = instance;
 
     IEnumerator<KeyValuePair<Type, object>> IEnumerable<KeyValuePair<Type, object>>.GetEnumerator()
     {
@@ -161,12 +163,13 @@ internal sealed partial class IoUringConnectionContext :
         set => ConnectionClosed = value;
     }
 
-    void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException("The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
+    void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException(
+        "The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
 
     /// <summary>
-    /// <see cref="IoUring.Net.IoUringConnection.Socket"/>: made on first use over a duplicate of the fd, disposed when the connection
-    /// closes (ObjectDisposedException from then on, as with Kestrel's Sockets transport, never another connection's
-    /// socket). Reading or writing through it bypasses the transport's pipes.
+    /// <see cref="IoUring.Net.IoUringConnection.Socket"/>: made on first use over a duplicate of the fd, disposed when
+    /// the connection closes (ObjectDisposedException from then on, as with Kestrel's Sockets transport, never another
+    /// connection's socket). Reading or writing through it bypasses the transport's pipes.
     /// </summary>
     Socket IConnectionSocketFeature.Socket => _connection.Socket;
 }

@@ -18,8 +18,8 @@ namespace IoUring.AspNetCore.Internal;
 /// application is not reading) or when the connection has closed, whichever comes first — as with the Sockets
 /// transport, where it tells Kestrel that the client has gone.</para>
 /// <para><see cref="Abort(ConnectionAbortedException)"/> resets the connection (FIN instead with Kestrel's FinOnError
-/// switch); the first reason wins and is what pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it when it is done with the connection)
-/// sends what is left and FIN, then waits until the socket is closed.</para>
+/// switch); the first reason wins and is what pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it
+/// when it is done with the connection) sends what is left and FIN, then waits until the socket is closed.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class IoUringConnectionContext : ConnectionContext
@@ -47,11 +47,13 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
 
         // IoUringConnection cancels its token on the thread pool, where this fires at once (no second hop); when
         // Kestrel awaits DisposeAsync, that fires it first (IoUringConnection completes Closed before the token).
-        _connection.ConnectionClosed.UnsafeRegister(static s => ((IoUringConnectionContext)s!).FireConnectionClosed(), this);
+        _connection.ConnectionClosed.UnsafeRegister(
+            static s => ((IoUringConnectionContext)s!).FireConnectionClosed(), this);
         _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
         if (transport.Logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug))
         {
-            _connection.OnBackpressure(static (s, paused) => ((IoUringConnectionContext)s!).OnBackpressure(paused), this);
+            _connection.OnBackpressure(
+                static (s, paused) => ((IoUringConnectionContext)s!).OnBackpressure(paused), this);
         }
     }
 
@@ -98,7 +100,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             // output is flushed; DisposeAsync then closes. Not a close reason: a later Abort still resets.
             if (Interlocked.Exchange(ref _finLogged, 1) == 0)
             {
-                IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The client closed the connection.");
+                IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId,
+                    "The client closed the connection.");
             }
             return;
         }
@@ -118,7 +121,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         }
         if (Volatile.Read(ref _aborted) == 0 && Interlocked.Exchange(ref _finLogged, 1) == 0)
         {
-            IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId, "The io_uring transport's connection was disposed after the application completed it.");
+            IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId,
+                "The io_uring transport's connection was disposed after the application completed it.");
         }
         try
         {
@@ -174,7 +178,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         ThreadPool.UnsafeQueueUserWorkItem(static c => c.FireConnectionClosed(), this, preferLocal: false);
     }
 
-    /// <summary>On a thread-pool thread, never the loop's: fires <see cref="ConnectionClosed"/> (once), then lets DisposeAsync finish.</summary>
+    /// <summary>On a thread-pool thread, never the loop's: fires <see cref="ConnectionClosed"/> (once), then lets
+    /// DisposeAsync finish.</summary>
     private void FireConnectionClosed()
     {
         if (Interlocked.Exchange(ref _closedTokenFired, 1) != 0)

@@ -10,16 +10,17 @@ namespace IoUring.AspNetCore.Internal;
 /// <summary>
 /// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
 /// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport (bytes
-/// counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every instrument.
-/// One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport, so each
-/// instrument exists once; every network registers its loops here.
+/// counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every
+/// instrument. One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport,
+/// so each instrument exists once; every network registers its loops here.
 /// </summary>
 /// <remarks>
 /// Every instrument reports one series per loop, tagged <see cref="LoopIdTag"/> with the loop's index in its network.
 /// The observable ones read the loops' counters only when collected; the two synchronous ones (connections opened and
 /// active) change once per connection, with a tag the connection's context keeps, so nothing is added per request or
 /// per I/O. The listening transport and the <see cref="IoUringConnectionFactory"/> of one service provider share their
-/// loops (LazyTransport); networks made with other options objects number their loops alike: loop i's series adds them up.
+/// loops (LazyTransport); networks made with other options objects number their loops alike: loop i's series adds them
+/// up.
 /// </remarks>
 internal sealed class IoUringMetrics
 {
@@ -35,7 +36,8 @@ internal sealed class IoUringMetrics
     /// <summary>On iouring.connection.io: "receive" or "transmit" (OpenTelemetry's registry attribute).</summary>
     public const string DirectionTag = "network.io.direction";
 
-    /// <summary>On iouring.connection.zero_copy.sends: "registered" (a fixed buffer) or "pinned" (pages the kernel pinned).</summary>
+    /// <summary>On iouring.connection.zero_copy.sends: "registered" (a fixed buffer) or "pinned" (pages the kernel
+    /// pinned).</summary>
     public const string ZeroCopyBufferTag = "iouring.connection.zero_copy.buffer";
 
     private const bool Counts = true;   // a count: what gone networks did stays in it
@@ -47,41 +49,71 @@ internal sealed class IoUringMetrics
     private readonly Meter _meter;
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
-    // By EventLoop, typed object: the meter is made on every OS, and a dictionary of a Linux-only type is Linux-only (CA1416).
+    // By EventLoop, typed object: the meter is made on every OS, and a dictionary of a Linux-only type is Linux-only
+    // (CA1416).
     private readonly ConcurrentDictionary<object, KeyValuePair<string, object?>> _loopTags = new();
-    private readonly Lock _lock = new();                 // guards the two below; taken at collection and (de)registration
+    // guards the two below; taken at collection and (de)registration
+    private readonly Lock _lock = new();
     private readonly List<IoUringNetwork> _networks = [];
-    private EventLoopCounters[] _retired = [];          // by loop id: what networks already disposed did, so counts never go back
+    // by loop id: what networks already disposed did, so counts never go back
+    private EventLoopCounters[] _retired = [];
 
     private IoUringMetrics(IMeterFactory? meterFactory)
     {
-        // The version is the library's (the IoUring assembly's informational version), so exporters can tell releases apart.
+        // The version is the library's (the IoUring assembly's informational version), so exporters can tell releases
+        // apart.
         var options = new MeterOptions(MeterName) { Version = MeterVersion };
         _meter = meterFactory?.Create(options) ?? new Meter(options);
-        _meter.CreateObservableCounter("iouring.loop.syscalls", PerLoop(Counts, static c => c.Syscalls), "{call}", "io_uring_enter calls the loop made.");
-        _meter.CreateObservableCounter("iouring.loop.sqes", PerLoop(Counts, static c => c.Sqes), "{entry}", "Submission queue entries the loop wrote.");
-        _meter.CreateObservableCounter("iouring.loop.cqes", PerLoop(Counts, static c => c.Cqes), "{entry}", "Completion queue entries the loop handled.");
-        _meter.CreateObservableCounter("iouring.loop.cq_overflows", PerLoop(Counts, static c => c.CqOverflows), "{event}", "Times the kernel held completions back because the loop's completion queue was full.");
-        _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions", PerLoop(Counts, static c => c.BufferRingExhaustions), "{event}", "Receives that found the loop's provided buffer ring empty (ENOBUFS).");
-        _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost", PerLoop(Counts, static c => c.ReceiveBuffersLost), "{buffer}", "Receive buffers the loop could not give back to its ring (expected 0).");
-        _meter.CreateObservableCounter("iouring.loop.wakeups", PerLoop(Counts, static c => c.Wakeups), "{wakeup}", "Times another thread woke the loop from its wait (an eventfd write).");
-        _meter.CreateObservableCounter("iouring.loop.handler_exceptions", PerLoop(Counts, static c => c.HandlerExceptions), "{exception}", "Exceptions a completion handler threw on the loop (its connection was aborted, the loop went on). Expected to stay 0; anything else is a bug to report.");
+        _meter.CreateObservableCounter("iouring.loop.syscalls", PerLoop(Counts, static c => c.Syscalls), "{call}",
+            "io_uring_enter calls the loop made.");
+        _meter.CreateObservableCounter("iouring.loop.sqes", PerLoop(Counts, static c => c.Sqes), "{entry}",
+            "Submission queue entries the loop wrote.");
+        _meter.CreateObservableCounter("iouring.loop.cqes", PerLoop(Counts, static c => c.Cqes), "{entry}",
+            "Completion queue entries the loop handled.");
+        _meter.CreateObservableCounter("iouring.loop.cq_overflows", PerLoop(Counts, static c => c.CqOverflows),
+            "{event}", "Times the kernel held completions back because the loop's completion queue was full.");
+        _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions",
+            PerLoop(Counts, static c => c.BufferRingExhaustions), "{event}",
+            "Receives that found the loop's provided buffer ring empty (ENOBUFS).");
+        _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost",
+            PerLoop(Counts, static c => c.ReceiveBuffersLost), "{buffer}",
+            "Receive buffers the loop could not give back to its ring (expected 0).");
+        _meter.CreateObservableCounter("iouring.loop.wakeups", PerLoop(Counts, static c => c.Wakeups), "{wakeup}",
+            "Times another thread woke the loop from its wait (an eventfd write).");
+        _meter.CreateObservableCounter("iouring.loop.handler_exceptions",
+            PerLoop(Counts, static c => c.HandlerExceptions), "{exception}",
+            "Exceptions a completion handler threw on the loop (its connection was aborted, the loop went on). " +
+            "Expected to stay 0; anything else is a bug to report.");
         _meter.CreateObservableCounter("iouring.connection.io", PerLoop(Counts,
             new(static c => c.BytesReceived, DirectionTag, "receive"),
-            new(static c => c.BytesSent, DirectionTag, "transmit")), "By", "Bytes the loop's connections received from and sent to their peers.");
+            new(static c => c.BytesSent, DirectionTag, "transmit")),
+            "By", "Bytes the loop's connections received from and sent to their peers.");
         _meter.CreateObservableCounter("iouring.connection.zero_copy.sends", PerLoop(Counts,
             new(static c => c.ZeroCopySendsFixed, ZeroCopyBufferTag, "registered"),
-            new(static c => c.ZeroCopySends - c.ZeroCopySendsFixed, ZeroCopyBufferTag, "pinned")), "{send}", "Zero-copy sends (SEND_ZC/SENDMSG_ZC) the loop's connections made.");
-        _meter.CreateObservableCounter("iouring.connection.zero_copy.copied", PerLoop(Counts, static c => c.ZeroCopySendsCopied), "{send}", "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
-        _meter.CreateObservableUpDownCounter("iouring.memory_pool.used", PerLoop(Levels, static c => c.MemoryPoolRentedBytes), "By", "Bytes of the loop's memory pool rented now, including blocks pinned by zero-copy sends until their notification.");
-        _meter.CreateObservableUpDownCounter("iouring.memory_pool.registered", PerLoop(Levels, static c => c.RegisteredMemoryBytes), "By", "Bytes of the loop's memory pool registered with its ring as fixed buffers.");
-        _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}", "Connections accepted or connected on the loop.");
-        _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}", "Connections open on the loop now.");
+            new(static c => c.ZeroCopySends - c.ZeroCopySendsFixed, ZeroCopyBufferTag, "pinned")),
+            "{send}", "Zero-copy sends (SEND_ZC/SENDMSG_ZC) the loop's connections made.");
+        _meter.CreateObservableCounter("iouring.connection.zero_copy.copied",
+            PerLoop(Counts, static c => c.ZeroCopySendsCopied), "{send}",
+            "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.used",
+            PerLoop(Levels, static c => c.MemoryPoolRentedBytes), "By",
+            "Bytes of the loop's memory pool rented now, including blocks pinned by zero-copy sends until their " +
+            "notification.");
+        _meter.CreateObservableUpDownCounter("iouring.memory_pool.registered",
+            PerLoop(Levels, static c => c.RegisteredMemoryBytes), "By",
+            "Bytes of the loop's memory pool registered with its ring as fixed buffers.");
+        _opened = _meter.CreateCounter<long>("iouring.connection.opened", "{connection}",
+            "Connections accepted or connected on the loop.");
+        _active = _meter.CreateUpDownCounter<long>("iouring.connection.active", "{connection}",
+            "Connections open on the loop now.");
     }
 
-    /// <summary>The metrics published through <paramref name="meterFactory"/>, or through a process-wide meter without one.</summary>
+    /// <summary>The metrics published through <paramref name="meterFactory"/>, or through a process-wide meter without
+    /// one.</summary>
     public static IoUringMetrics For(IMeterFactory? meterFactory)
-        => meterFactory is null ? s_global.Value : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
+        => meterFactory is null
+            ? s_global.Value
+            : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
 
     [SupportedOSPlatform("linux")]
     public void Register(IoUringNetwork network)
@@ -114,7 +146,8 @@ internal sealed class IoUringMetrics
         }
     }
 
-    /// <summary>Once per connection; returns the tag to give <see cref="ConnectionClosed"/>, so both changes land in one series.</summary>
+    /// <summary>Once per connection; returns the tag to give <see cref="ConnectionClosed"/>, so both changes land in
+    /// one series.</summary>
     public KeyValuePair<string, object?> ConnectionOpened(EventLoop loop)
     {
         if (!_loopTags.TryGetValue(loop, out KeyValuePair<string, object?> tag))
@@ -126,10 +159,12 @@ internal sealed class IoUringMetrics
         return tag;
     }
 
-    /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters already.</summary>
+    /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters
+    /// already.</summary>
     public void ConnectionClosed(KeyValuePair<string, object?> loopTag) => _active.Add(-1, loopTag);
 
-    /// <summary>Loop i's counters: the live networks' loops i summed, with what gone networks' loops i did for <see cref="Counts"/>.</summary>
+    /// <summary>Loop i's counters: the live networks' loops i summed, with what gone networks' loops i did for
+    /// <see cref="Counts"/>.</summary>
     private EventLoopCounters[] CountersByLoop(bool counts)
     {
         lock (_lock)
@@ -162,7 +197,8 @@ internal sealed class IoUringMetrics
     }
 
     /// <summary>An observable instrument's callback: one measurement per loop id, tagged with it.</summary>
-    private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, Func<EventLoopCounters, long> select) => PerLoop(counts, new Part(select));
+    private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, Func<EventLoopCounters, long> select)
+        => PerLoop(counts, new Part(select));
 
     /// <summary>
     /// An observable instrument's callback: for each loop id, one measurement per part, tagged with the loop id and the
@@ -178,12 +214,15 @@ internal sealed class IoUringMetrics
             foreach (Part part in parts)
             {
                 long value = part.Select(byLoop[id]);
-                measurements.Add(part.TagName is null ? new(value, loopTag) : new(value, loopTag, new(part.TagName, part.TagValue)));
+                measurements.Add(part.TagName is null
+                    ? new(value, loopTag)
+                    : new(value, loopTag, new(part.TagName, part.TagValue)));
             }
         }
         return measurements;
     };
 
     /// <summary>One value of a loop's counters, and the tag that tells it from the instrument's other parts.</summary>
-    private readonly record struct Part(Func<EventLoopCounters, long> Select, string? TagName = null, string? TagValue = null);
+    private readonly record struct Part(Func<EventLoopCounters, long> Select, string? TagName = null,
+        string? TagValue = null);
 }

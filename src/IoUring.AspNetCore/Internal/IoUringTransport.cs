@@ -20,7 +20,8 @@ internal sealed class IoUringTransport : IAsyncDisposable
     private readonly IoUringNetwork _network;
     private readonly MemoryPool<byte>? _ownedPool;
 
-    private IoUringTransport(IoUringNetwork network, MemoryPool<byte>? ownedPool, ILogger logger, IoUringMetrics metrics)
+    private IoUringTransport(IoUringNetwork network, MemoryPool<byte>? ownedPool, ILogger logger,
+        IoUringMetrics metrics)
     {
         _network = network;
         _ownedPool = ownedPool;
@@ -43,14 +44,18 @@ internal sealed class IoUringTransport : IAsyncDisposable
     /// <summary>Starts the loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
-    public static IoUringTransport Create(IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    public static IoUringTransport Create(IoUringTransportOptions options, ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
     {
         ILogger logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
-        IoUringNetworkOptions networkOptions = options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
+        IoUringNetworkOptions networkOptions =
+            options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
         // The loops' own pools (registered with their rings) where zero-copy sends can use them; Kestrel's otherwise.
         bool loopPools = options.UseLoopMemoryPools && networkOptions.ZeroCopySendThreshold is not null
             && IoUringCapabilities.Current.HasZeroCopySend;
-        MemoryPool<byte>? pool = loopPools ? null : memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
+        MemoryPool<byte>? pool = loopPools
+            ? null
+            : memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
         try
         {
             networkOptions.MemoryPool = pool;
@@ -64,21 +69,26 @@ internal sealed class IoUringTransport : IAsyncDisposable
         }
     }
 
-    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
+    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as
+    /// <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
     internal static void UseKestrelExceptions(IoUringNetworkOptions options)
     {
-        options.CreateResetException = static message => new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset));
+        options.CreateResetException = static message =>
+            new ConnectionResetException(message, new SocketException((int)SocketError.ConnectionReset));
         options.CreateAbortedException = static message => new ConnectionAbortedException(message);
     }
 
-    /// <summary>Binds <paramref name="endPoint"/> (IP, Unix domain socket, or an inherited listening socket) and starts accepting.</summary>
+    /// <summary>Binds <paramref name="endPoint"/> (IP, Unix domain socket, or an inherited listening socket) and starts
+    /// accepting.</summary>
     /// <exception cref="AddressInUseException">The address is taken.</exception>
     public IoUringConnectionListener Bind(EndPoint endPoint, int backlog)
     {
         IoUringListener listener;
         try
         {
-            listener = endPoint is FileHandleEndPoint fileHandle ? ListenOnInherited(fileHandle, backlog) : _network.Listen(endPoint);
+            listener = endPoint is FileHandleEndPoint fileHandle
+                ? ListenOnInherited(fileHandle, backlog)
+                : _network.Listen(endPoint);
         }
         catch (SocketException e) when (e.SocketErrorCode == SocketError.AddressAlreadyInUse)
         {
@@ -97,9 +107,12 @@ internal sealed class IoUringTransport : IAsyncDisposable
         {
             if (socket.SocketType != SocketType.Stream)
             {
-                throw new NotSupportedException($"File handle {endPoint.FileHandle} is a {socket.SocketType} socket; only stream sockets can be served.");
+                throw new NotSupportedException(
+                    $"File handle {endPoint.FileHandle} is a {socket.SocketType} socket; only stream sockets can be " +
+                    "served.");
             }
-            // Listening again on a listening socket only sets the backlog; a bound socket that was not yet listening starts now.
+            // Listening again on a listening socket only sets the backlog; a bound socket that was not yet listening
+            // starts now.
             socket.Listen(backlog);
             return _network.Listen(socket, backlog);
         }

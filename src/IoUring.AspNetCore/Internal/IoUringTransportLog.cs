@@ -12,7 +12,8 @@ internal static partial class IoUringTransportLog
     /// <summary>The logger category.</summary>
     public const string Category = "IoUring.AspNetCore.Transport";
 
-    [LoggerMessage(4, LogLevel.Debug, @"Connection id ""{ConnectionId}"" paused.", EventName = "ConnectionPause", SkipEnabledCheck = true)]
+    [LoggerMessage(4, LogLevel.Debug, @"Connection id ""{ConnectionId}"" paused.",
+        EventName = "ConnectionPause", SkipEnabledCheck = true)]
     private static partial void ConnectionPauseCore(ILogger logger, string connectionId);
 
     public static void ConnectionPause(ILogger logger, string connectionId)
@@ -23,7 +24,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(5, LogLevel.Debug, @"Connection id ""{ConnectionId}"" resumed.", EventName = "ConnectionResume", SkipEnabledCheck = true)]
+    [LoggerMessage(5, LogLevel.Debug, @"Connection id ""{ConnectionId}"" resumed.",
+        EventName = "ConnectionResume", SkipEnabledCheck = true)]
     private static partial void ConnectionResumeCore(ILogger logger, string connectionId);
 
     public static void ConnectionResume(ILogger logger, string connectionId)
@@ -34,7 +36,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(6, LogLevel.Debug, @"Connection id ""{ConnectionId}"" received FIN.", EventName = "ConnectionReadFin", SkipEnabledCheck = true)]
+    [LoggerMessage(6, LogLevel.Debug, @"Connection id ""{ConnectionId}"" received FIN.",
+        EventName = "ConnectionReadFin", SkipEnabledCheck = true)]
     private static partial void ConnectionReadFinCore(ILogger logger, string connectionId);
 
     public static void ConnectionReadFin(ILogger logger, string connectionId)
@@ -45,7 +48,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(7, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending FIN because: ""{Reason}""", EventName = "ConnectionWriteFin", SkipEnabledCheck = true)]
+    [LoggerMessage(7, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending FIN because: ""{Reason}""",
+        EventName = "ConnectionWriteFin", SkipEnabledCheck = true)]
     private static partial void ConnectionWriteFinCore(ILogger logger, string connectionId, string reason);
 
     public static void ConnectionWriteFin(ILogger logger, string connectionId, string reason)
@@ -56,7 +60,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(8, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending RST because: ""{Reason}""", EventName = "ConnectionWriteRst", SkipEnabledCheck = true)]
+    [LoggerMessage(8, LogLevel.Debug, @"Connection id ""{ConnectionId}"" sending RST because: ""{Reason}""",
+        EventName = "ConnectionWriteRst", SkipEnabledCheck = true)]
     private static partial void ConnectionWriteRstCore(ILogger logger, string connectionId, string reason);
 
     public static void ConnectionWriteRst(ILogger logger, string connectionId, string reason)
@@ -67,7 +72,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(14, LogLevel.Debug, @"Connection id ""{ConnectionId}"" communication error.", EventName = "ConnectionError", SkipEnabledCheck = true)]
+    [LoggerMessage(14, LogLevel.Debug, @"Connection id ""{ConnectionId}"" communication error.",
+        EventName = "ConnectionError", SkipEnabledCheck = true)]
     private static partial void ConnectionErrorCore(ILogger logger, string connectionId, Exception ex);
 
     public static void ConnectionError(ILogger logger, string connectionId, Exception ex)
@@ -78,7 +84,8 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(19, LogLevel.Debug, @"Connection id ""{ConnectionId}"" reset.", EventName = "ConnectionReset", SkipEnabledCheck = true)]
+    [LoggerMessage(19, LogLevel.Debug, @"Connection id ""{ConnectionId}"" reset.",
+        EventName = "ConnectionReset", SkipEnabledCheck = true)]
     private static partial void ConnectionResetCore(ILogger logger, string connectionId);
 
     public static void ConnectionReset(ILogger logger, string connectionId)
@@ -89,19 +96,30 @@ internal static partial class IoUringTransportLog
         }
     }
 
-    [LoggerMessage(100, LogLevel.Warning, "io_uring is unavailable, so Kestrel serves through its Sockets transport instead: {Reason}", EventName = "IoUringUnavailable")]
+    [LoggerMessage(100, LogLevel.Warning,
+        "io_uring is unavailable, so Kestrel serves through its Sockets transport instead: {Reason}",
+        EventName = "IoUringUnavailable")]
     public static partial void IoUringUnavailable(ILogger logger, string reason);
 
-    [LoggerMessage(105, LogLevel.Warning, "io_uring is unavailable, so HttpClient connects through sockets instead: {Reason}", EventName = "IoUringUnavailableForHttpClient")]
+    [LoggerMessage(105, LogLevel.Warning,
+        "io_uring is unavailable, so HttpClient connects through sockets instead: {Reason}",
+        EventName = "IoUringUnavailableForHttpClient")]
     public static partial void IoUringUnavailableForHttpClient(ILogger logger, string reason);
 
-    [LoggerMessage(101, LogLevel.Error, "An io_uring event loop handler threw; its connection was aborted and the loop goes on.", EventName = "LoopHandlerException")]
+    [LoggerMessage(101, LogLevel.Error,
+        "An io_uring event loop handler threw; its connection was aborted and the loop goes on.",
+        EventName = "LoopHandlerException")]
     public static partial void LoopHandlerException(ILogger logger, Exception ex);
 
-    [LoggerMessage(102, LogLevel.Debug, "io_uring transport started {LoopCount} event loops (setup flags 0x{SetupFlags:x}).", EventName = "TransportStarted")]
+    [LoggerMessage(102, LogLevel.Debug,
+        "io_uring transport started {LoopCount} event loops (setup flags 0x{SetupFlags:x}).",
+        EventName = "TransportStarted")]
     public static partial void TransportStarted(ILogger logger, int loopCount, uint setupFlags);
 
-    [LoggerMessage(104, LogLevel.Information, "io_uring event loops run under the normal scheduling policy: the kernel refused SCHED_BATCH (errno {Errno}); set BatchScheduling = false to silence this.", EventName = "BatchSchedulingRefused")]
+    [LoggerMessage(104, LogLevel.Information,
+        "io_uring event loops run under the normal scheduling policy: the kernel refused SCHED_BATCH " +
+        "(errno {Errno}); set BatchScheduling = false to silence this.",
+        EventName = "BatchSchedulingRefused")]
     public static partial void BatchSchedulingRefused(ILogger logger, int errno);
 
     [LoggerMessage(103, LogLevel.Debug, "io_uring transport listening on {EndPoint}.", EventName = "ListenerBound")]

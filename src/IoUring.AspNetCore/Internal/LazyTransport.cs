@@ -11,11 +11,11 @@ namespace IoUring.AspNetCore.Internal;
 /// <summary>
 /// A factory's hold on the <see cref="IoUringTransport"/> of its <see cref="IoUringTransportOptions"/>: the factories
 /// made with the same options object (a service provider's <see cref="IoUringTransportFactory"/> and
-/// <see cref="IoUringConnectionFactory"/>, which get the one <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>) share
-/// one set of loops, so a proxy's inbound and outbound connections run on the same loops and one io_uring_enter
+/// <see cref="IoUringConnectionFactory"/>, which get the one <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>)
+/// share one set of loops, so a proxy's inbound and outbound connections run on the same loops and one io_uring_enter
 /// serves both. Factories given the same options object with other services (another host's logger, pool or meter
-/// factory) get loops of their own. The loops start on first use (binding or connecting, not at construction, so a host that never uses
-/// them starts none) and stop when the last factory holding them is disposed.
+/// factory) get loops of their own. The loops start on first use (binding or connecting, not at construction, so a host
+/// that never uses them starts none) and stop when the last factory holding them is disposed.
 /// </summary>
 internal sealed class LazyTransport
 {
@@ -28,7 +28,8 @@ internal sealed class LazyTransport
     private bool _toldUnavailable;
     private bool _disposed;
 
-    public LazyTransport(object owner, IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    public LazyTransport(object owner, IoUringTransportOptions options, ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
     {
         _owner = owner;
         lock (s_tableLock)
@@ -62,7 +63,8 @@ internal sealed class LazyTransport
     /// </summary>
     /// <exception cref="ObjectDisposedException">The factory (<c>owner</c>) was disposed.</exception>
     [SupportedOSPlatformGuard("linux")]
-    public bool TryGetOrStart(Action<IoUringException>? onUnavailable, [NotNullWhen(true)] out IoUringTransport? transport)
+    public bool TryGetOrStart(Action<IoUringException>? onUnavailable,
+        [NotNullWhen(true)] out IoUringTransport? transport)
     {
         lock (_lock)
         {
@@ -100,7 +102,8 @@ internal sealed class LazyTransport
     }
 
     /// <summary>The transport of one options object and how many factories hold it.</summary>
-    private sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+    private sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
     {
         private readonly Lock _lock = new();
         private IoUringTransport? _transport;
@@ -137,14 +140,16 @@ internal sealed class LazyTransport
                     IoUringCapabilities capabilities = IoUringCapabilities.Current;
                     try
                     {
-                        // Unsupported (off Linux, among other causes): throws naming the cause, as the loops' setup still may.
+                        // Unsupported (off Linux, among other causes): throws naming the cause, as the loops' setup
+                        // still may.
                         if (!capabilities.IsSupported)
                         {
                             capabilities.EnsureSupported();
                         }
                         else
                         {
-                            Volatile.Write(ref _transport, IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
+                            Volatile.Write(ref _transport,
+                                IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
                         }
                     }
                     catch (IoUringException ex)

@@ -25,7 +25,8 @@ namespace IoUring.Buffers;
 /// share a region, so a gather send from them names one fixed buffer, and idle regions stay idle until trimmed.</para>
 /// <para>A block is reference counted (the renter, and each pin: a zero-copy send pins until its notification), and
 /// comes back to the free list only when both the renter and every pin let go: a block is never reused while the
-/// kernel may still read it. Regions are GC memory: a block someone still holds after the pool is disposed stays valid.</para>
+/// kernel may still read it. Regions are GC memory: a block someone still holds after the pool is disposed stays
+/// valid.</para>
 /// </remarks>
 internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 {
@@ -59,11 +60,13 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// <param name="registrar">Registers each new region with a ring (a loop's own pool), or null.</param>
     /// <param name="poisonReturnedBlocks">Fill every returned block with <see cref="PoisonByte"/> (tests).</param>
     /// <param name="blockSize">Bytes per block: a power of two from 4 KiB to <see cref="RegionSize"/>.</param>
-    public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null, bool poisonReturnedBlocks = false, int blockSize = BlockSize)
+    public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null,
+        bool poisonReturnedBlocks = false, int blockSize = BlockSize)
     {
         if (blockSize < MinBlockSize || blockSize > RegionSize || !int.IsPow2(blockSize))
         {
-            throw new ArgumentOutOfRangeException(nameof(blockSize), blockSize, $"A power of two from {MinBlockSize} to {RegionSize}.");
+            throw new ArgumentOutOfRangeException(nameof(blockSize), blockSize,
+                $"A power of two from {MinBlockSize} to {RegionSize}.");
         }
         BlockBytes = blockSize;
         BlocksPerRegion = RegionSize / blockSize;
@@ -91,7 +94,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// <summary>Blocks per region.</summary>
     public int BlocksPerRegion { get; }
 
-    /// <summary>Blocks rented and not yet returned, including those a zero-copy send still pins (the tests' leak check).</summary>
+    /// <summary>Blocks rented and not yet returned, including those a zero-copy send still pins (the tests' leak
+    /// check).</summary>
     public int RentedBlocks => Volatile.Read(ref _rented);
 
     /// <summary>The most blocks rented at once since the last <see cref="ResetPeak"/> (tests' memory bounds).</summary>
@@ -123,7 +127,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>Whether returned blocks are filled with <see cref="PoisonByte"/> (a test mode: bytes sent from a block after its return show up).</summary>
+    /// <summary>Whether returned blocks are filled with <see cref="PoisonByte"/> (a test mode: bytes sent from a block
+    /// after its return show up).</summary>
     internal bool PoisonReturnedBlocks { get; }
 
     internal const byte PoisonByte = 0xDB;
@@ -132,7 +137,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     {
         if (minBufferSize > BlockBytes)
         {
-            throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize, $"Blocks are {BlockBytes} bytes.");
+            throw new ArgumentOutOfRangeException(nameof(minBufferSize), minBufferSize,
+                $"Blocks are {BlockBytes} bytes.");
         }
         Block block;
         Region? added = null;
@@ -166,7 +172,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return block;
     }
 
-    /// <summary>Drops the regions none of whose blocks was rented since the last trim; returns how many blocks went.</summary>
+    /// <summary>Drops the regions none of whose blocks was rented since the last trim; returns how many blocks
+    /// went.</summary>
     internal int Trim()
     {
         List<Region>? dropped = null;
@@ -205,13 +212,15 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             }
             else
             {
-                _registrar.Unregister(region); // forgets its entry, then releases the pages: the kernel no longer maps them
+                // forgets its entry, then releases the pages: the kernel no longer maps them
+                _registrar.Unregister(region);
             }
         }
         return dropped.Count * BlocksPerRegion;
     }
 
-    /// <summary>Under the lock: the partly used region with the most free blocks, else a fully free one, else null.</summary>
+    /// <summary>Under the lock: the partly used region with the most free blocks, else a fully free one, else
+    /// null.</summary>
     private Region? NextRegion()
     {
         if (_freeCount == 0)
@@ -234,7 +243,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return best ?? idle;
     }
 
-    /// <summary>Under the lock: a new region, all its blocks free (after <see cref="Shutdown"/>: untracked, unregistered).</summary>
+    /// <summary>Under the lock: a new region, all its blocks free (after <see cref="Shutdown"/>: untracked,
+    /// unregistered).</summary>
     private Region AddRegion()
     {
         var region = new Region(this);
@@ -264,7 +274,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>A loop's own pool: <see cref="IDisposable.Dispose"/> from users does nothing; the loop calls <see cref="Shutdown"/>.</summary>
+    /// <summary>A loop's own pool: <see cref="IDisposable.Dispose"/> from users does nothing; the loop calls
+    /// <see cref="Shutdown"/>.</summary>
     internal bool OwnedByLoop { get; init; }
 
     protected override void Dispose(bool disposing)
@@ -277,7 +288,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
     /// <summary>
     /// Stops pooling: the free blocks and regions are let go (to the GC) and returned blocks are dropped. Renting still
-    /// works, from regions nobody tracks or registers (a connection still writing after its loop stopped must not fail).
+    /// works, from regions nobody tracks or registers (a connection still writing after its loop stopped must not
+    /// fail).
     /// </summary>
     internal void Shutdown()
     {
@@ -292,8 +304,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     }
 
     /// <summary>
-    /// One region: <see cref="RegionSize"/> bytes of blocks in a single pinned array, page aligned (so a registration pins
-    /// whole pages of ours only). <see cref="BufferIndex"/> is its entry in the registrar's ring's buffer table.
+    /// One region: <see cref="RegionSize"/> bytes of blocks in a single pinned array, page aligned (so a registration
+    /// pins whole pages of ours only). <see cref="BufferIndex"/> is its entry in the registrar's ring's buffer table.
     /// </summary>
     internal sealed unsafe class Region
     {
@@ -317,7 +329,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         public PinnedBlockMemoryPool Pool { get; }
 
-        /// <summary>The first block's address (page aligned); the region spans <see cref="Length"/> bytes from it.</summary>
+        /// <summary>The first block's address (page aligned); the region spans <see cref="Length"/> bytes from
+        /// it.</summary>
         public byte* Start { get; }
 
         public static int Length => RegionSize;
@@ -349,8 +362,8 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         internal void MarkDropped() => IsDropped = true;
 
         /// <summary>
-        /// A dropped region (every block free, no ring's table naming it): its pages go back to the operating system now;
-        /// touched again (a use after return, never ours) they come back as zeros, so nothing can fault.
+        /// A dropped region (every block free, no ring's table naming it): its pages go back to the operating system
+        /// now; touched again (a use after return, never ours) they come back as zeros, so nothing can fault.
         /// </summary>
         internal void ReleasePages()
         {
@@ -416,9 +429,11 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 /// <summary>Registers a pool's regions with a ring and forgets them again (a loop, for its own pool).</summary>
 internal interface IRegionRegistrar
 {
-    /// <summary>A new region (any thread): register it when possible; until then its blocks are used unregistered.</summary>
+    /// <summary>A new region (any thread): register it when possible; until then its blocks are used
+    /// unregistered.</summary>
     void Register(PinnedBlockMemoryPool.Region region);
 
-    /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry, then <see cref="PinnedBlockMemoryPool.Region.ReleasePages"/>.</summary>
+    /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry, then
+    /// <see cref="PinnedBlockMemoryPool.Region.ReleasePages"/>.</summary>
     void Unregister(PinnedBlockMemoryPool.Region region);
 }

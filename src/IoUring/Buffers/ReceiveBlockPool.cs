@@ -31,10 +31,12 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
     /// <summary>Blocks allocated so far (tests and diagnostics).</summary>
     public long Allocated { get; private set; }
 
-    /// <summary>Blocks this pool allocated and has not dropped: held by Inputs or idle here (tests and diagnostics).</summary>
+    /// <summary>Blocks this pool allocated and has not dropped: held by Inputs or idle here (tests and
+    /// diagnostics).</summary>
     public long RetainedBlocks => Allocated - Volatile.Read(ref _dropped);
 
-    /// <summary>Blocks rented and not returned: what connections' Inputs hold (the ring's own are not counted). Any thread; a snapshot.</summary>
+    /// <summary>Blocks rented and not returned: what connections' Inputs hold (the ring's own are not counted). Any
+    /// thread; a snapshot.</summary>
     public long HeldBlocks => Volatile.Read(ref _rents) - Volatile.Read(ref _returns);
 
     /// <summary>The most <see cref="HeldBlocks"/> seen at a rent since <see cref="ResetPeak"/> (tests).</summary>
@@ -43,7 +45,8 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
     /// <summary>Starts a new peak from now (tests; racy against the loop, as a test's snapshot is).</summary>
     public void ResetPeak() => Volatile.Write(ref _peakHeld, HeldBlocks);
 
-    /// <summary>Test seam: while positive, each rent throws <see cref="OutOfMemoryException"/> (as a failed allocation would). Loop thread.</summary>
+    /// <summary>Test seam: while positive, each rent throws <see cref="OutOfMemoryException"/> (as a failed allocation
+    /// would). Loop thread.</summary>
     internal int FailRents { get; set; }
 
     /// <summary>A block of <see cref="BlockSize"/> bytes. Loop thread only.</summary>

@@ -5,7 +5,8 @@ namespace IoUring.Interop;
 #pragma warning disable CA1707 // kernel names keep their underscores
 
 /// <summary>io_uring constants with the kernel's names and values: public, what a <c>RingHandler</c> puts in an SQE or
-/// reads from a CQE; internal, what only the library can use (setup, enter, register, mmap offsets, features).</summary>
+/// reads from a CQE; internal, what only the library can use (setup, enter, register, mmap offsets,
+/// features).</summary>
 public static class IoUringConstants
 {
     // io_uring_setup flags
@@ -248,7 +249,8 @@ public static class IoUringConstants
     internal const uint IORING_REGISTER_SYNC_CANCEL = 24;
     /// <summary>IORING_REGISTER_PBUF_STATUS</summary>
     internal const uint IORING_REGISTER_PBUF_STATUS = 26;
-    /// <summary>IORING_REGISTER_USE_REGISTERED_RING: OR into a register opcode to pass a registered ring index.</summary>
+    /// <summary>IORING_REGISTER_USE_REGISTERED_RING: OR into a register opcode to pass a registered ring
+    /// index.</summary>
     internal const uint IORING_REGISTER_USE_REGISTERED_RING = 1u << 31;
 
     /// <summary>IO_URING_OP_SUPPORTED: io_uring_probe_op.flags bit.</summary>

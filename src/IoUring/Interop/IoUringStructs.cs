@@ -6,7 +6,8 @@ namespace IoUring.Interop;
 // tests/IoUring.Tests/Abi checks every size and offset against the machine's header.
 #pragma warning disable CA1707, CA1051, IDE1006, CS8981 // kernel names and public fields, as in the header
 
-/// <summary>A submission queue entry (64 bytes). Unions are overlapping fields with the kernel's member names.</summary>
+/// <summary>A submission queue entry (64 bytes). Unions are overlapping fields with the kernel's member
+/// names.</summary>
 [StructLayout(LayoutKind.Explicit, Size = 64)]
 public struct io_uring_sqe
 {
@@ -77,9 +78,9 @@ internal struct io_uring_cqe
 }
 
 /// <summary>
-/// The header a multishot RECVMSG writes at the start of each selected buffer (16 bytes), followed by the source address
-/// (msghdr.msg_namelen bytes reserved, whatever its real length), the control data (msg_controllen bytes reserved),
-/// then the payload.
+/// The header a multishot RECVMSG writes at the start of each selected buffer (16 bytes), followed by the source
+/// address (msghdr.msg_namelen bytes reserved, whatever its real length), the control data (msg_controllen bytes
+/// reserved), then the payload.
 /// </summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_recvmsg_out
@@ -228,7 +229,8 @@ internal struct io_uring_rsrc_register
     public ulong tags;
 }
 
-/// <summary>Argument of IORING_REGISTER_BUFFERS_UPDATE: replaces <see cref="nr"/> table entries from <see cref="offset"/>.</summary>
+/// <summary>Argument of IORING_REGISTER_BUFFERS_UPDATE: replaces <see cref="nr"/> table entries from
+/// <see cref="offset"/>.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_rsrc_update2
 {

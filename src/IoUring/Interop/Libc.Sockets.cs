@@ -59,5 +59,6 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int getpeername(int fd, byte* address, uint* length);
 
-    public static int SetIntOption(int fd, int level, int name, int value) => setsockopt(fd, level, name, &value, sizeof(int));
+    public static int SetIntOption(int fd, int level, int name, int value)
+        => setsockopt(fd, level, name, &value, sizeof(int));
 }

@@ -14,7 +14,8 @@ internal static unsafe partial class Libc
 {
     private const string LibcName = "libc";
 
-    // x86-64 and arm64 share these numbers (asm-generic); AbiContractTests checks them against both architectures' headers.
+    // x86-64 and arm64 share these numbers (asm-generic); AbiContractTests checks them against both architectures'
+    // headers.
     public const long SYS_io_uring_setup = 425;
     public const long SYS_io_uring_enter = 426;
     public const long SYS_io_uring_register = 427;
@@ -32,7 +33,8 @@ internal static unsafe partial class Libc
     private static partial long syscall_setup(long number, uint entries, io_uring_params* p);
 
     [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
-    private static partial long syscall_enter(long number, int fd, uint toSubmit, uint minComplete, uint flags, void* arg, nuint argSize);
+    private static partial long syscall_enter(long number, int fd, uint toSubmit, uint minComplete, uint flags,
+        void* arg, nuint argSize);
 
     [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
     private static partial long syscall_register(long number, int fd, uint opcode, void* arg, uint nrArgs);
@@ -65,7 +67,8 @@ internal static unsafe partial class Libc
     public static partial int eventfd(uint initval, int flags);
 
     public const int SCHED_BATCH = 3;
-    /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy, not the caller's.</summary>
+    /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy, not the
+    /// caller's.</summary>
     public const int SCHED_RESET_ON_FORK = 0x40000000;
 
     // The syscall number differs by architecture (x86-64 has its own table, arm64 asm-generic's): a _<Architecture>
@@ -80,17 +83,19 @@ internal static unsafe partial class Libc
     /// Sets the scheduling policy of thread <paramref name="tid"/> (0: the calling thread; on Linux the policy is per
     /// thread). The raw syscall where its number is known: musl's sched_setscheduler wrapper always fails with ENOSYS.
     /// </summary>
-    public static int sched_setscheduler(int tid, int policy, int* param) => RuntimeInformation.ProcessArchitecture switch
-    {
-        Architecture.X64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_X64, tid, policy, param),
-        Architecture.Arm64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_Arm64, tid, policy, param),
-        _ => sched_setscheduler_libc(tid, policy, param),
-    };
+    public static int sched_setscheduler(int tid, int policy, int* param)
+        => RuntimeInformation.ProcessArchitecture switch
+        {
+            Architecture.X64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_X64, tid, policy, param),
+            Architecture.Arm64 => (int)syscall_sched_setscheduler(SYS_sched_setscheduler_Arm64, tid, policy, param),
+            _ => sched_setscheduler_libc(tid, policy, param),
+        };
 
     [LibraryImport(LibcName, EntryPoint = "sched_setscheduler", SetLastError = true)]
     private static partial int sched_setscheduler_libc(int tid, int policy, int* param);
 
-    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread), SCHED_RESET_ON_FORK included.</summary>
+    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread), SCHED_RESET_ON_FORK
+    /// included.</summary>
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int sched_getscheduler(int tid);
 

@@ -9,7 +9,8 @@ namespace IoUring.Loops;
 /// list threaded through the same array (a free slot holds the next free slot's number), so rent and return are one
 /// array access each; the array grows during warm-up only, so steady state allocates nothing.
 /// </summary>
-/// <remarks>Loop thread only. A struct so its fields sit in the loop object: one dependent load less per access.</remarks>
+/// <remarks>Loop thread only. A struct so its fields sit in the loop object: one dependent load less per
+/// access.</remarks>
 internal struct CustomValueTable
 {
     private const uint NoFreeSlot = uint.MaxValue;
@@ -24,7 +25,8 @@ internal struct CustomValueTable
         _freeHead = NoFreeSlot;
     }
 
-    /// <summary>Slots rented and not returned: walks the free list (for tests and diagnostics, not the hot path).</summary>
+    /// <summary>Slots rented and not returned: walks the free list (for tests and diagnostics, not the hot
+    /// path).</summary>
     public readonly int InUse
     {
         get
@@ -38,7 +40,8 @@ internal struct CustomValueTable
         }
     }
 
-    /// <summary>Makes sure the next <see cref="Rent"/> finds a free slot, growing the table if needed, so that renting cannot fail.</summary>
+    /// <summary>Makes sure the next <see cref="Rent"/> finds a free slot, growing the table if needed, so that renting
+    /// cannot fail.</summary>
     /// <exception cref="InvalidOperationException">All <see cref="UserData.MaxTags"/> slots are in use.</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void EnsureFreeSlot()
@@ -49,7 +52,8 @@ internal struct CustomValueTable
         }
     }
 
-    /// <summary>Takes a free slot for <paramref name="value"/>; call <see cref="EnsureFreeSlot"/> first. Never throws.</summary>
+    /// <summary>Takes a free slot for <paramref name="value"/>; call <see cref="EnsureFreeSlot"/> first. Never
+    /// throws.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
@@ -62,11 +66,13 @@ internal struct CustomValueTable
         return slot;
     }
 
-    /// <summary>The value of <paramref name="slot"/> (which came from <see cref="Rent"/>); with <paramref name="release"/> the slot is free again.</summary>
+    /// <summary>The value of <paramref name="slot"/> (which came from <see cref="Rent"/>); with
+    /// <paramref name="release"/> the slot is free again.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ulong Get(uint slot, bool release)
     {
-        ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot); // slot came from Rent: in range
+        // slot came from Rent: in range
+        ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
         ulong value = entry;
         if (release)
         {
@@ -83,7 +89,8 @@ internal struct CustomValueTable
         {
             if (_next == UserData.MaxTags)
             {
-                throw new InvalidOperationException($"Too many custom operations in flight on one loop (the limit is {UserData.MaxTags}).");
+                throw new InvalidOperationException(
+                    $"Too many custom operations in flight on one loop (the limit is {UserData.MaxTags}).");
             }
             Array.Resize(ref _values, _values.Length * 2);
         }

@@ -12,9 +12,10 @@ public sealed unsafe partial class EventLoop
     private PinnedBlockMemoryPool? _memoryPool;
 
     /// <summary>
-    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with the loop's ring as fixed buffers where the
-    /// kernel allows it. Connections on this loop use it for their pipes unless given a pool of their own; custom
-    /// requests can name its blocks as fixed buffers (see <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
+    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with
+    /// the loop's ring as fixed buffers where the kernel allows it. Connections on this loop use it for their pipes
+    /// unless given a pool of their own; custom requests can name its blocks as fixed buffers (see
+    /// <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
     /// </summary>
     public MemoryPool<byte> MemoryPool => _memoryPool ?? CreateMemoryPool();
 
@@ -47,13 +48,15 @@ public sealed unsafe partial class EventLoop
         return false;
     }
 
-    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop thread (the sender's hot path).</summary>
+    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop thread (the
+    /// sender's hot path).</summary>
     internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block)
         => block.Region.Pool == _memoryPool ? block.Region.BufferIndex : -1;
 
     private PinnedBlockMemoryPool CreateMemoryPool()
     {
-        var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this), poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize)
+        var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this),
+            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize)
         {
             OwnedByLoop = true, // users reach it through public properties: their Dispose must not end it
         };
@@ -65,15 +68,19 @@ public sealed unsafe partial class EventLoop
         return pool;
     }
 
-    /// <summary>Registers regions on the loop thread (the ring's single issuer) as the pool adds them, and empties their entries when it trims them.</summary>
+    /// <summary>Registers regions on the loop thread (the ring's single issuer) as the pool adds them, and empties
+    /// their entries when it trims them.</summary>
     private sealed class RegionRegistrar(EventLoop loop) : IRegionRegistrar
     {
-        public void Register(PinnedBlockMemoryPool.Region region) => OnLoop(region, static (self, r) => self.RegisterNow(r));
+        public void Register(PinnedBlockMemoryPool.Region region)
+            => OnLoop(region, static (self, r) => self.RegisterNow(r));
 
-        public void Unregister(PinnedBlockMemoryPool.Region region) => OnLoop(region, static (self, r) => self.UnregisterNow(r));
+        public void Unregister(PinnedBlockMemoryPool.Region region)
+            => OnLoop(region, static (self, r) => self.UnregisterNow(r));
 
         /// <summary>Runs <paramref name="action"/> now on the loop thread, or posts it there.</summary>
-        private void OnLoop(PinnedBlockMemoryPool.Region region, Action<RegionRegistrar, PinnedBlockMemoryPool.Region> action)
+        private void OnLoop(PinnedBlockMemoryPool.Region region,
+            Action<RegionRegistrar, PinnedBlockMemoryPool.Region> action)
         {
             if (loop.IsOnLoopThread)
             {
@@ -82,7 +89,8 @@ public sealed unsafe partial class EventLoop
             }
             loop.Schedule(static s =>
             {
-                var (self, r, a) = ((RegionRegistrar, PinnedBlockMemoryPool.Region, Action<RegionRegistrar, PinnedBlockMemoryPool.Region>))s!;
+                var (self, r, a) = ((RegionRegistrar, PinnedBlockMemoryPool.Region,
+                    Action<RegionRegistrar, PinnedBlockMemoryPool.Region>))s!;
                 a(self, r);
             }, (this, region, action));
         }

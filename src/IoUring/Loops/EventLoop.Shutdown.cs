@@ -16,7 +16,8 @@ public sealed unsafe partial class EventLoop
     private int _stopRequested;
     private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
     private long _shutdownStarted;
-    private int _notificationsPending; // of the requests in flight, zero-copy sends done with their fd whose notification is all that is left
+    // of the requests in flight, zero-copy sends done with their fd whose notification is all that is left
+    private int _notificationsPending;
 
     /// <summary>Completes when the loop thread has stopped and released everything.</summary>
     public Task Stopped => _stopped.Task;
@@ -43,7 +44,8 @@ public sealed unsafe partial class EventLoop
         return _stopped.Task;
     }
 
-    /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for it.</summary>
+    /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for
+    /// it.</summary>
     internal void OnNotificationPending() => _notificationsPending++;
 
     internal void OnNotificationArrived() => _notificationsPending--;
@@ -92,7 +94,8 @@ public sealed unsafe partial class EventLoop
 
     private bool _stopCancelPending; // the stop's cancel got no SQE: DrainAfterStop retries it
 
-    /// <summary>Cancels every request on the ring (including the wakeup READ); each still posts its final CQE.</summary>
+    /// <summary>Cancels every request on the ring (including the wakeup READ); each still posts its final
+    /// CQE.</summary>
     private void SubmitStopCancel()
     {
         io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindCancel);
@@ -104,7 +107,8 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the deadline.</summary>
+    /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the
+    /// deadline.</summary>
     private void DrainAfterStop()
     {
         while ((HasRequestsToWaitFor || HasPostedWork) && !ShutdownDeadlinePassed)
@@ -154,7 +158,9 @@ public sealed unsafe partial class EventLoop
         {
             // Requests still in flight may write into the receive buffers or the wakeup value: leak them rather than
             // free memory the kernel may still use. Closing the ring below makes the kernel cancel them.
-            ReportUnhandled(new IoUringException($"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.", Errno.EBUSY));
+            ReportUnhandled(new IoUringException(
+                $"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.",
+                Errno.EBUSY));
         }
         else
         {

@@ -7,8 +7,8 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-// The SQE API owners submit through (loop thread only), and the io_uring_enter that hands the queued SQEs to the kernel.
-// Every request taken here is counted in flight until its final CQE: the loop's stop waits for that count.
+// The SQE API owners submit through (loop thread only), and the io_uring_enter that hands the queued SQEs to the
+// kernel. Every request taken here is counted in flight until its final CQE: the loop's stop waits for that count.
 public sealed unsafe partial class EventLoop
 {
     private CustomValueTable _customValues = new(); // mutable struct: never readonly
@@ -17,7 +17,8 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// A new request of <paramref name="owner"/>: a zeroed SQE with user_data (owner, <paramref name="kind"/>,
-    /// <paramref name="tag"/>) set, counted in flight. If the SQ is full, queued SQEs are submitted first. Loop thread only.
+    /// <paramref name="tag"/>) set, counted in flight. If the SQ is full, queued SQEs are submitted first. Loop thread
+    /// only.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewSqe(RingOwner owner, uint kind, uint tag = 0)
@@ -47,7 +48,8 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// Runs <paramref name="retry"/> on <paramref name="target"/> in the loop's next iteration, for a request
-    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone (its stop ended everything).
+    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone (its stop
+    /// ended everything).
     /// </summary>
     internal void RetryNextIteration<T>(T target, Action<T> retry) where T : class
         => Schedule(static s =>
@@ -59,7 +61,8 @@ public sealed unsafe partial class EventLoop
             }
         }, (this, target, retry));
 
-    /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data included.</summary>
+    /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data
+    /// included.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewRawSqe(RingOwner owner)
     {
@@ -80,23 +83,28 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
-    /// <summary>Test seam (<see cref="FaultInjector.RefuseSqes"/>): throws as <see cref="SqeAfterEarlySubmit"/> does when the SQ stays full.</summary>
+    /// <summary>Test seam (<see cref="FaultInjector.RefuseSqes"/>): throws as <see cref="SqeAfterEarlySubmit"/> does
+    /// when the SQ stays full.</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private void RefuseIfInjected(RingOwner owner)
     {
         if (owner == _loopRingOwner ? _faults!.TakeLoopSqeRefusal() : _faults!.TakeSqeRefusal())
         {
-            throw new InvalidOperationException("The submission queue stays full after io_uring_enter (refused by a test's FaultInjector).");
+            throw new InvalidOperationException(
+                "The submission queue stays full after io_uring_enter (refused by a test's FaultInjector).");
         }
     }
 
-    /// <summary>Requests that can be taken before the SQ is full (and an early submit is needed). Loop thread.</summary>
+    /// <summary>Requests that can be taken before the SQ is full (and an early submit is needed). Loop
+    /// thread.</summary>
     internal int FreeSqes => (int)_ring.FreeSqes;
 
-    /// <summary>Makes sure <see cref="RentCustomValueSlot"/> cannot fail; throws if too many custom requests are in flight.</summary>
+    /// <summary>Makes sure <see cref="RentCustomValueSlot"/> cannot fail; throws if too many custom requests are in
+    /// flight.</summary>
     internal void EnsureCustomValueSlot() => _customValues.EnsureFreeSlot();
 
-    /// <summary>The slot in the custom value table that holds a custom request's value; after <see cref="EnsureCustomValueSlot"/>, never throws.</summary>
+    /// <summary>The slot in the custom value table that holds a custom request's value; after
+    /// <see cref="EnsureCustomValueSlot"/>, never throws.</summary>
     internal uint RentCustomValueSlot(ulong value) => _customValues.Rent(value);
 
     /// <summary>
@@ -117,8 +125,9 @@ public sealed unsafe partial class EventLoop
             PublishRecycledBuffers();
             SubmitAndWait(wait: false);
             throw new InvalidOperationException(
-                $"A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue ({_ring.SqEntries} entries) cannot " +
-                $"go to the kernel whole; raise {nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");
+                "A linked chain (IOSQE_IO_LINK/IOSQE_IO_HARDLINK) longer than the submission queue " +
+                $"({_ring.SqEntries} entries) cannot go to the kernel whole; raise " +
+                $"{nameof(EventLoopOptions.SubmissionQueueSize)} or shorten the chain.");
         }
         PublishRecycledBuffers();
         SubmitAndWait(wait: false, holdBack: openChain);
@@ -130,7 +139,8 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
-    /// <summary>The number of queued SQEs at the tail that belong to a chain whose last link is still to come.</summary>
+    /// <summary>The number of queued SQEs at the tail that belong to a chain whose last link is still to
+    /// come.</summary>
     private uint OpenChainLength()
     {
         uint count = _ring.UnpublishedCount;
@@ -176,7 +186,9 @@ public sealed unsafe partial class EventLoop
                 _counters.CqOverflows++;
                 return;
             case Errno.EBADR:
-                throw new IoUringException($"io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them ({_ring.DroppedCompletions} dropped).", Errno.EBADR);
+                throw new IoUringException(
+                    "io_uring dropped completions (EBADR): the CQ overflowed and the kernel could not keep them " +
+                    $"({_ring.DroppedCompletions} dropped).", Errno.EBADR);
             default:
                 throw IoUringException.FromErrno("io_uring_enter", -result);
         }

@@ -16,14 +16,16 @@ public sealed unsafe partial class EventLoop
     private int _wakersWriting;     // threads inside Wake (see CloseWakeup)
     private long _wakeups;          // eventfd writes, counted from whichever thread makes them
 
-    /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it inline.</summary>
+    /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it
+    /// inline.</summary>
     /// <remarks>
     /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead (or on the loop
     /// thread, if it races that thread's last look at its queue as it leaves), and does not
-    /// throw here: this is the loop's <see cref="System.IO.Pipelines.PipeScheduler"/> entry point, which pipes call from
-    /// the application's calls (completing a pipe, say) and which must not throw at them. Ring access from such an action
-    /// throws <see cref="ObjectDisposedException"/> (a <see cref="RingHandler"/>'s Submit, <see cref="InvalidOperationException"/>:
-    /// not on the loop thread), which is reported to <see cref="EventLoopOptions.UnhandledException"/>.
+    /// throw here: this is the loop's <see cref="System.IO.Pipelines.PipeScheduler"/> entry point, which pipes call
+    /// from the application's calls (completing a pipe, say) and which must not throw at them. Ring access from such an
+    /// action throws <see cref="ObjectDisposedException"/> (a <see cref="RingHandler"/>'s Submit,
+    /// <see cref="InvalidOperationException"/>: not on the loop thread), which is reported to
+    /// <see cref="EventLoopOptions.UnhandledException"/>.
     /// </remarks>
     public override void Schedule(Action<object?> action, object? state)
     {
@@ -33,7 +35,8 @@ public sealed unsafe partial class EventLoop
         {
             // The loop stopped (maybe between the enqueue and this check, after its last look at the queue): run it
             // elsewhere, as the loop would have (it finds the ring gone), so nothing is lost.
-            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop.RunPostedWork(), this, preferLocal: false);
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(
+                static loop => loop.RunPostedWork(), this, preferLocal: false);
             return;
         }
         // Dekker pairing with the loop's sleep check: the enqueue above is a full fence, the loop publishes
@@ -55,7 +58,8 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>As <see cref="Schedule"/>, for callers that must know the loop is gone rather than run the action elsewhere.</summary>
+    /// <summary>As <see cref="Schedule"/>, for callers that must know the loop is gone rather than run the action
+    /// elsewhere.</summary>
     /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
     internal void Post(Action<object?> action, object? state)
     {
@@ -68,8 +72,8 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// As <see cref="Post"/>, and a sleeping loop is woken at once, also from a thread-pool thread: for a caller that
-    /// blocks until the work has run (a deferred wake would wait for the thread pool the caller is holding a thread of).
-    /// Costs an eventfd write each time: not for hot paths.
+    /// blocks until the work has run (a deferred wake would wait for the thread pool the caller is holding a thread
+    /// of). Costs an eventfd write each time: not for hot paths.
     /// </summary>
     internal void PostAndWake(Action<object?> action, object? state)
     {
@@ -77,7 +81,8 @@ public sealed unsafe partial class EventLoop
         Wake();
     }
 
-    /// <summary>Before blocking: announce the sleep, then re-check the queue. False if work came in meanwhile (do not block).</summary>
+    /// <summary>Before blocking: announce the sleep, then re-check the queue. False if work came in meanwhile (do not
+    /// block).</summary>
     /// <remarks>A poster either sees _sleeping and wakes us, or we see its item.</remarks>
     private bool PrepareToSleep()
     {
@@ -96,7 +101,8 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// Whether the loop announced it sleeps (any thread; a hint, stale as soon as read): work posted now would cost an
-    /// eventfd write and a wake-up, so a poster that can do the work itself at the cost of one system call may prefer to.
+    /// eventfd write and a wake-up, so a poster that can do the work itself at the cost of one system call may prefer
+    /// to.
     /// </summary>
     internal bool IsSleeping => Volatile.Read(ref _sleeping) != 0;
 
@@ -125,7 +131,8 @@ public sealed unsafe partial class EventLoop
 
     private void Wake()
     {
-        // Counted in, so the loop's teardown never closes the eventfd (whose number could then be reused) under a write.
+        // Counted in, so the loop's teardown never closes the eventfd (whose number could then be reused) under a
+        // write.
         Interlocked.Increment(ref _wakersWriting);
         int fd = Volatile.Read(ref _eventFd);
         if (fd >= 0)
@@ -150,8 +157,8 @@ public sealed unsafe partial class EventLoop
     }
 
     /// <summary>
-    /// Arms the READ on the eventfd. Without an SQE for it (the SQ stayed full after an early submit) the loop would sleep
-    /// deaf to posts: it is reported, retried every iteration, and until it is armed the loop sleeps at most
+    /// Arms the READ on the eventfd. Without an SQE for it (the SQ stayed full after an early submit) the loop would
+    /// sleep deaf to posts: it is reported, retried every iteration, and until it is armed the loop sleeps at most
     /// <see cref="DisarmedSleep"/> at a time, so posts still run.
     /// </summary>
     private void ArmWakeup()
@@ -172,7 +179,8 @@ public sealed unsafe partial class EventLoop
     private bool _wakeupDisarmed; // the eventfd's READ could not be re-armed: retry, and sleep bounded meanwhile
     private const long DisarmedSleep = 10_000_000; // ns
 
-    /// <summary>Loop teardown. <paramref name="drained"/>: no request is in flight, so the READ's target can be freed.</summary>
+    /// <summary>Loop teardown. <paramref name="drained"/>: no request is in flight, so the READ's target can be
+    /// freed.</summary>
     private void CloseWakeup(bool drained)
     {
         if (drained && _eventFdValue != null)

@@ -47,7 +47,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
-    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the
+    /// cause.</exception>
     public EventLoop(EventLoopOptions? options = null)
     {
         _options = options ?? new EventLoopOptions();
@@ -76,13 +77,15 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    /// <summary>The IORING_SETUP_* flags this loop's ring was set up with, after any fallback (R_DISABLED included: the loop thread enabled it).</summary>
+    /// <summary>The IORING_SETUP_* flags this loop's ring was set up with, after any fallback (R_DISABLED included: the
+    /// loop thread enabled it).</summary>
     public uint SetupFlags => _ring.SetupFlags;
 
     /// <summary>Whether io_uring_enter uses the registered ring fd.</summary>
     public bool IsRingFdRegistered => _ring.IsRingFdRegistered;
 
-    /// <summary>Whether <see cref="IsOnLoopThread"/> tests by stack range (the loop thread's stack is known and it runs).</summary>
+    /// <summary>Whether <see cref="IsOnLoopThread"/> tests by stack range (the loop thread's stack is known and it
+    /// runs).</summary>
     internal bool KnowsThreadStack => _stackSize != 0;
 
     /// <summary>Whether the calling thread is this loop's thread.</summary>
@@ -92,7 +95,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         {
             // Threads' stacks never overlap, so an address on the caller's stack that lies in the loop thread's stack
             // means the caller is the loop thread. This costs a subtraction and a compare; a thread-static read is a
-            // call into the runtime's TLS lookup on Linux (about 2% of a custom NOP's cost, docs/benchmarks/log/2026-11-22.md).
+            // call into the runtime's TLS lookup on Linux (about 2% of a custom NOP's cost,
+            // docs/benchmarks/log/2026-11-22.md).
             nuint stackSize = _stackSize;
             if (stackSize != 0)
             {
@@ -103,7 +107,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while running).</summary>
+    /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while
+    /// running).</summary>
     public EventLoopCounters Counters => _counters with
     {
         BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
@@ -120,14 +125,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     public int InFlight => Volatile.Read(ref _inFlight);
 
     internal Ring Ring => _ring;
-    /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor returns).</summary>
+    /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor
+    /// returns).</summary>
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;
     internal int RingSetupRefusals => _ring.RefusedSetupAttempts;
 
     // Owners' own receive buffers (UDP sockets'), published with the loop's before each submit. Loop thread only.
     private readonly List<ReceiveBuffers> _ownerReceiveBuffers = [];
 
-    /// <summary>Makes <paramref name="buffers"/>, an owner's own group, published before each submit as the loop's are. Loop thread.</summary>
+    /// <summary>Makes <paramref name="buffers"/>, an owner's own group, published before each submit as the loop's are.
+    /// Loop thread.</summary>
     internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers) => _ownerReceiveBuffers.Add(buffers);
 
     /// <summary>Stops publishing <paramref name="buffers"/> (the owner disposes them). Loop thread.</summary>
@@ -151,13 +158,16 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void OnOwnerFreed() => Interlocked.Decrement(ref _liveOwners);
 
-    /// <summary>A connection on this loop received <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
+    /// <summary>A connection on this loop received <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop
+    /// thread.</summary>
     internal void OnBytesReceived(int count) => _counters.BytesReceived += count;
 
-    /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop thread.</summary>
+    /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop
+    /// thread.</summary>
     internal void OnBytesSent(int count) => _counters.BytesSent += count;
 
-    /// <summary>A connection's flushing thread sent <paramref name="count"/> bytes itself (for <see cref="Counters"/>). Any thread.</summary>
+    /// <summary>A connection's flushing thread sent <paramref name="count"/> bytes itself (for <see cref="Counters"/>).
+    /// Any thread.</summary>
     internal void OnCallerSend(int count)
     {
         Interlocked.Increment(ref _callerSends);
@@ -170,7 +180,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>The fault injector of the test hooks (null in production).</summary>
     internal FaultInjector? Faults => _faults;
 
-    /// <summary>A connection on this loop made a zero-copy send (from a registered buffer: <paramref name="fixedBuffer"/>). Loop thread.</summary>
+    /// <summary>A connection on this loop made a zero-copy send (from a registered buffer:
+    /// <paramref name="fixedBuffer"/>). Loop thread.</summary>
     internal void OnZeroCopySend(bool fixedBuffer)
     {
         _counters.ZeroCopySends++;
@@ -182,7 +193,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void ReportUnhandled(Exception exception)
     {
-        Interlocked.Increment(ref _handlerExceptions); // also called off the loop thread (posts after the stop, close signals)
+        // also called off the loop thread (posts after the stop, close signals)
+        Interlocked.Increment(ref _handlerExceptions);
         try
         {
             _options.UnhandledException?.Invoke(exception);
@@ -200,7 +212,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (!IsOnLoopThread)
         {
-            throw new InvalidOperationException("This must be called on the event loop's thread; use Schedule to get there.");
+            throw new InvalidOperationException(
+                "This must be called on the event loop's thread; use Schedule to get there.");
         }
     }
 
@@ -256,8 +269,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             ReportUnhandled(ex);
             StopAfterFailure();
         }
-        // Pending notifications leave the receive buffers and the wakeup value alone: only the send memory they pin stays
-        // held (by owners never freed) for the life of the process, since the kernel may still transmit from it.
+        // Pending notifications leave the receive buffers and the wakeup value alone: only the send memory they pin
+        // stays held (by owners never freed) for the life of the process, since the kernel may still transmit from it.
         ReleaseResources(drained: _inFlight == _notificationsPending);
         _stopped.TrySetResult();
         // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
@@ -269,8 +282,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (_options.BatchScheduling)
         {
-            // struct sched_param { int sched_priority; }: 0 for the non-realtime policies. RESET_ON_FORK: threads started
-            // from the loop thread (the thread pool grows from whichever thread queues work) keep the normal policy.
+            // struct sched_param { int sched_priority; }: 0 for the non-realtime policies. RESET_ON_FORK: threads
+            // started from the loop thread (the thread pool grows from whichever thread queues work) keep the normal
+            // policy.
             int param = 0;
             if (Libc.sched_setscheduler(0, Libc.SCHED_BATCH | Libc.SCHED_RESET_ON_FORK, &param) == 0)
             {
@@ -283,7 +297,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         _ring.Enable(_options.RegisterRingFd);
         _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0);
-        _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize, _options.Hooks?.PoisonReturnedMemory ?? false);
+        _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize,
+            _options.Hooks?.PoisonReturnedMemory ?? false);
         OpenWakeup();
     }
 
@@ -293,7 +308,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// </summary>
     public bool IsBatchScheduled { get; private set; }
 
-    /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under a seccomp filter), or 0.</summary>
+    /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under a seccomp filter), or
+    /// 0.</summary>
     public int BatchSchedulingError { get; private set; }
 
     private void RunOnce()
@@ -344,7 +360,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             if (kind == UserData.CustomKind)
             {
                 ulong value = _customValues.Get(UserData.Tag(userData), release: finalPending);
-                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call, straight to it.
+                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call,
+                // straight to it.
                 Debug.Assert(owner is RingHandler);
                 Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
             }

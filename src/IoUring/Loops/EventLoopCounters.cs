@@ -37,28 +37,31 @@ public struct EventLoopCounters
     public long BytesSent { readonly get; internal set; }
 
     /// <summary>
-    /// Sends a connection's flushing thread made itself, outside the ring: the loop slept and no send was in flight, so a
-    /// send(2) cost less than waking the loop to submit one. Their bytes are in <see cref="BytesSent"/>.
+    /// Sends a connection's flushing thread made itself, outside the ring: the loop slept and no send was in flight, so
+    /// a send(2) cost less than waking the loop to submit one. Their bytes are in <see cref="BytesSent"/>.
     /// </summary>
     public long CallerSends { readonly get; internal set; }
 
     /// <summary>Zero-copy sends (SEND_ZC/SENDMSG_ZC) the connections on this loop made.</summary>
     public long ZeroCopySends { readonly get; internal set; }
 
-    /// <summary>Of <see cref="ZeroCopySends"/>, those from registered (fixed) buffers: the kernel pinned no pages for them.</summary>
+    /// <summary>Of <see cref="ZeroCopySends"/>, those from registered (fixed) buffers: the kernel pinned no pages for
+    /// them.</summary>
     public long ZeroCopySendsFixed { readonly get; internal set; }
 
-    /// <summary>Zero-copy notifications that said the kernel copied the data after all (loopback, or a device that cannot send from user pages).</summary>
+    /// <summary>Zero-copy notifications that said the kernel copied the data after all (loopback, or a device that
+    /// cannot send from user pages).</summary>
     public long ZeroCopySendsCopied { readonly get; internal set; }
 
-    /// <summary>Bytes of the loop's <see cref="EventLoop.MemoryPool"/> rented now, including blocks that zero-copy sends
-    /// still pin until their notification: a level, not a count.</summary>
+    /// <summary>Bytes of the loop's <see cref="EventLoop.MemoryPool"/> rented now, including blocks that zero-copy
+    /// sends still pin until their notification: a level, not a count.</summary>
     public long MemoryPoolRentedBytes { readonly get; internal set; }
 
     /// <summary>Bytes of the loop's pool registered with its ring as fixed buffers now: a level, not a count.</summary>
     public long RegisteredMemoryBytes { readonly get; internal set; }
 
-    /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live ones.</summary>
+    /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live
+    /// ones.</summary>
     public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
     {
         Syscalls = left.Syscalls + right.Syscalls,

@@ -11,8 +11,10 @@ public sealed class EventLoopOptions
     /// <remarks>Defaults to 512. A full SQ is submitted early, so this bounds batching, not concurrency.</remarks>
     public int SubmissionQueueSize { get; set; } = 512;
 
-    /// <summary>Completion queue entries (power of two, at least <see cref="SubmissionQueueSize"/>, at most 65536), or 0 for 4 x the SQ.</summary>
-    /// <remarks>Defaults to 0 (4 x SQ). Completions that do not fit wait in the kernel and are flushed; none is lost.</remarks>
+    /// <summary>Completion queue entries (power of two, at least <see cref="SubmissionQueueSize"/>, at most 65536), or
+    /// 0 for 4 x the SQ.</summary>
+    /// <remarks>Defaults to 0 (4 x SQ). Completions that do not fit wait in the kernel and are flushed; none is
+    /// lost.</remarks>
     public int CompletionQueueSize { get; set; }
 
     /// <summary>Buffers in the loop's provided buffer ring (power of two, 1..32768).</summary>
@@ -23,7 +25,8 @@ public sealed class EventLoopOptions
     /// <remarks>Defaults to 8192.</remarks>
     public int BufferSize { get; set; } = 8192;
 
-    /// <summary>Register the ring fd with the loop thread (IORING_REGISTER_RING_FDS), saving an fd lookup per io_uring_enter.</summary>
+    /// <summary>Register the ring fd with the loop thread (IORING_REGISTER_RING_FDS), saving an fd lookup per
+    /// io_uring_enter.</summary>
     /// <remarks>Defaults to true; ignored where the kernel lacks it (before 5.18).</remarks>
     public bool RegisterRingFd { get; set; } = true;
 
@@ -35,16 +38,17 @@ public sealed class EventLoopOptions
     /// <remarks>
     /// Defaults to true. With application code on the thread pool (the default scheduling) and a busy CPU, each
     /// preempting wake-up costs two context switches for a handful of completions; batch scheduling measured 1.2x the
-    /// requests per CPU-second under Kestrel (docs/benchmarks/log/2026-11-22.md). The loop keeps its fair share of CPU; what it gives up
-    /// is preempting: while application threads run CPU-bound on every core, completions can wait up to a scheduler
-    /// time slice (a few ms). Set false to keep the normal policy (SCHED_OTHER). Where the policy cannot be set (a
-    /// seccomp filter), the loop runs under the normal policy: <see cref="EventLoop.IsBatchScheduled"/> and
-    /// <see cref="EventLoop.BatchSchedulingError"/> say so (the Kestrel transport logs it once). Threads started from the
-    /// loop thread (the thread pool can grow from it) start under the normal policy (SCHED_RESET_ON_FORK).
+    /// requests per CPU-second under Kestrel (docs/benchmarks/log/2026-11-22.md). The loop keeps its fair share of CPU;
+    /// what it gives up is preempting: while application threads run CPU-bound on every core, completions can wait up
+    /// to a scheduler time slice (a few ms). Set false to keep the normal policy (SCHED_OTHER). Where the policy cannot
+    /// be set (a seccomp filter), the loop runs under the normal policy: <see cref="EventLoop.IsBatchScheduled"/> and
+    /// <see cref="EventLoop.BatchSchedulingError"/> say so (the Kestrel transport logs it once). Threads started from
+    /// the loop thread (the thread pool can grow from it) start under the normal policy (SCHED_RESET_ON_FORK).
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
-    /// <summary>Bytes per block of the loop's <see cref="EventLoop.MemoryPool"/>: a power of two from 4 KiB to 256 KiB.</summary>
+    /// <summary>Bytes per block of the loop's <see cref="EventLoop.MemoryPool"/>: a power of two from 4 KiB to 256
+    /// KiB.</summary>
     /// <remarks>
     /// Defaults to 16 KiB: bulk transfers move a quarter of the segments of 4 KiB blocks. A connection that holds a few
     /// bytes (a slow client's partial request) holds whole blocks, so servers of many slow connections may prefer 4 KiB
@@ -68,23 +72,33 @@ public sealed class EventLoopOptions
     {
         if (SubmissionQueueSize < 2 || SubmissionQueueSize > 32768 || !BitOperations.IsPow2(SubmissionQueueSize))
         {
-            throw new ArgumentException($"{nameof(SubmissionQueueSize)} must be a power of two between 2 and 32768 (was {SubmissionQueueSize}).", nameof(SubmissionQueueSize));
+            throw new ArgumentException(
+                $"{nameof(SubmissionQueueSize)} must be a power of two between 2 and 32768 " +
+                $"(was {SubmissionQueueSize}).", nameof(SubmissionQueueSize));
         }
-        if (CompletionQueueSize != 0 && (CompletionQueueSize < SubmissionQueueSize || CompletionQueueSize > 65536 || !BitOperations.IsPow2(CompletionQueueSize)))
+        if (CompletionQueueSize != 0 && (CompletionQueueSize < SubmissionQueueSize || CompletionQueueSize > 65536
+            || !BitOperations.IsPow2(CompletionQueueSize)))
         {
-            throw new ArgumentException($"{nameof(CompletionQueueSize)} must be 0 or a power of two between {nameof(SubmissionQueueSize)} ({SubmissionQueueSize}) and 65536 (was {CompletionQueueSize}).", nameof(CompletionQueueSize));
+            throw new ArgumentException(
+                $"{nameof(CompletionQueueSize)} must be 0 or a power of two between {nameof(SubmissionQueueSize)} " +
+                $"({SubmissionQueueSize}) and 65536 (was {CompletionQueueSize}).", nameof(CompletionQueueSize));
         }
         if (BufferCount < 1 || BufferCount > 32768 || !BitOperations.IsPow2(BufferCount))
         {
-            throw new ArgumentException($"{nameof(BufferCount)} must be a power of two between 1 and 32768 (was {BufferCount}).", nameof(BufferCount));
+            throw new ArgumentException(
+                $"{nameof(BufferCount)} must be a power of two between 1 and 32768 (was {BufferCount}).",
+                nameof(BufferCount));
         }
         if (BufferSize < 64 || BufferSize > 1 << 24)
         {
-            throw new ArgumentException($"{nameof(BufferSize)} must be between 64 bytes and 16 MiB (was {BufferSize}).", nameof(BufferSize));
+            throw new ArgumentException(
+                $"{nameof(BufferSize)} must be between 64 bytes and 16 MiB (was {BufferSize}).", nameof(BufferSize));
         }
         if (MemoryBlockSize < 4096 || MemoryBlockSize > 256 * 1024 || !BitOperations.IsPow2(MemoryBlockSize))
         {
-            throw new ArgumentException($"{nameof(MemoryBlockSize)} must be a power of two between 4096 and 262144 (was {MemoryBlockSize}).", nameof(MemoryBlockSize));
+            throw new ArgumentException(
+                $"{nameof(MemoryBlockSize)} must be a power of two between 4096 and 262144 (was {MemoryBlockSize}).",
+                nameof(MemoryBlockSize));
         }
         if (string.IsNullOrEmpty(ThreadName))
         {
@@ -92,7 +106,8 @@ public sealed class EventLoopOptions
         }
     }
 
-    /// <summary>A copy with every setting (test seams included) and another thread name: one per loop of a network.</summary>
+    /// <summary>A copy with every setting (test seams included) and another thread name: one per loop of a
+    /// network.</summary>
     internal EventLoopOptions WithThreadName(string name)
     {
         var copy = (EventLoopOptions)MemberwiseClone();

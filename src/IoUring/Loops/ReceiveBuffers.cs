@@ -9,8 +9,8 @@ namespace IoUring.Loops;
 /// <summary>
 /// The loop's receive buffers: one provided-buffer ring that every internal receive of the loop selects from
 /// (IOSQE_BUFFER_SELECT with <see cref="GroupId"/>). The whole protocol lives here: the loop hands a completion's bytes
-/// to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner does, publishes the
-/// buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
+/// to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner does, publishes
+/// the buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
 /// </summary>
 /// <remarks>
 /// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, each
@@ -37,7 +37,8 @@ internal sealed class ReceiveBuffers : IDisposable
 
     public ReceiveBuffers(Ring ring, int count, int bufferSize, bool poisonReturnedBlocks = false)
     {
-        _spares = new ReceiveBlockPool(bufferSize, maxIdle: count, poisonReturnedBlocks); // idle spares: at most twice the ring
+        // idle spares: at most twice the ring
+        _spares = new ReceiveBlockPool(bufferSize, maxIdle: count, poisonReturnedBlocks);
         ushort groupId = BufferGroupIds.Rent();
         try
         {
@@ -57,25 +58,28 @@ internal sealed class ReceiveBuffers : IDisposable
     public ReceiveBlockPool Spares => _spares;
 
     /// <summary>
-    /// Keeps buffer <paramref name="bid"/> of the completion being delivered (see <see cref="ReceivedBytes.Enumerator.CurrentBufferId"/>):
-    /// its memory becomes the caller's, a spare block takes its place in the ring, and the buffer id still goes back
-    /// after the delivery. The caller returns the block to <see cref="Spares"/> when done with it.
+    /// Keeps buffer <paramref name="bid"/> of the completion being delivered (see
+    /// <see cref="ReceivedBytes.Enumerator.CurrentBufferId"/>): its memory becomes the caller's, a spare block takes
+    /// its place in the ring, and the buffer id still goes back after the delivery. The caller returns the block to
+    /// <see cref="Spares"/> when done with it.
     /// </summary>
     public ReceiveBlock Take(ushort bid) => _ring.Exchange(bid, _spares.Rent());
 
     /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
     public ushort GroupId => _ring.GroupId;
 
-    /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through <see cref="OnExhausted"/>.</summary>
+    /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through
+    /// <see cref="OnExhausted"/>.</summary>
     public long Exhaustions { get; private set; }
 
-    /// <summary>Buffers of receive bundles that could not be found to give back (see the remarks; expected 0).</summary>
+    /// <summary>Buffers of receive bundles that could not be found to give back (see the remarks; expected
+    /// 0).</summary>
     public int LostBuffers { get; private set; }
 
     /// <summary>
     /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER; with a bundle, the first of several): hands its bytes
-    /// to <paramref name="owner"/>, then gives the buffers back, also when the owner throws (a lost buffer would be lost
-    /// to every receive of the loop).
+    /// to <paramref name="owner"/>, then gives the buffers back, also when the owner throws (a lost buffer would be
+    /// lost to every receive of the loop).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Deliver(RingOwner owner, uint kind, int result, uint flags, ulong userData)
@@ -99,8 +103,8 @@ internal sealed class ReceiveBuffers : IDisposable
         }
     }
 
-    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of entries
-    // taken before this completion's (see the remarks).
+    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of
+    // entries taken before this completion's (see the remarks).
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void GiveBack(ushort firstBid, uint position, int bytes)
     {
@@ -128,8 +132,8 @@ internal sealed class ReceiveBuffers : IDisposable
 
     /// <summary>
     /// A receive failed with ENOBUFS: counts it, and says whether re-arming at once can succeed: true if a buffer came
-    /// back since this receiver's previous exhaustion (<paramref name="mark"/>, -1 at first; updated), false if none did
-    /// (re-arming now would fail again at once: back off first).
+    /// back since this receiver's previous exhaustion (<paramref name="mark"/>, -1 at first; updated), false if none
+    /// did (re-arming now would fail again at once: back off first).
     /// </summary>
     public bool OnExhausted(ref int mark)
     {
@@ -147,7 +151,8 @@ internal sealed class ReceiveBuffers : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void PublishRecycled() => _ring.Publish();
 
-    /// <summary>Gives back a buffer taken by a request that is not an internal receive (a <see cref="RingHandler"/>'s, in tests).</summary>
+    /// <summary>Gives back a buffer taken by a request that is not an internal receive (a <see cref="RingHandler"/>'s,
+    /// in tests).</summary>
     internal void Recycle(ushort bid) => _ring.Recycle(bid);
 
     public void Dispose()

@@ -4,8 +4,9 @@ namespace IoUring.Loops;
 
 /// <summary>
 /// The bytes of one receive completion, valid only during <see cref="RingOwner.HandleReceive"/>: one buffer of the
-/// loop's <see cref="ReceiveBuffers"/>, or with a receive bundle (IORING_RECVSEND_BUNDLE) several, which the kernel took
-/// from consecutive ring entries and filled in order, each up to its entry's length. Enumerate it for the buffers' bytes.
+/// loop's <see cref="ReceiveBuffers"/>, or with a receive bundle (IORING_RECVSEND_BUNDLE) several, which the kernel
+/// took from consecutive ring entries and filled in order, each up to its entry's length. Enumerate it for the buffers'
+/// bytes.
 /// </summary>
 internal readonly ref struct ReceivedBytes
 {
@@ -40,7 +41,8 @@ internal readonly ref struct ReceivedBytes
 
         public ReadOnlySpan<byte> Current { get; private set; }
 
-        /// <summary>The id of the buffer <see cref="Current"/> lies in (to take it: <see cref="ReceiveBuffers.Take"/>).</summary>
+        /// <summary>The id of the buffer <see cref="Current"/> lies in (to take it:
+        /// <see cref="ReceiveBuffers.Take"/>).</summary>
         public ushort CurrentBufferId { get; private set; }
 
         public bool MoveNext()
@@ -53,7 +55,8 @@ internal readonly ref struct ReceivedBytes
             }
             if (_entries.Broken)
             {
-                throw new InvalidOperationException("A receive's ring entry was reused before its completion was handled; its bytes cannot be found.");
+                throw new InvalidOperationException(
+                    "A receive's ring entry was reused before its completion was handled; its bytes cannot be found.");
             }
             return false;
         }
@@ -72,10 +75,12 @@ internal struct ReceivedEntries(BufferRing ring, uint position, int length)
     /// <summary>Bytes not yet accounted for by the entries walked so far.</summary>
     public int Remaining { get; private set; } = length;
 
-    /// <summary>The walk stopped at an entry written again since the kernel took it (its buffer is no longer known).</summary>
+    /// <summary>The walk stopped at an entry written again since the kernel took it (its buffer is no longer
+    /// known).</summary>
     public bool Broken { get; private set; }
 
-    /// <summary>The next entry's buffer and the bytes it holds; false at the end, or when the walk is <see cref="Broken"/>.</summary>
+    /// <summary>The next entry's buffer and the bytes it holds; false at the end, or when the walk is
+    /// <see cref="Broken"/>.</summary>
     public bool TryNext(out ushort bid, out int length)
     {
         length = 0;

@@ -12,7 +12,8 @@ namespace IoUring.Loops;
 /// <para>Requests are submitted on the loop thread (use <see cref="EventLoop.Schedule"/> to get there) and go to the
 /// kernel with the loop's next io_uring_enter, batched with everything else of that iteration.</para>
 /// <para>Every byte of memory a request points to must stay valid until its final completion (the one without
-/// IORING_CQE_F_MORE): pin it or use native memory. <see cref="OnCompletion"/> runs on the loop thread: keep it short.</para>
+/// IORING_CQE_F_MORE): pin it or use native memory. <see cref="OnCompletion"/> runs on the loop thread: keep it
+/// short.</para>
 /// <para>Dispose when done: no request can be submitted after that, and <see cref="OnReleased"/> runs once the last
 /// one in flight has completed.</para>
 /// </remarks>
@@ -23,7 +24,8 @@ namespace IoUring.Loops;
 ///     protected override void OnCompletion(ulong userValue, int result, uint flags) => Console.WriteLine(userValue);
 /// }
 /// var handler = new Nops(loop);
-/// loop.Schedule(_ => handler.Submit(new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP }, 0xDEADBEEF_CAFEF00D), null);
+/// loop.Schedule(_ => handler.Submit(
+///     new io_uring_sqe { opcode = IoUringConstants.IORING_OP_NOP }, 0xDEADBEEF_CAFEF00D), null);
 /// </code>
 /// </example>
 [SupportedOSPlatform("linux")]
@@ -53,12 +55,14 @@ public abstract class RingHandler : RingOwner, IDisposable
     /// <exception cref="InvalidOperationException">Called off the loop thread, the loop is stopping, too many custom
     /// requests are in flight, or a linked chain does not fit in the submission queue.</exception>
     /// <exception cref="ObjectDisposedException">The handler was disposed.</exception>
-    /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request without a final completion.</exception>
+    /// <exception cref="ArgumentException">The SQE asks for IOSQE_CQE_SKIP_SUCCESS, which would leave the request
+    /// without a final completion.</exception>
     public unsafe void Submit(in io_uring_sqe sqe, ulong userValue)
     {
         EventLoop loop = Loop;
         // One branch for all four checks: non-short-circuit ORs keep the hot path straight.
-        if (!loop.IsOnLoopThread | IsReleased | loop.IsStopping | (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
+        if (!loop.IsOnLoopThread | IsReleased | loop.IsStopping
+            | (sqe.flags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
         {
             ThrowSubmitError(sqe.flags);
         }
@@ -80,7 +84,9 @@ public abstract class RingHandler : RingOwner, IDisposable
         }
         if ((sqeFlags & IoUringConstants.IOSQE_CQE_SKIP_SUCCESS) != 0)
         {
-            throw new ArgumentException("IOSQE_CQE_SKIP_SUCCESS is not supported: every request needs a final completion so its memory and handle can be released.", "sqe");
+            throw new ArgumentException(
+                "IOSQE_CQE_SKIP_SUCCESS is not supported: every request needs a final completion so its memory and " +
+                "handle can be released.", "sqe");
         }
     }
 
@@ -88,10 +94,12 @@ public abstract class RingHandler : RingOwner, IDisposable
     /// <param name="userValue">The value given to <see cref="Submit"/>.</param>
     /// <param name="result">The CQE's res: a result, or a negated errno (see <see cref="Errno"/>).</param>
     /// <param name="flags">The CQE's flags (IORING_CQE_F_MORE when more completions follow for this request).</param>
-    /// <remarks>Internal too so the loop calls it directly (a call site the JIT's profile-guided devirtualization can see).</remarks>
+    /// <remarks>Internal too so the loop calls it directly (a call site the JIT's profile-guided devirtualization can
+    /// see).</remarks>
     protected internal abstract void OnCompletion(ulong userValue, int result, uint flags);
 
-    /// <summary>Called on the loop thread when <see cref="OnCompletion"/> threw. The default reports it to <see cref="EventLoopOptions.UnhandledException"/>.</summary>
+    /// <summary>Called on the loop thread when <see cref="OnCompletion"/> threw. The default reports it to
+    /// <see cref="EventLoopOptions.UnhandledException"/>.</summary>
     protected virtual void OnException(Exception exception) => Loop.ReportUnhandled(exception);
 
     /// <summary>Called on the loop thread after disposal, once no request of this handler is in flight.</summary>

@@ -31,7 +31,8 @@ public abstract class RingOwner
         if (!UserData.FitsHandle(value))
         {
             _handle.Dispose();
-            throw new PlatformNotSupportedException($"GCHandle value 0x{value:x} leaves no room for the operation kind and tag bits of user_data.");
+            throw new PlatformNotSupportedException(
+                $"GCHandle value 0x{value:x} leaves no room for the operation kind and tag bits of user_data.");
         }
         _handleBits = (ulong)value;
         loop.OnOwnerCreated();
@@ -48,15 +49,18 @@ public abstract class RingOwner
     internal ulong HandleBits => _handleBits;
 
     /// <summary>
-    /// The buffers this owner's receives select from when they are not the loop's (<see cref="EventLoop.ReceiveBuffers"/>):
-    /// a UDP socket's own group, sized for whole datagrams. The loop hands their completions to <see cref="HandleReceive"/> the same way.
+    /// The buffers this owner's receives select from when they are not the loop's
+    /// (<see cref="EventLoop.ReceiveBuffers"/>): a UDP socket's own group, sized for whole datagrams. The loop hands
+    /// their completions to <see cref="HandleReceive"/> the same way.
     /// </summary>
     internal ReceiveBuffers? OwnReceiveBuffers { get; set; }
 
-    /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by user_data).</summary>
+    /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by
+    /// user_data).</summary>
     internal ulong UserDataOf(uint kind, uint tag = 0) => UserData.Encode(_handleBits, kind, tag);
 
-    /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at submit.</summary>
+    /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at
+    /// submit.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
 
     /// <summary>
@@ -64,7 +68,8 @@ public abstract class RingOwner
     /// <paramref name="data"/> is valid only during the call (the buffers go back to the kernel right after).
     /// </summary>
     internal virtual void HandleReceive(uint kind, ReceivedBytes data, uint flags)
-        => throw new InvalidOperationException($"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
+        => throw new InvalidOperationException(
+            $"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
 
     /// <summary>Called when a completion handler threw; the loop keeps running.</summary>
     internal virtual void HandleException(Exception exception) => Loop.ReportUnhandled(exception);
@@ -72,7 +77,8 @@ public abstract class RingOwner
     /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
     internal virtual void OnFreed() { }
 
-    /// <summary>Called after each request's final CQE while the owner is not released (e.g. to close its fd once the rest is done).</summary>
+    /// <summary>Called after each request's final CQE while the owner is not released (e.g. to close its fd once the
+    /// rest is done).</summary>
     internal virtual void OnRequestFinished() { }
 
     internal void OnSubmitted() => _inFlight++;

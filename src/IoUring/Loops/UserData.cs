@@ -11,9 +11,9 @@ namespace IoUring.Loops;
 /// </code>
 /// The GCHandle is the owner's address in the runtime's handle table: pointer-aligned, so its low 3 bits are
 /// free for the operation kind, and a user-space address (below 2^47 on x86-64 and arm64 with 48-bit VAs), so its
-/// top 16 bits are free for a 16-bit tag the owner picks per request: for a custom operation, the slot of its 64-bit value
-/// in the loop's <see cref="CustomValueTable"/>; for a zero-copy send, which of the connection's pin sets it holds. <see cref="RingOwner"/> checks both
-/// assumptions for every handle it allocates.
+/// top 16 bits are free for a 16-bit tag the owner picks per request: for a custom operation, the slot of its 64-bit
+/// value in the loop's <see cref="CustomValueTable"/>; for a zero-copy send, which of the connection's pin sets it
+/// holds. <see cref="RingOwner"/> checks both assumptions for every handle it allocates.
 /// </summary>
 internal static class UserData
 {

@@ -1,9 +1,10 @@
 namespace IoUring.Net;
 
 /// <summary>
-/// One datagram received by <see cref="IoUringUdpSocket"/>: how many bytes were copied into the caller's buffer, and how
-/// long the datagram was. A datagram longer than the buffer (or than <see cref="IoUringUdpOptions.MaxDatagramSize"/>)
-/// is cut, as with recvmsg(2)'s MSG_TRUNC, and <see cref="Truncated"/> says so: it is never cut silently.
+/// One datagram received by <see cref="IoUringUdpSocket"/>: how many bytes were copied into the caller's buffer, and
+/// how long the datagram was. A datagram longer than the buffer (or than
+/// <see cref="IoUringUdpOptions.MaxDatagramSize"/>) is cut, as with recvmsg(2)'s MSG_TRUNC, and <see cref="Truncated"/>
+/// says so: it is never cut silently.
 /// </summary>
 /// <param name="BytesReceived">The bytes copied into the buffer.</param>
 /// <param name="DatagramLength">The datagram's length as sent.</param>

@@ -14,13 +14,16 @@ public sealed partial class IoUringConnection
     /// </summary>
     public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
 
-    /// <summary>Abort was called (any thread): from then on nothing more is sent, also what is flushed before the loop closes.</summary>
+    /// <summary>Abort was called (any thread): from then on nothing more is sent, also what is flushed before the loop
+    /// closes.</summary>
     internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
-    /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an <see cref="IOException"/>).</summary>
+    /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an
+    /// <see cref="IOException"/>).</summary>
     public void Abort() => Abort(null, _settings.AbortWithReset);
 
-    /// <summary>As <see cref="Abort(Exception?)"/>, choosing per call whether the peer gets RST (<paramref name="reset"/>) or FIN.</summary>
+    /// <summary>As <see cref="Abort(Exception?)"/>, choosing per call whether the peer gets RST
+    /// (<paramref name="reset"/>) or FIN.</summary>
     public void Abort(Exception? reason, bool reset)
     {
         if (Interlocked.Exchange(ref _abortRequested, 1) != 0)
@@ -65,13 +68,15 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream for complete.</summary>
+    /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream
+    /// for complete.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
 
-    // Closing: cancel each request in flight (by user_data), wait for each final CQE, then close through the ring, so the fd number
-    // cannot be reused while a request on it may still run. Then tell the application. Zero-copy notifications are not
-    // waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the memory until the peer
-    // acknowledges it or goes away), so only the memory waits: the pins and the handle are freed after the last one.
+    // Closing: cancel each request in flight (by user_data), wait for each final CQE, then close through the ring, so
+    // the fd number cannot be reused while a request on it may still run. Then tell the application. Zero-copy
+    // notifications are not waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the
+    // memory until the peer acknowledges it or goes away), so only the memory waits: the pins and the handle are freed
+    // after the last one.
     private unsafe void BeginClose(Exception? reason, bool abortive)
     {
         if (_state != ConnectionState.Open)
@@ -90,7 +95,8 @@ public sealed partial class IoUringConnection
         _sender.OnClosing();
         if (_owner.InFlight > _sender.NotificationsPending)
         {
-            // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the fd.
+            // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the
+            // fd.
             CancelForClose();
         }
         else
@@ -99,7 +105,8 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>After each final completion: close the fd once only notifications remain in flight; finish once it is closed.</summary>
+    /// <summary>After each final completion: close the fd once only notifications remain in flight; finish once it is
+    /// closed.</summary>
     internal void CheckCloseProgress()
     {
         if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending)
@@ -163,14 +170,16 @@ public sealed partial class IoUringConnection
         return true;
     }
 
-    /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is closed.</summary>
+    /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is
+    /// closed.</summary>
     private void OnClosed()
     {
         _settings.Registry?.Remove(this);
         _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
-        ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false); // runs SignalClosed (no work item allocated per close)
+        // runs SignalClosed (no work item allocated per close)
+        ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false);
     }
 
     private void MoveTo(ConnectionState next)

@@ -9,7 +9,8 @@ public sealed partial class IoUringConnection
     /// the application is not reading — on the loop thread, or at once on the calling thread if that already happened.
     /// For transports that must tell their server the client has gone (Kestrel's ConnectionClosed). Register once.
     /// </summary>
-    /// <param name="callback">Called with <paramref name="state"/> and whether the peer reset. It must not block or throw.</param>
+    /// <param name="callback">Called with <paramref name="state"/> and whether the peer reset. It must not block or
+    /// throw.</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
     public void OnPeerClosed(Action<object?, bool> callback, object? state)
     {
@@ -22,12 +23,14 @@ public sealed partial class IoUringConnection
     /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
     /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events). Register once.
     /// </summary>
-    /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or throw.</param>
+    /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or
+    /// throw.</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
     public void OnBackpressure(Action<object?, bool> callback, object? state)
         => ScheduleOnLoop(_ => _receiver.SetBackpressureCallback(callback, state));
 
-    /// <summary>The peer's FIN (<paramref name="reset"/> false) or reset arrived: tell the registered callback once.</summary>
+    /// <summary>The peer's FIN (<paramref name="reset"/> false) or reset arrived: tell the registered callback
+    /// once.</summary>
     internal void NotifyPeerClosed(bool reset)
     {
         if (_peerClosedKind != 0)
@@ -52,7 +55,8 @@ public sealed partial class IoUringConnection
     /// <summary>
     /// On the thread pool, once the connection has closed: completes <see cref="Closed"/> (its awaiters continue here:
     /// <see cref="DisposeAsync"/>'s caller), then cancels <see cref="ConnectionClosed"/> (its callbacks run here, and
-    /// may block on Closed). The network's disposal waits for this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
+    /// may block on Closed). The network's disposal waits for this
+    /// (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
     /// </summary>
     internal void SignalClosed()
     {
@@ -72,7 +76,8 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>Cancels the ConnectionClosed source; a callback that throws is reported, never thrown at the thread pool.</summary>
+    /// <summary>Cancels the ConnectionClosed source; a callback that throws is reported, never thrown at the thread
+    /// pool.</summary>
     private void CancelClosedToken(CancellationTokenSource source)
     {
         try
@@ -106,7 +111,8 @@ public sealed partial class IoUringConnection
         if (Volatile.Read(ref _closedSignalled) != 0)
         {
             // Closed meanwhile, maybe without seeing the source: cancel it on the thread pool, as SignalClosed would.
-            ThreadPool.UnsafeQueueUserWorkItem(static s => s.Connection.CancelClosedToken(s.Source), (Connection: this, Source: source), preferLocal: false);
+            ThreadPool.UnsafeQueueUserWorkItem(static s => s.Connection.CancelClosedToken(s.Source),
+                (Connection: this, Source: source), preferLocal: false);
         }
         return source;
     }

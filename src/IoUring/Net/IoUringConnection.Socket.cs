@@ -12,10 +12,11 @@ public sealed partial class IoUringConnection
     private bool _fdReleased;       // under the _closed lock: no new Socket
 
     /// <summary>
-    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use. It wraps a duplicate
-    /// of <see cref="FileDescriptor"/> (so its fd number cannot be reused while a call through it runs) and is disposed when the
-    /// connection closes: from then on calls through it throw <see cref="ObjectDisposedException"/>. Disposing it does not
-    /// close the connection; reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.
+    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use. It wraps a
+    /// duplicate of <see cref="FileDescriptor"/> (so its fd number cannot be reused while a call through it runs) and
+    /// is disposed when the connection closes: from then on calls through it throw
+    /// <see cref="ObjectDisposedException"/>. Disposing it does not close the connection; reading or writing through it
+    /// bypasses <see cref="Input"/> and <see cref="Output"/>.
     /// </summary>
     /// <exception cref="ObjectDisposedException">The connection has closed.</exception>
     public Socket Socket

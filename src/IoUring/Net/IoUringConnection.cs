@@ -18,7 +18,8 @@ namespace IoUring.Net;
 /// and sends it from the blocks it was written to in one SEND/SENDMSG, see <see cref="ConnectionOutput"/>.</para>
 /// <para>Completing <see cref="Output"/> sends FIN after the data. When the peer's FIN arrives, <see cref="Input"/>
 /// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
-/// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection (RST).</para>
+/// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection
+/// (RST).</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
@@ -36,9 +37,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     // per close for the token and Closed together, not one each).
     private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
-    // The endpoints are made when first asked for (few applications but Kestrel ask): the local one as this connection's
-    // own copy of its listener's (IPEndPoint is mutable), else read at start; the peer's parsed from its address, read at
-    // start (the fd number may belong to another socket after close, and a reset peer has no address).
+    // The endpoints are made when first asked for (few applications but Kestrel ask): the local one as this
+    // connection's own copy of its listener's (IPEndPoint is mutable), else read at start; the peer's parsed from its
+    // address, read at start (the fd number may belong to another socket after close, and a reset peer has no address).
     private IPEndPoint? _listenerEndPoint;
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
@@ -73,14 +74,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     {
         /// <summary>Receiving and sending, each until its own end (FIN either way, the reader gone).</summary>
         Open,
-        /// <summary>Closing: Input completed, every request on the fd cancelled; waiting for their final CQEs (zero-copy notifications excepted).</summary>
+        /// <summary>Closing: Input completed, every request on the fd cancelled; waiting for their final CQEs
+        /// (zero-copy notifications excepted).</summary>
         Cancelling,
-        /// <summary>Nothing but notifications in flight: the CLOSE is submitted (the Socket handed out is disposed first).</summary>
+        /// <summary>Nothing but notifications in flight: the CLOSE is submitted (the Socket handed out is disposed
+        /// first).</summary>
         ClosingFd,
         /// <summary>The CLOSE completed.</summary>
         FdClosed,
-        /// <summary>The application was told (<see cref="Closed"/>, <see cref="ConnectionClosed"/>); the owner is released
-        /// (its GCHandle and the send memory are freed after the last zero-copy notification).</summary>
+        /// <summary>The application was told (<see cref="Closed"/>, <see cref="ConnectionClosed"/>); the owner is
+        /// released (its GCHandle and the send memory are freed after the last zero-copy notification).</summary>
         Closed,
     }
 
@@ -98,9 +101,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         // A flush sends from its own thread only below the zero-copy threshold while the sender sends zero-copy: larger
         // sends are the ring's then.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
-        _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments, settings.MaxWriteBufferSize ?? 0,
-            settings.UnsafePreferInlineScheduling, fd, callerSendLimit);
-        _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize, settings.UnsafePreferInlineScheduling, settings.Capabilities);
+        _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments,
+            settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling, fd, callerSendLimit);
+        _receiver = new ConnectionReceiver(this, _owner, fd, settings.MaxReadBufferSize,
+            settings.UnsafePreferInlineScheduling, settings.Capabilities);
         _sender = new ConnectionSender(this, _owner, fd, isTcp, _output, settings);
         _output.SetSender(_sender, _receiver.Input);
     }
@@ -119,7 +123,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The loop this connection runs on.</summary>
     public EventLoop Loop => _owner.Loop;
 
-    /// <summary>The local endpoint (read when the connection started: the fd number may belong to another socket after close).</summary>
+    /// <summary>The local endpoint (read when the connection started: the fd number may belong to another socket after
+    /// close).</summary>
     public EndPoint? LocalEndPoint => Volatile.Read(ref _localEndPoint) ?? CopyListenerEndPoint();
 
     /// <summary>The peer's endpoint (read when the connection started).</summary>
@@ -146,10 +151,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
     /// <summary>
-    /// Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and <see cref="Socket"/>'s,
-    /// if taken). Asked for after that, an already cancelled token.
+    /// Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and
+    /// <see cref="Socket"/>'s, if taken). Asked for after that, an already cancelled token.
     /// </summary>
-    public CancellationToken ConnectionClosed => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token ?? new CancellationToken(canceled: true);
+    public CancellationToken ConnectionClosed
+        => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token
+            ?? new CancellationToken(canceled: true);
 
     /// <summary>
     /// Completes when the connection has closed and its fd is released: on a thread-pool thread (never the loop's, so a
@@ -173,8 +180,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public int ZeroCopySends => _sender.ZeroCopySends;
 
     /// <summary>
-    /// True once the connection went back to plain sends: the kernel reported that a zero-copy send was copied after all,
-    /// or refused one (EINVAL: a kernel without a feature it needs), which was then sent again plainly.
+    /// True once the connection went back to plain sends: the kernel reported that a zero-copy send was copied after
+    /// all, or refused one (EINVAL: a kernel without a feature it needs), which was then sent again plainly.
     /// </summary>
     public bool ZeroCopyReverted => _sender.ZeroCopyReverted;
 
@@ -182,7 +189,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     internal ConnectionSender Sender => _sender;
 
-    /// <summary>The pool <see cref="Output"/> rents from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the network was given one.</summary>
+    /// <summary>The pool <see cref="Output"/> rents from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the
+    /// network was given one.</summary>
     public MemoryPool<byte> MemoryPool { get; }
 
     internal ConnectionSettings Settings => _settings;
@@ -190,22 +198,25 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>Closing has begun (loop thread): no new receive or send is started.</summary>
     internal bool IsClosing => _state != ConnectionState.Open;
 
-    /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the connection.</summary>
+    /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the
+    /// connection.</summary>
     public Stream AsStream() => new DuplexPipeStream(Input, Output);
 
     /// <summary>
     /// A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/> disposing it also closes the
     /// connection (without waiting for it), as disposing a NetworkStream that owns its socket closes the socket: hand
-    /// it to code that only knows streams (HttpClient's ConnectCallback, SslStream). The close is graceful (what is left
-    /// of the output is sent, then FIN); if the peer has not taken it within 5 seconds, the connection is aborted (RST)
-    /// so its fd and buffers are released rather than held for as long as the peer does not read.
+    /// it to code that only knows streams (HttpClient's ConnectCallback, SslStream). The close is graceful (what is
+    /// left of the output is sent, then FIN); if the peer has not taken it within 5 seconds, the connection is aborted
+    /// (RST) so its fd and buffers are released rather than held for as long as the peer does not read.
     /// </summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
-    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket inherited.</param>
-    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it (<see cref="StartReceiving"/>).</param>
-    /// <param name="listenerEndPoint">The local endpoint when the caller knows it (a listener bound to one address: shared,
-    /// copied when first asked for), else read.</param>
+    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket
+    /// inherited.</param>
+    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it
+    /// (<see cref="StartReceiving"/>).</param>
+    /// <param name="listenerEndPoint">The local endpoint when the caller knows it (a listener bound to one address:
+    /// shared, copied when first asked for), else read.</param>
     internal void Start(bool noDelayInherited = false, bool receive = true, IPEndPoint? listenerEndPoint = null)
     {
         _owner.Loop.AssertOnLoopThread();
@@ -222,7 +233,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         {
             _receiver.Start();
         }
-        _receiver.ArmHangUpPoll(); // also for a connection not accepted yet: a reset before the application takes it is noticed
+        // also for a connection not accepted yet: a reset before the application takes it is noticed
+        _receiver.ArmHangUpPoll();
         _sender.Start();
     }
 
@@ -232,7 +244,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// </summary>
     internal void StartReceiving() => ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.Start());
 
-    /// <summary>Runs <paramref name="action"/> (given this connection) on the loop thread: now if already there, else posted.</summary>
+    /// <summary>Runs <paramref name="action"/> (given this connection) on the loop thread: now if already there, else
+    /// posted.</summary>
     private void ScheduleOnLoop(Action<object?> action)
     {
         if (_owner.Loop.IsOnLoopThread)

@@ -23,9 +23,11 @@ public sealed class IoUringListener : IAsyncDisposable
     private readonly Socket _socket;
     private readonly object _lock = new();
     private readonly Queue<IoUringConnection> _accepted = new();           // under _lock
-    private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = []; // AcceptAsync calls waiting; under _lock
+    // AcceptAsync calls waiting; under _lock
+    private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = [];
     private readonly int _capacity;
-    private int _pending;       // accepted from the kernel and not yet handed out (queued, or on their way to their loop)
+    // accepted from the kernel and not yet handed out (queued, or on their way to their loop)
+    private int _pending;
     private bool _closed;       // unbound: AcceptAsync returns null; under _lock
     private int _acceptErrno;   // the listening socket broke: AcceptAsync fails; under _lock
     private readonly Acceptor[] _acceptors;
@@ -77,8 +79,9 @@ public sealed class IoUringListener : IAsyncDisposable
     internal int AcceptRequests => _acceptors.Sum(a => a.AcceptRequests);
 
     /// <summary>The next accepted connection, or null once the listener is unbound or disposed.</summary>
-    /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>: it
-    /// no longer listens); connections accepted before are still handed out first. Accepting has stopped.</exception>
+    /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>:
+    /// it no longer listens); connections accepted before are still handed out first. Accepting has
+    /// stopped.</exception>
     public async ValueTask<IoUringConnection?> AcceptAsync(CancellationToken cancellationToken = default)
     {
         IoUringConnection? queued;
@@ -96,7 +99,8 @@ public sealed class IoUringListener : IAsyncDisposable
                     throw SocketErrors.FromErrno(_acceptErrno);
                 }
                 cancellationToken.ThrowIfCancellationRequested();
-                waiter = new TaskCompletionSource<IoUringConnection?>(TaskCreationOptions.RunContinuationsAsynchronously);
+                waiter = new TaskCompletionSource<IoUringConnection?>(
+                    TaskCreationOptions.RunContinuationsAsynchronously);
                 _waiters.Add(waiter);
             }
         }
@@ -165,7 +169,8 @@ public sealed class IoUringListener : IAsyncDisposable
     private int _nextAcceptor;
 
     /// <summary>The acceptor (and so the loop) the next accepted connection goes to: round robin.</summary>
-    internal Acceptor NextAcceptor() => _acceptors[(int)((uint)Interlocked.Increment(ref _nextAcceptor) % (uint)_acceptors.Length)];
+    internal Acceptor NextAcceptor()
+        => _acceptors[(int)((uint)Interlocked.Increment(ref _nextAcceptor) % (uint)_acceptors.Length)];
 
     private static void StopAcceptor(Acceptor acceptor)
     {
@@ -179,7 +184,8 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>An acceptor took a connection from the kernel. True when the queue is now full: the acceptor pauses.</summary>
+    /// <summary>An acceptor took a connection from the kernel. True when the queue is now full: the acceptor
+    /// pauses.</summary>
     internal bool OnAccepted() => Interlocked.Increment(ref _pending) >= _capacity;
 
     /// <summary>A connection accepted from the kernel was closed before anyone could take it.</summary>
@@ -189,10 +195,12 @@ public sealed class IoUringListener : IAsyncDisposable
         ResumeAcceptorsIfRoom(); // else acceptors paused at capacity could wait for a take that never comes
     }
 
-    /// <summary>Few enough connections wait that paused acceptors may take more (half the backlog: not one per take).</summary>
+    /// <summary>Few enough connections wait that paused acceptors may take more (half the backlog: not one per
+    /// take).</summary>
     internal bool HasRoomToResume() => Volatile.Read(ref _pending) <= _capacity / 2;
 
-    /// <summary>A connection is ready on its loop (this thread): to a waiting AcceptAsync, else into the queue.</summary>
+    /// <summary>A connection is ready on its loop (this thread): to a waiting AcceptAsync, else into the
+    /// queue.</summary>
     internal void Enqueue(IoUringConnection connection)
     {
         TaskCompletionSource<IoUringConnection?> waiter;
@@ -217,7 +225,8 @@ public sealed class IoUringListener : IAsyncDisposable
         waiter.TrySetResult(connection);
     }
 
-    /// <summary>The application takes <paramref name="connection"/>: it starts receiving, and paused acceptors may resume.</summary>
+    /// <summary>The application takes <paramref name="connection"/>: it starts receiving, and paused acceptors may
+    /// resume.</summary>
     private void HandOut(IoUringConnection connection)
     {
         connection.StartReceiving(); // a post to its loop unless on it: only for connections that waited in the queue
@@ -237,8 +246,8 @@ public sealed class IoUringListener : IAsyncDisposable
     }
 
     /// <summary>
-    /// An acceptor found the listening socket broken (<paramref name="errno"/>): stop accepting on every loop; AcceptAsync
-    /// hands out what was accepted, then fails with the error.
+    /// An acceptor found the listening socket broken (<paramref name="errno"/>): stop accepting on every loop;
+    /// AcceptAsync hands out what was accepted, then fails with the error.
     /// </summary>
     internal void OnAcceptFailed(int errno)
     {

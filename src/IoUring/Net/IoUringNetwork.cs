@@ -38,7 +38,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>Starts <see cref="IoUringNetworkOptions.LoopCount"/> loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
-    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the cause.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the
+    /// cause.</exception>
     public IoUringNetwork(IoUringNetworkOptions? options = null)
     {
         _options = options ?? new IoUringNetworkOptions();
@@ -47,7 +48,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
         // No pool given: each loop's own, registered with its ring (IoUringConnection.MemoryPool).
         ConnectionSettings settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry);
-        Settings = _options.Loop.Hooks?.Capabilities is { } capabilities ? settings with { Capabilities = capabilities } : settings;
+        Settings = _options.Loop.Hooks?.Capabilities is { } capabilities
+            ? settings with { Capabilities = capabilities }
+            : settings;
 
         _loops = new EventLoop[_options.LoopCount];
         try
@@ -82,13 +85,15 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>
     /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
-    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its ring;
-    /// it lives as long as that loop, and disposing it does nothing).
+    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its
+    /// ring; it lives as long as that loop, and disposing it does nothing).
     /// </summary>
     public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 
-    /// <summary>Blocks rented from the loops' own pools and not returned (including those pinned by zero-copy sends), or -1 with a pool of the user's.</summary>
-    internal int RentedMemoryBlocks => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
+    /// <summary>Blocks rented from the loops' own pools and not returned (including those pinned by zero-copy sends),
+    /// or -1 with a pool of the user's.</summary>
+    internal int RentedMemoryBlocks
+        => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
 
     /// <summary>Free blocks the loops' own pools keep for reuse.</summary>
     internal int RetainedMemoryBlocks => _loops.Sum(l => l.MemoryPoolIfCreated?.RetainedBlocks ?? 0);
@@ -98,7 +103,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// or a <see cref="UnixDomainSocketEndPoint"/>) and starts accepting on every loop.
     /// </summary>
     /// <exception cref="NotSupportedException">The endpoint type is not supported.</exception>
-    /// <exception cref="SocketException">Binding failed (e.g. <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
+    /// <exception cref="SocketException">Binding failed (e.g.
+    /// <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
     public IoUringListener Listen(EndPoint endPoint)
     {
         ArgumentNullException.ThrowIfNull(endPoint);
@@ -112,7 +118,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// type does not set, or one inherited from systemd socket activation or a parent process).
     /// </summary>
     /// <param name="listeningSocket">A bound, listening stream socket. Disposing the listener disposes it: pass one
-    /// over a handle that does not own the fd (<see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c>) to keep it open.</param>
+    /// over a handle that does not own the fd (<see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c>) to keep it
+    /// open.</param>
     /// <param name="backlog">How many accepted connections may wait for <see cref="IoUringListener.AcceptAsync"/>
     /// before the listener stops taking more from the kernel.</param>
     public IoUringListener Listen(Socket listeningSocket, int backlog)
@@ -129,7 +136,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             IPEndPoint => ProtocolType.Tcp,
             UnixDomainSocketEndPoint => ProtocolType.Unspecified,
-            _ => throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint or a UnixDomainSocketEndPoint."),
+            _ => throw new NotSupportedException(
+                $"{endPoint.GetType().Name} is not supported: use an IPEndPoint or a UnixDomainSocketEndPoint."),
         };
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, protocol);
         try
@@ -159,7 +167,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
     /// <exception cref="ObjectDisposedException">The network (or the loop the connect was given to) is stopping or has
     /// stopped, as a disposed <see cref="Socket"/> reports it; no socket is left open.</exception>
-    public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint, CancellationToken cancellationToken = default)
+    public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint,
+        CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(endPoint);
         ObjectDisposedException.ThrowIf(_disposed != 0, this);
@@ -169,12 +178,15 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         }
         if (endPoint is not (IPEndPoint or UnixDomainSocketEndPoint))
         {
-            throw new NotSupportedException($"{endPoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a DnsEndPoint.");
+            throw new NotSupportedException(
+                $"{endPoint.GetType().Name} is not supported: use an IPEndPoint, a UnixDomainSocketEndPoint or a " +
+                "DnsEndPoint.");
         }
         cancellationToken.ThrowIfCancellationRequested();
         EventLoop loop = NextLoop();
         var operation = new ConnectOperation(loop, endPoint, Settings);
-        loop.Post(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); }, (operation, cancellationToken));
+        loop.Post(static s => { var (op, token) = ((ConnectOperation, CancellationToken))s!; op.Start(token); },
+            (operation, cancellationToken));
         return await operation.Task.ConfigureAwait(false);
     }
 
@@ -199,20 +211,23 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     }
 
     /// <summary>
-    /// Binds a UDP socket to <paramref name="localEndPoint"/> (IPv4, or IPv6: dual mode for <see cref="IPAddress.IPv6Any"/>)
-    /// on one of the loops (round robin) and starts receiving.
+    /// Binds a UDP socket to <paramref name="localEndPoint"/> (IPv4, or IPv6: dual mode for
+    /// <see cref="IPAddress.IPv6Any"/>) on one of the loops (round robin) and starts receiving.
     /// </summary>
     /// <exception cref="NotSupportedException">The endpoint is not an <see cref="IPEndPoint"/>.</exception>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
-    /// <exception cref="SocketException">Binding failed (e.g. <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
-    /// <exception cref="ObjectDisposedException">The network is disposed or being disposed (no socket is left open).</exception>
+    /// <exception cref="SocketException">Binding failed (e.g.
+    /// <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
+    /// <exception cref="ObjectDisposedException">The network is disposed or being disposed (no socket is left
+    /// open).</exception>
     public IoUringUdpSocket BindUdp(EndPoint localEndPoint, IoUringUdpOptions? options = null)
     {
         ArgumentNullException.ThrowIfNull(localEndPoint);
         ObjectDisposedException.ThrowIf(_disposed != 0, this);
         if (localEndPoint is not IPEndPoint ip)
         {
-            throw new NotSupportedException($"{localEndPoint.GetType().Name} is not supported for UDP: use an IPEndPoint.");
+            throw new NotSupportedException(
+                $"{localEndPoint.GetType().Name} is not supported for UDP: use an IPEndPoint.");
         }
         options ??= new IoUringUdpOptions();
         options.Validate();
@@ -238,9 +253,11 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         return udp;
     }
 
-    private EventLoop NextLoop() => _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
+    private EventLoop NextLoop()
+        => _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
 
-    /// <summary>Aborts every open connection, closes every UDP socket, then stops the loops (closing every fd they opened).</summary>
+    /// <summary>Aborts every open connection, closes every UDP socket, then stops the loops (closing every fd they
+    /// opened).</summary>
     public async ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)

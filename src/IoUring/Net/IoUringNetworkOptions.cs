@@ -9,7 +9,8 @@ public sealed class IoUringNetworkOptions
     public int LoopCount { get; set; } = Environment.ProcessorCount;
 
     /// <summary>Settings of each loop's ring and buffer ring.</summary>
-    /// <remarks>Defaults to <see cref="EventLoopOptions"/>' defaults. The thread name gets the loop's index appended.</remarks>
+    /// <remarks>Defaults to <see cref="EventLoopOptions"/>' defaults. The thread name gets the loop's index
+    /// appended.</remarks>
     public EventLoopOptions Loop { get; set; } = new();
 
     /// <summary>The listen backlog.</summary>
@@ -20,7 +21,8 @@ public sealed class IoUringNetworkOptions
     /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection
     /// (false), as servers did before Linux 5.19.
     /// </summary>
-    /// <remarks>Defaults to true. Single-shot is there to compare the two (docs/benchmarks.md); it costs one more request per connection.</remarks>
+    /// <remarks>Defaults to true. Single-shot is there to compare the two (docs/benchmarks.md); it costs one more
+    /// request per connection.</remarks>
     public bool MultishotAccept { get; set; } = true;
 
     /// <summary>Set TCP_NODELAY on TCP connections.</summary>
@@ -34,7 +36,8 @@ public sealed class IoUringNetworkOptions
     /// <remarks>Defaults to 1 MiB. Null lets a fast sender grow memory without bound: a security risk.</remarks>
     public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
 
-    /// <summary>Bytes written but not yet sent at which the application's FlushAsync waits, or null for no limit.</summary>
+    /// <summary>Bytes written but not yet sent at which the application's FlushAsync waits, or null for no
+    /// limit.</summary>
     /// <remarks>Defaults to 64 KiB.</remarks>
     public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
 
@@ -55,39 +58,47 @@ public sealed class IoUringNetworkOptions
     /// </summary>
     /// <remarks>
     /// Defaults to 16 KiB on Linux 6.10 and later, 64 KiB before. Measured on 6.18 (ZeroCopySendBenchmarks, UDP through
-    /// a device that does not copy; docs/benchmarks.md): a zero-copy send from the loop's registered memory costs the same
-    /// as a copying send at 4 KiB and 0.85x at 16 KiB; unregistered zero-copy sends win only from 64 KiB. The kernel made
-    /// small zero-copy sends cheaper in 6.10; older kernels could not be measured here (qemu without KVM), so they keep
-    /// the earlier, cautious 64 KiB. Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/> until their
-    /// notification (once the peer acknowledged them), so a peer that stops reading holds no more than on copying sends.
+    /// a device that does not copy; docs/benchmarks.md): a zero-copy send from the loop's registered memory costs the
+    /// same as a copying send at 4 KiB and 0.85x at 16 KiB; unregistered zero-copy sends win only from 64 KiB. The
+    /// kernel made small zero-copy sends cheaper in 6.10; older kernels could not be measured here (qemu without KVM),
+    /// so they keep the earlier, cautious 64 KiB. Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/>
+    /// until their notification (once the peer acknowledged them), so a peer that stops reading holds no more than on
+    /// copying sends.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = DefaultZeroCopySendThreshold;
 
     /// <summary>16 KiB on 6.10 and later, 64 KiB before (see <see cref="ZeroCopySendThreshold"/>).</summary>
-    internal static long DefaultZeroCopySendThreshold { get; } = Environment.OSVersion.Version >= new Version(6, 10) ? 16 * 1024 : 64 * 1024;
+    internal static long DefaultZeroCopySendThreshold { get; } =
+        Environment.OSVersion.Version >= new Version(6, 10) ? 16 * 1024 : 64 * 1024;
 
     /// <summary>The memory pool of every connection's pipes, or null for each loop's own pool.</summary>
     /// <remarks>
     /// Defaults to null: each connection uses its loop's <see cref="Loops.EventLoop.MemoryPool"/> (blocks of
-    /// <see cref="Loops.EventLoopOptions.MemoryBlockSize"/> on the pinned object heap, registered with the loop's ring as
-    /// fixed buffers), which lives as long as the loop. Zero-copy sends need such a pool (its blocks outlive the pipe's
-    /// hold while the kernel reads them); with any other pool every send copies. A pool given here is not disposed by
-    /// the network. Kestrel's transport passes Kestrel's pool only where its loops' pools are not used
+    /// <see cref="Loops.EventLoopOptions.MemoryBlockSize"/> on the pinned object heap, registered with the loop's ring
+    /// as fixed buffers), which lives as long as the loop. Zero-copy sends need such a pool (its blocks outlive the
+    /// pipe's hold while the kernel reads them); with any other pool every send copies. A pool given here is not
+    /// disposed by the network. Kestrel's transport passes Kestrel's pool only where its loops' pools are not used
     /// (IoUringTransportOptions.UseLoopMemoryPools).
     /// </remarks>
     public System.Buffers.MemoryPool<byte>? MemoryPool { get; set; }
 
-    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with when the peer resets the connection.</summary>
+    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with when the peer resets the
+    /// connection.</summary>
     /// <remarks>
-    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a <see cref="System.Net.Sockets.SocketException"/>
-    /// with <see cref="System.Net.Sockets.SocketError.ConnectionReset"/>. Kestrel's transport makes it a ConnectionResetException.
+    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a
+    /// <see cref="System.Net.Sockets.SocketException"/> with
+    /// <see cref="System.Net.Sockets.SocketError.ConnectionReset"/>. Kestrel's transport makes it a
+    /// ConnectionResetException.
     /// </remarks>
     public Func<string, Exception>? CreateResetException { get; set; }
 
-    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with after <see cref="IoUringConnection.Abort()"/> without a reason.</summary>
+    /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with after
+    /// <see cref="IoUringConnection.Abort()"/> without a reason.</summary>
     /// <remarks>
-    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a <see cref="System.Net.Sockets.SocketException"/>
-    /// with <see cref="System.Net.Sockets.SocketError.OperationAborted"/>. Kestrel's transport makes it a ConnectionAbortedException.
+    /// Defaults to null: an <see cref="IOException"/> whose inner exception is a
+    /// <see cref="System.Net.Sockets.SocketException"/> with
+    /// <see cref="System.Net.Sockets.SocketError.OperationAborted"/>. Kestrel's transport makes it a
+    /// ConnectionAbortedException.
     /// </remarks>
     public Func<string, Exception>? CreateAbortedException { get; set; }
 
@@ -96,7 +107,8 @@ public sealed class IoUringNetworkOptions
     {
         if (LoopCount < 1 || LoopCount > 1024)
         {
-            throw new ArgumentException($"{nameof(LoopCount)} must be between 1 and 1024 (was {LoopCount}).", nameof(LoopCount));
+            throw new ArgumentException($"{nameof(LoopCount)} must be between 1 and 1024 (was {LoopCount}).",
+                nameof(LoopCount));
         }
         if (Backlog < 1)
         {
@@ -104,15 +116,21 @@ public sealed class IoUringNetworkOptions
         }
         if (MaxReadBufferSize is < 1)
         {
-            throw new ArgumentException($"{nameof(MaxReadBufferSize)} must be positive or null (was {MaxReadBufferSize}).", nameof(MaxReadBufferSize));
+            throw new ArgumentException(
+                $"{nameof(MaxReadBufferSize)} must be positive or null (was {MaxReadBufferSize}).",
+                nameof(MaxReadBufferSize));
         }
         if (MaxWriteBufferSize is < 1)
         {
-            throw new ArgumentException($"{nameof(MaxWriteBufferSize)} must be positive or null (was {MaxWriteBufferSize}).", nameof(MaxWriteBufferSize));
+            throw new ArgumentException(
+                $"{nameof(MaxWriteBufferSize)} must be positive or null (was {MaxWriteBufferSize}).",
+                nameof(MaxWriteBufferSize));
         }
         if (ZeroCopySendThreshold is < 1)
         {
-            throw new ArgumentException($"{nameof(ZeroCopySendThreshold)} must be positive or null (was {ZeroCopySendThreshold}).", nameof(ZeroCopySendThreshold));
+            throw new ArgumentException(
+                $"{nameof(ZeroCopySendThreshold)} must be positive or null (was {ZeroCopySendThreshold}).",
+                nameof(ZeroCopySendThreshold));
         }
         ArgumentNullException.ThrowIfNull(Loop, nameof(Loop));
         Loop.Validate();

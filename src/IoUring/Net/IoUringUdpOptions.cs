@@ -5,29 +5,32 @@ namespace IoUring.Net;
 /// <summary>Options of one <see cref="IoUringUdpSocket"/> (<see cref="IoUringNetwork.BindUdp"/>).</summary>
 public sealed class IoUringUdpOptions
 {
-    /// <summary>The largest UDP payload: 65,535 bytes less the 8-byte UDP header (IPv6 without jumbograms; IPv4: 65,507).</summary>
+    /// <summary>The largest UDP payload: 65,535 bytes less the 8-byte UDP header (IPv6 without jumbograms; IPv4:
+    /// 65,507).</summary>
     public const int LargestDatagram = 65_527;
 
     /// <summary>
     /// The largest datagram received whole. Each of the socket's receive buffers holds one datagram of this size (plus
-    /// 48 bytes of header and source address); a longer one is received cut, with <see cref="DatagramResult.Truncated"/>.
+    /// 48 bytes of header and source address); a longer one is received cut, with
+    /// <see cref="DatagramResult.Truncated"/>.
     /// </summary>
     /// <remarks>Defaults to <see cref="LargestDatagram"/>. A protocol with a known limit (DNS: 1,232 or 4,096) saves
     /// memory with it: the socket's receive memory is <see cref="ReceiveBufferCount"/> times this.</remarks>
     public int MaxDatagramSize { get; set; } = LargestDatagram;
 
     /// <summary>
-    /// The number of buffers of the socket's own provided-buffer ring, which its multishot RECVMSG fills. A power of two.
-    /// When all are taken before the loop handles them, the kernel's socket buffer holds further datagrams (and drops
-    /// them when it is full, as for any UDP socket).
+    /// The number of buffers of the socket's own provided-buffer ring, which its multishot RECVMSG fills. A power of
+    /// two. When all are taken before the loop handles them, the kernel's socket buffer holds further datagrams (and
+    /// drops them when it is full, as for any UDP socket).
     /// </summary>
     /// <remarks>Defaults to 32.</remarks>
     public int ReceiveBufferCount { get; set; } = 32;
 
     /// <summary>
-    /// Datagrams kept (copied) while no receive waits for them. When the queue is full the socket stops taking datagrams
-    /// from the kernel (its socket buffer holds them, and drops new ones when full) until receives have taken half of the
-    /// queue; the few already on their way then are dropped and counted in <see cref="IoUringUdpSocket.DatagramsDropped"/>.
+    /// Datagrams kept (copied) while no receive waits for them. When the queue is full the socket stops taking
+    /// datagrams from the kernel (its socket buffer holds them, and drops new ones when full) until receives have taken
+    /// half of the queue; the few already on their way then are dropped and counted in
+    /// <see cref="IoUringUdpSocket.DatagramsDropped"/>.
     /// </summary>
     /// <remarks>Defaults to 256.</remarks>
     public int ReceiveQueueCapacity { get; set; } = 256;
@@ -45,19 +48,27 @@ public sealed class IoUringUdpOptions
     {
         if (MaxDatagramSize is < 1 or > LargestDatagram)
         {
-            throw new ArgumentException($"{nameof(MaxDatagramSize)} must be between 1 and {LargestDatagram} (was {MaxDatagramSize}).", nameof(MaxDatagramSize));
+            throw new ArgumentException(
+                $"{nameof(MaxDatagramSize)} must be between 1 and {LargestDatagram} (was {MaxDatagramSize}).",
+                nameof(MaxDatagramSize));
         }
         if (ReceiveBufferCount is < 1 or > 32768 || !BitOperations.IsPow2(ReceiveBufferCount))
         {
-            throw new ArgumentException($"{nameof(ReceiveBufferCount)} must be a power of two between 1 and 32768 (was {ReceiveBufferCount}).", nameof(ReceiveBufferCount));
+            throw new ArgumentException(
+                $"{nameof(ReceiveBufferCount)} must be a power of two between 1 and 32768 " +
+                $"(was {ReceiveBufferCount}).", nameof(ReceiveBufferCount));
         }
         if (ReceiveQueueCapacity < 1)
         {
-            throw new ArgumentException($"{nameof(ReceiveQueueCapacity)} must be at least 1 (was {ReceiveQueueCapacity}).", nameof(ReceiveQueueCapacity));
+            throw new ArgumentException(
+                $"{nameof(ReceiveQueueCapacity)} must be at least 1 (was {ReceiveQueueCapacity}).",
+                nameof(ReceiveQueueCapacity));
         }
         if (MaxPendingSends is < 0 or > 60_000)
         {
-            throw new ArgumentException($"{nameof(MaxPendingSends)} must be between 0 and 60,000 (was {MaxPendingSends}).", nameof(MaxPendingSends));
+            throw new ArgumentException(
+                $"{nameof(MaxPendingSends)} must be between 0 and 60,000 (was {MaxPendingSends}).",
+                nameof(MaxPendingSends));
         }
     }
 }

@@ -12,15 +12,17 @@ namespace IoUring.Net;
 /// pooled, and <see cref="ReceiveBatchAsync"/> hands over several datagrams per call.
 /// </summary>
 /// <remarks>
-/// <para>The socket lives on one <see cref="EventLoop"/>. Receiving is one multishot RECVMSG that fills the socket's own
-/// buffer ring (one whole datagram per buffer, up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>); each datagram is
-/// copied into the oldest waiting receive's buffer, or kept in a bounded queue (<see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>).
-/// A datagram longer than the buffer it lands in is cut and reported (<see cref="DatagramResult.Truncated"/>).</para>
+/// <para>The socket lives on one <see cref="EventLoop"/>. Receiving is one multishot RECVMSG that fills the socket's
+/// own buffer ring (one whole datagram per buffer, up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>); each
+/// datagram is copied into the oldest waiting receive's buffer, or kept in a bounded queue
+/// (<see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>). A datagram longer than the buffer it lands in is cut and
+/// reported (<see cref="DatagramResult.Truncated"/>).</para>
 /// <para>Sending copies the datagram and completes at once (see <see cref="IoUringUdpOptions.MaxPendingSends"/>); the
 /// loop sends all datagrams queued in an iteration with one io_uring_enter.</para>
-/// <para>Errors the network reports later (ICMP: <see cref="SocketError.ConnectionRefused"/> on a connected socket whose
-/// peer has no socket on that port) fail the next receive or send with a <see cref="SocketException"/>; the socket stays
-/// usable. Waiting receives fail with <see cref="SocketError.OperationAborted"/> when the socket is disposed.</para>
+/// <para>Errors the network reports later (ICMP: <see cref="SocketError.ConnectionRefused"/> on a connected socket
+/// whose peer has no socket on that port) fail the next receive or send with a <see cref="SocketException"/>; the
+/// socket stays usable. Waiting receives fail with <see cref="SocketError.OperationAborted"/> when the socket is
+/// disposed.</para>
 /// <para>Receive and send from any thread; continuations run on the thread pool, never on the loop.</para>
 /// </remarks>
 /// <example>
@@ -53,8 +55,10 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     private bool _released;         // loop thread
     private EndPoint? _remoteEndPoint;
 
-    /// <summary>Takes over the bound <paramref name="socket"/>, to receive on <paramref name="loop"/> once <see cref="Start()"/> has run.</summary>
-    internal IoUringUdpSocket(EventLoop loop, Socket socket, IoUringUdpOptions options, Action<IoUringUdpSocket>? onClosed)
+    /// <summary>Takes over the bound <paramref name="socket"/>, to receive on <paramref name="loop"/> once
+    /// <see cref="Start()"/> has run.</summary>
+    internal IoUringUdpSocket(EventLoop loop, Socket socket, IoUringUdpOptions options,
+        Action<IoUringUdpSocket>? onClosed)
     {
         _socket = socket;
         _onClosed = onClosed;
@@ -82,8 +86,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <summary>Datagrams taken from the kernel so far (handed to receives, queued, or dropped).</summary>
     public long DatagramsReceived => _receiver.Received;
 
-    /// <summary>Datagrams dropped because the receive queue was full (see <see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>).
-    /// The kernel's own drops (its socket buffer full) are not in this count.</summary>
+    /// <summary>Datagrams dropped because the receive queue was full (see
+    /// <see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>). The kernel's own drops (its socket buffer full) are not
+    /// in this count.</summary>
     public long DatagramsDropped => _receiver.Dropped;
 
     /// <summary>Datagrams the kernel has sent so far.</summary>
@@ -98,7 +103,8 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
 
     internal bool IsDisposing => Volatile.Read(ref _disposing) != 0;
 
-    /// <summary>Times the RECVMSG found every buffer of the socket's group taken (ENOBUFS) and was re-armed. Read on the loop, or approximately.</summary>
+    /// <summary>Times the RECVMSG found every buffer of the socket's group taken (ENOBUFS) and was re-armed. Read on
+    /// the loop, or approximately.</summary>
     internal long ReceiveExhaustions => _receiver.Exhaustions;
 
     /// <summary>
@@ -120,19 +126,25 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// Receives one datagram into <paramref name="buffer"/> and its source into <paramref name="remoteAddress"/> (which
     /// you can pass to <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to answer).
     /// </summary>
-    /// <param name="buffer">Where the datagram goes; a longer one is cut and reported (<see cref="DatagramResult.Truncated"/>).</param>
-    /// <param name="remoteAddress">Filled with the source address; its buffer must hold this socket's family's addresses
-    /// (<see cref="SocketAddress.GetMaximumAddressSize"/>; on a dual-mode socket IPv4 sources come as IPv4-mapped IPv6).</param>
+    /// <param name="buffer">Where the datagram goes; a longer one is cut and reported
+    /// (<see cref="DatagramResult.Truncated"/>).</param>
+    /// <param name="remoteAddress">Filled with the source address; its buffer must hold this socket's family's
+    /// addresses (<see cref="SocketAddress.GetMaximumAddressSize"/>; on a dual-mode socket IPv4 sources come as
+    /// IPv4-mapped IPv6).</param>
     /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
-    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g. <see cref="SocketError.ConnectionRefused"/>),
-    /// or <see cref="SocketError.OperationAborted"/>: the socket was disposed while waiting.</exception>
+    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g.
+    /// <see cref="SocketError.ConnectionRefused"/>), or <see cref="SocketError.OperationAborted"/>: the socket was
+    /// disposed while waiting.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
-    public ValueTask<DatagramResult> ReceiveFromAsync(Memory<byte> buffer, SocketAddress remoteAddress, CancellationToken cancellationToken = default)
+    public ValueTask<DatagramResult> ReceiveFromAsync(Memory<byte> buffer, SocketAddress remoteAddress,
+        CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(remoteAddress);
         if (remoteAddress.Buffer.Length < _addressSize)
         {
-            throw new ArgumentException($"The socket address holds {remoteAddress.Buffer.Length} bytes; this socket's addresses take {_addressSize}.", nameof(remoteAddress));
+            throw new ArgumentException(
+                $"The socket address holds {remoteAddress.Buffer.Length} bytes; this socket's addresses take " +
+                $"{_addressSize}.", nameof(remoteAddress));
         }
         return _receiver.ReceiveAsync(buffer, remoteAddress, cancellationToken);
     }
@@ -143,8 +155,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         => _receiver.ReceiveAsync(buffer, null, cancellationToken);
 
     /// <summary>
-    /// Waits for at least one datagram, then fills <paramref name="batch"/> with as many as are there (up to its capacity):
-    /// those queued, and those arriving until the continuation runs. Returns how many (also <see cref="UdpDatagramBatch.Count"/>).
+    /// Waits for at least one datagram, then fills <paramref name="batch"/> with as many as are there (up to its
+    /// capacity): those queued, and those arriving until the continuation runs. Returns how many (also
+    /// <see cref="UdpDatagramBatch.Count"/>).
     /// </summary>
     /// <inheritdoc cref="ReceiveFromAsync" path="/exception"/>
     public ValueTask<int> ReceiveBatchAsync(UdpDatagramBatch batch, CancellationToken cancellationToken = default)
@@ -158,32 +171,39 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// buffer is yours again when this returns, and the send normally completes at once.
     /// </summary>
     /// <returns>The datagram's length.</returns>
-    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g. <see cref="SocketError.ConnectionRefused"/>),
-    /// the kernel's error for this one when the caller waited for it (see <see cref="IoUringUdpOptions.MaxPendingSends"/>),
-    /// or <see cref="SocketError.MessageSize"/>: longer than a UDP datagram can be.</exception>
+    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g.
+    /// <see cref="SocketError.ConnectionRefused"/>), the kernel's error for this one when the caller waited for it (see
+    /// <see cref="IoUringUdpOptions.MaxPendingSends"/>), or <see cref="SocketError.MessageSize"/>: longer than a UDP
+    /// datagram can be.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
-    // RS0026: the two SendToAsync overloads differ in the destination's type, as Socket.SendToAsync's do: no call is ambiguous.
+    // RS0026: the two SendToAsync overloads differ in the destination's type, as Socket.SendToAsync's do: no call is
+    // ambiguous.
 #pragma warning disable RS0026
-    public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress, CancellationToken cancellationToken = default)
+    public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress,
+        CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(remoteAddress);
         return _sender.SendAsync(buffer, remoteAddress, cancellationToken);
     }
 
-    /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to an endpoint (serialized on each call: keep a <see cref="SocketAddress"/> on hot paths).</summary>
+    /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to an endpoint
+    /// (serialized on each call: keep a <see cref="SocketAddress"/> on hot paths).</summary>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
-    public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, EndPoint remoteEndPoint, CancellationToken cancellationToken = default)
+    public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, EndPoint remoteEndPoint,
+        CancellationToken cancellationToken = default)
 #pragma warning restore RS0026
     {
         ArgumentNullException.ThrowIfNull(remoteEndPoint);
         if (_dualMode && remoteEndPoint is IPEndPoint { AddressFamily: AddressFamily.InterNetwork } ipv4)
         {
-            remoteEndPoint = new IPEndPoint(ipv4.Address.MapToIPv6(), ipv4.Port); // as Socket.SendTo does on a dual-mode socket
+            // as Socket.SendTo does on a dual-mode socket
+            remoteEndPoint = new IPEndPoint(ipv4.Address.MapToIPv6(), ipv4.Port);
         }
         return _sender.SendAsync(buffer, remoteEndPoint.Serialize(), cancellationToken);
     }
 
-    /// <summary>Sends <paramref name="buffer"/> as one datagram to the connected peer (see <see cref="Connect"/>).</summary>
+    /// <summary>Sends <paramref name="buffer"/> as one datagram to the connected peer (see
+    /// <see cref="Connect"/>).</summary>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
         => _sender.SendAsync(buffer, null, cancellationToken);
@@ -280,7 +300,8 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         done?.SetResult();
     }
 
-    /// <summary>Closing: stop receiving and sending, then (<see cref="CheckCloseProgress"/>) wait for the last final CQE.</summary>
+    /// <summary>Closing: stop receiving and sending, then (<see cref="CheckCloseProgress"/>) wait for the last final
+    /// CQE.</summary>
     internal void BeginClose()
     {
         if (_closing)
@@ -294,7 +315,8 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         CheckCloseProgress();
     }
 
-    /// <summary>After each final CQE: once closing and nothing is in flight, release everything and close the fd.</summary>
+    /// <summary>After each final CQE: once closing and nothing is in flight, release everything and close the
+    /// fd.</summary>
     internal void CheckCloseProgress()
     {
         if (!_closing || _released || _owner.InFlight != 0)
@@ -304,7 +326,8 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         ReleaseAndClose();
     }
 
-    /// <summary>Nothing is in flight: frees the receive and send state, closes the fd, tells the network and the awaiters.</summary>
+    /// <summary>Nothing is in flight: frees the receive and send state, closes the fd, tells the network and the
+    /// awaiters.</summary>
     private void ReleaseAndClose()
     {
         _released = true;

@@ -29,7 +29,8 @@ public static class SocketsHttpHandlerExtensions
         ArgumentNullException.ThrowIfNull(network);
         handler.ConnectCallback = async (context, cancellationToken) =>
         {
-            IoUringConnection connection = await network.ConnectAsync(context.DnsEndPoint, cancellationToken).ConfigureAwait(false);
+            IoUringConnection connection =
+                await network.ConnectAsync(context.DnsEndPoint, cancellationToken).ConfigureAwait(false);
             return connection.AsStream(ownsConnection: true);
         };
         return handler;

@@ -55,9 +55,12 @@ public sealed class UdpDatagramBatch
     public DatagramResult GetResult(int index) => _results[CheckIndex(index)];
 
     /// <summary>Slot <paramref name="index"/>'s bytes received.</summary>
-    public Memory<byte> GetPayload(int index) => _memory.AsMemory(CheckIndex(index) * BufferSize, _results[index].BytesReceived);
+    public Memory<byte> GetPayload(int index)
+        => _memory.AsMemory(CheckIndex(index) * BufferSize, _results[index].BytesReceived);
 
-    /// <summary>Slot <paramref name="index"/>'s source address (pass it to <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to answer).</summary>
+    /// <summary>Slot <paramref name="index"/>'s source address (pass it to
+    /// <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to
+    /// answer).</summary>
     public SocketAddress GetAddress(int index) => _addresses[CheckIndex(index)];
 
     internal bool IsFull => Count == Capacity;

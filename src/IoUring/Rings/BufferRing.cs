@@ -23,7 +23,8 @@ namespace IoUring.Rings;
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
 {
-    // The kernel wants the entry ring page-aligned (EINVAL otherwise): the real page size, 16 or 64 KiB on some arm64 kernels.
+    // The kernel wants the entry ring page-aligned (EINVAL otherwise): the real page size, 16 or 64 KiB on some arm64
+    // kernels.
     private static readonly nuint s_pageSize = (nuint)Environment.SystemPageSize;
     private const int TailOffset = 14; // the ring's tail aliases entry 0's resv field
 
@@ -33,14 +34,17 @@ internal sealed unsafe class BufferRing : IDisposable
     private readonly ReceiveBlock[] _blocks; // per buffer id: the memory its entry hands to the kernel
     private ushort _tail;           // local tail: entries written, not necessarily published
     private ushort _publishedTail;
-    private uint _position;         // the local tail, not wrapped at 65,536: the ring position of the next entry written
-    private readonly uint[] _positionOf; // per buffer id: the ring position of the entry that last handed it to the kernel
+    // the local tail, not wrapped at 65,536: the ring position of the next entry written
+    private uint _position;
+    // per buffer id: the ring position of the entry that last handed it to the kernel
+    private readonly uint[] _positionOf;
 
     public BufferRing(Ring ring, ushort groupId, int count, int bufferSize)
     {
         if (count <= 0 || count > 32768 || !BitOperations.IsPow2(count))
         {
-            throw new ArgumentOutOfRangeException(nameof(count), count, "The buffer ring's entry count must be a power of two between 1 and 32768.");
+            throw new ArgumentOutOfRangeException(nameof(count), count,
+                "The buffer ring's entry count must be a power of two between 1 and 32768.");
         }
         ArgumentOutOfRangeException.ThrowIfLessThan(bufferSize, 1);
         _ring = ring;
@@ -70,11 +74,15 @@ internal sealed unsafe class BufferRing : IDisposable
             int errno = -result;
             if (errno == Errno.ENOMEM)
             {
-                throw new IoUringUnavailableException($"io_uring unavailable: registering the provided buffer ring ({count} x {bufferSize} bytes) failed with ENOMEM; check RLIMIT_MEMLOCK.", errno);
+                throw new IoUringUnavailableException(
+                    $"io_uring unavailable: registering the provided buffer ring ({count} x {bufferSize} bytes) " +
+                    "failed with ENOMEM; check RLIMIT_MEMLOCK.", errno);
             }
             if (errno is Errno.EINVAL or Errno.ENOENT)
             {
-                throw new IoUringUnavailableException($"io_uring unavailable: the kernel refused a provided buffer ring (IORING_REGISTER_PBUF_RING, {IoUringException.ErrnoName(errno)}); Linux 6.0 or later is required.", errno);
+                throw new IoUringUnavailableException(
+                    "io_uring unavailable: the kernel refused a provided buffer ring (IORING_REGISTER_PBUF_RING, " +
+                    $"{IoUringException.ErrnoName(errno)}); Linux 6.0 or later is required.", errno);
             }
             throw IoUringException.FromErrno("IORING_REGISTER_PBUF_RING", errno);
         }
@@ -96,7 +104,8 @@ internal sealed unsafe class BufferRing : IDisposable
     /// <summary>Changes whenever a buffer is given back (the local tail; it wraps after 65,536 recycles).</summary>
     public ushort RecycleMark => _tail;
 
-    /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after it).</summary>
+    /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after
+    /// it).</summary>
     public int UnpublishedCount => (ushort)(_tail - _publishedTail);
 
     /// <summary>The memory of buffer <paramref name="bid"/>.</summary>
@@ -108,9 +117,9 @@ internal sealed unsafe class BufferRing : IDisposable
     }
 
     /// <summary>
-    /// Takes buffer <paramref name="bid"/>'s memory out of the ring (its completion was handled: the kernel is done with
-    /// it) and puts <paramref name="replacement"/>, of <see cref="BufferSize"/> bytes, in its place; the buffer id goes
-    /// back to the kernel with the new memory at its next <see cref="Recycle"/>.
+    /// Takes buffer <paramref name="bid"/>'s memory out of the ring (its completion was handled: the kernel is done
+    /// with it) and puts <paramref name="replacement"/>, of <see cref="BufferSize"/> bytes, in its place; the buffer id
+    /// goes back to the kernel with the new memory at its next <see cref="Recycle"/>.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ReceiveBlock Exchange(ushort bid, ReceiveBlock replacement)
@@ -121,7 +130,8 @@ internal sealed unsafe class BufferRing : IDisposable
         return taken;
     }
 
-    /// <summary>Hands buffer <paramref name="bid"/> back to the kernel; takes effect at the next <see cref="Publish"/>.</summary>
+    /// <summary>Hands buffer <paramref name="bid"/> back to the kernel; takes effect at the next
+    /// <see cref="Publish"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Recycle(ushort bid)
     {

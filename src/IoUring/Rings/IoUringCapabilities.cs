@@ -57,21 +57,24 @@ public sealed class IoUringCapabilities
     public bool HasZeroCopySendMsg => IsOpcodeSupported(IORING_OP_SENDMSG_ZC);
 
     /// <summary>
-    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+), so a notification says whether the kernel copied after
-    /// all. A flag, which the opcode probe cannot see: probed by submitting it (see <see cref="ProbeZeroCopyFlag"/>).
+    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+), so a notification says whether the kernel copied
+    /// after all. A flag, which the opcode probe cannot see: probed by submitting it (see
+    /// <see cref="ProbeZeroCopyFlag"/>).
     /// </summary>
     public bool HasZeroCopyReportUsage { get; private set; }
 
     /// <summary>
     /// A gather zero-copy send (SENDMSG_ZC) can take its iovecs from a registered buffer (IORING_RECVSEND_FIXED_BUF,
-    /// 6.15+; single-segment SEND_ZC has taken one since 6.0). A flag: probed by submitting it (see <see cref="ProbeFixedSendMsg"/>).
+    /// 6.15+; single-segment SEND_ZC has taken one since 6.0). A flag: probed by submitting it (see
+    /// <see cref="ProbeFixedSendMsg"/>).
     /// </summary>
     public bool HasZeroCopySendMsgFixed { get; private set; }
 
     /// <summary>
-    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c> with IORING_RECV_MULTISHOT; in the kernel
-    /// since mid-2025, 6.17): it ends by itself (a CQE without F_MORE) once that many bytes arrived, so a receiver arms
-    /// for no more than its input can still take. Not an opcode, so probed by submitting it (see <see cref="ProbeReceiveLimit"/>).
+    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c> with IORING_RECV_MULTISHOT; in the
+    /// kernel since mid-2025, 6.17): it ends by itself (a CQE without F_MORE) once that many bytes arrived, so a
+    /// receiver arms for no more than its input can still take. Not an opcode, so probed by submitting it (see
+    /// <see cref="ProbeReceiveLimit"/>).
     /// </summary>
     public bool HasReceiveLimit { get; private set; }
 
@@ -89,7 +92,8 @@ public sealed class IoUringCapabilities
     /// <summary>Whether the kernel supports <paramref name="opcode"/> (IORING_OP_*).</summary>
     public bool IsOpcodeSupported(byte opcode) => (_opcodes[opcode >> 6] & (1UL << (opcode & 63))) != 0;
 
-    /// <summary>Throws <see cref="IoUringUnavailableException"/> naming the cause when <see cref="IsSupported"/> is false.</summary>
+    /// <summary>Throws <see cref="IoUringUnavailableException"/> naming the cause when <see cref="IsSupported"/> is
+    /// false.</summary>
     public void EnsureSupported()
     {
         if (UnavailableReason is not null)
@@ -146,7 +150,8 @@ public sealed class IoUringCapabilities
                 caps.HasZeroCopySendMsgFixed = ProbeFixedSendMsg(ring);
             }
             caps.HasReceiveLimit = ProbeReceiveLimit(ring);
-            caps.HasReceiveBundles = (ring.Features & IORING_FEAT_RECVSEND_BUNDLE) != 0 && Environment.OSVersion.Version >= new Version(6, 15);
+            caps.HasReceiveBundles = (ring.Features & IORING_FEAT_RECVSEND_BUNDLE) != 0
+                && Environment.OSVersion.Version >= new Version(6, 15);
 
             try
             {
@@ -162,16 +167,18 @@ public sealed class IoUringCapabilities
 
         if (caps.UnavailableReason is null && !caps.HasMultishotReceive)
         {
-            caps.UnavailableReason = "io_uring unavailable: this kernel lacks multishot receive and zero-copy send; Linux 6.0 or later is required.";
+            caps.UnavailableReason = "io_uring unavailable: this kernel lacks multishot receive and zero-copy send; " +
+                "Linux 6.0 or later is required.";
             caps.UnavailableErrno = Errno.EINVAL;
         }
         return caps;
     }
 
     /// <summary>
-    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags when
-    /// it prepares the request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and 6.1 do
-    /// for REPORT_USAGE). Nothing is sent; the request may post a notification after its result (F_MORE), which is waited for too.
+    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags
+    /// when it prepares the request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and
+    /// 6.1 do for REPORT_USAGE). Nothing is sent; the request may post a notification after its result (F_MORE), which
+    /// is waited for too.
     /// </summary>
     internal static bool ProbeZeroCopyFlag(Ring ring, ushort flag)
         => PreparesWithoutError(ring, new io_uring_sqe { opcode = IORING_OP_SEND_ZC, fd = -1, ioprio = flag });
@@ -179,7 +186,8 @@ public sealed class IoUringCapabilities
     /// <summary>
     /// Registers one page as buffer 0 and submits a SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over it on fd -1. Kernels
     /// before 6.15 refuse the flag for SENDMSG_ZC when they prepare it (EINVAL); later ones prepare it and fail the fd
-    /// lookup (EBADF). Nothing is sent. False too if the page cannot be registered (then no send uses fixed buffers anyway).
+    /// lookup (EBADF). Nothing is sent. False too if the page cannot be registered (then no send uses fixed buffers
+    /// anyway).
     /// </summary>
     internal static unsafe bool ProbeFixedSendMsg(Ring ring)
     {
@@ -202,7 +210,8 @@ public sealed class IoUringCapabilities
                 addr = (ulong)&message,
                 buf_index = 0,
             });
-            // The probe request has completed (PreparesWithoutError waits for its final CQE): nothing uses the page now.
+            // The probe request has completed (PreparesWithoutError waits for its final CQE): nothing uses the page
+            // now.
             _ = ring.TryRegister(IORING_UNREGISTER_BUFFERS, null, 0);
             return accepted;
         }
@@ -213,9 +222,9 @@ public sealed class IoUringCapabilities
     }
 
     /// <summary>
-    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1. Kernels without the cap refuse a non-zero
-    /// <c>optlen</c> (the same field as <c>file_index</c>) when they prepare a RECV (io_recvmsg_prep: EINVAL); kernels with
-    /// it prepare the request and then fail the fd lookup (EBADF). Nothing is received.
+    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1. Kernels without the cap refuse a
+    /// non-zero <c>optlen</c> (the same field as <c>file_index</c>) when they prepare a RECV (io_recvmsg_prep: EINVAL);
+    /// kernels with it prepare the request and then fail the fd lookup (EBADF). Nothing is received.
     /// </summary>
     internal static bool ProbeReceiveLimit(Ring ring)
         => PreparesWithoutError(ring, new io_uring_sqe
@@ -228,9 +237,9 @@ public sealed class IoUringCapabilities
         });
 
     /// <summary>
-    /// Submits <paramref name="probe"/> (on fd -1) and says whether the kernel got as far as looking up the fd (EBADF): the
-    /// kernel checks a request's fields when it prepares it and looks the fd up only when it issues it (io_assign_file
-    /// in io_issue_sqe), so EBADF means every field was accepted. Waits for the request's final CQE.
+    /// Submits <paramref name="probe"/> (on fd -1) and says whether the kernel got as far as looking up the fd (EBADF):
+    /// the kernel checks a request's fields when it prepares it and looks the fd up only when it issues it
+    /// (io_assign_file in io_issue_sqe), so EBADF means every field was accepted. Waits for the request's final CQE.
     /// </summary>
     private static unsafe bool PreparesWithoutError(Ring ring, io_uring_sqe probe)
     {
@@ -264,7 +273,8 @@ public sealed class IoUringCapabilities
         }
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks the multishot receive cap (as kernels before 6.17 do).</summary>
+    /// <summary>Test seam: a copy that pretends the kernel lacks the multishot receive cap (as kernels before 6.17
+    /// do).</summary>
     internal IoUringCapabilities WithoutReceiveLimitForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
@@ -280,7 +290,8 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks fixed-buffer SENDMSG_ZC (as kernels before 6.15 do).</summary>
+    /// <summary>Test seam: a copy that pretends the kernel lacks fixed-buffer SENDMSG_ZC (as kernels before 6.15
+    /// do).</summary>
     internal IoUringCapabilities WithoutFixedSendMsgForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
@@ -288,7 +299,8 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1 do).</summary>
+    /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1
+    /// do).</summary>
     internal IoUringCapabilities WithZeroCopyForTesting(bool sendMsg, bool reportUsage)
     {
         var copy = (IoUringCapabilities)MemberwiseClone();

@@ -15,7 +15,8 @@ public class IoUringException : Exception
     public int Errno { get; }
 
     internal static IoUringException FromErrno(string call, int errno)
-        => new($"{call} failed: {ErrnoName(errno)} ({errno}): {System.Runtime.InteropServices.Marshal.GetPInvokeErrorMessage(errno)}", errno);
+        => new($"{call} failed: {ErrnoName(errno)} ({errno}): " +
+            $"{System.Runtime.InteropServices.Marshal.GetPInvokeErrorMessage(errno)}", errno);
 
     internal static string ErrnoName(int errno) => errno switch
     {

@@ -40,7 +40,8 @@ internal sealed unsafe class RegisteredBufferTable
     /// <summary>Bytes registered now.</summary>
     public long RegisteredBytes { get; private set; }
 
-    /// <summary>Registers [<paramref name="address"/>, +<paramref name="length"/>) as one entry; false (and <see cref="RefusedErrno"/>) if the kernel refuses or the table is full.</summary>
+    /// <summary>Registers [<paramref name="address"/>, +<paramref name="length"/>) as one entry; false (and
+    /// <see cref="RefusedErrno"/>) if the kernel refuses or the table is full.</summary>
     public bool TryRegister(byte* address, int length, out ushort index)
     {
         index = 0;
@@ -69,7 +70,8 @@ internal sealed unsafe class RegisteredBufferTable
         return true;
     }
 
-    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any more).</summary>
+    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any
+    /// more).</summary>
     public void Unregister(ushort index, int length)
     {
         // Emptying an entry cannot fail for a valid index on a live ring; if it did the entry stays taken (a leak of

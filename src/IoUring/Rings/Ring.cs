@@ -53,11 +53,13 @@ internal sealed unsafe class Ring : IDisposable
     public bool IsRingFdRegistered => (_enterFlags & IORING_ENTER_REGISTERED_RING) != 0;
     public bool IsDisposed => _fd < 0;
 
-    /// <summary>Number of setup attempts the last <see cref="Create"/> refused before one succeeded (for tests).</summary>
+    /// <summary>Number of setup attempts the last <see cref="Create"/> refused before one succeeded (for
+    /// tests).</summary>
     public int RefusedSetupAttempts { get; private set; }
 
     /// <summary>Sets up a ring with the best flag set the kernel accepts.</summary>
-    /// <exception cref="IoUringUnavailableException">Not Linux, or io_uring is switched off, missing, or memory could not be locked.</exception>
+    /// <exception cref="IoUringUnavailableException">Not Linux, or io_uring is switched off, missing, or memory could
+    /// not be locked.</exception>
     public static Ring Create(RingOptions options)
     {
         ArgumentNullException.ThrowIfNull(options);
@@ -134,7 +136,8 @@ internal sealed unsafe class Ring : IDisposable
                 case Errno.EINVAL when fallbackIndex < RingOptions.FallbackOrder.Length:
                     // Give up the newest optional flag still in the set, and try again.
                     RefusedSetupAttempts++;
-                    while (fallbackIndex < RingOptions.FallbackOrder.Length && (flags & RingOptions.FallbackOrder[fallbackIndex]) == 0)
+                    while (fallbackIndex < RingOptions.FallbackOrder.Length
+                        && (flags & RingOptions.FallbackOrder[fallbackIndex]) == 0)
                     {
                         fallbackIndex++;
                     }
@@ -143,22 +146,24 @@ internal sealed unsafe class Ring : IDisposable
                         flags &= ~RingOptions.FallbackOrder[fallbackIndex++];
                         continue;
                     }
-                    throw IoUringException.FromErrno($"io_uring_setup(entries: {options.SqEntries}, cq_entries: {cqEntries})", errno);
+                    throw IoUringException.FromErrno(
+                        $"io_uring_setup(entries: {options.SqEntries}, cq_entries: {cqEntries})", errno);
                 case Errno.EPERM:
                 case Errno.ENOSYS:
                     throw new IoUringUnavailableException(
                         $"io_uring unavailable: io_uring_setup failed with {IoUringException.ErrnoName(errno)}. " +
-                        "It is disabled by sysctl (kernel.io_uring_disabled), blocked by a seccomp filter (container runtimes' default profiles), " +
-                        "or missing from this kernel.", errno);
+                        "It is disabled by sysctl (kernel.io_uring_disabled), blocked by a seccomp filter " +
+                        "(container runtimes' default profiles), or missing from this kernel.", errno);
                 case Errno.ENOMEM when enomemRetries < 5:
                     // Ring memory of a closed ring is released asynchronously; a quick restart can briefly see ENOMEM.
                     Thread.Sleep(10 << enomemRetries++);
                     continue;
                 case Errno.ENOMEM:
                     throw new IoUringUnavailableException(
-                        $"io_uring unavailable: io_uring_setup(entries: {options.SqEntries}, cq_entries: {cqEntries}) failed with ENOMEM " +
-                        "after retries. Ring memory counts against RLIMIT_MEMLOCK for processes without CAP_IPC_LOCK: raise it " +
-                        "(ulimit -l, LimitMEMLOCK= in systemd, --ulimit memlock in containers) or use fewer or smaller rings.", errno);
+                        $"io_uring unavailable: io_uring_setup(entries: {options.SqEntries}, " +
+                        $"cq_entries: {cqEntries}) failed with ENOMEM after retries. Ring memory counts against " +
+                        "RLIMIT_MEMLOCK for processes without CAP_IPC_LOCK: raise it (ulimit -l, LimitMEMLOCK= in " +
+                        "systemd, --ulimit memlock in containers) or use fewer or smaller rings.", errno);
                 default:
                     throw IoUringException.FromErrno("io_uring_setup", errno);
             }
@@ -211,20 +216,24 @@ internal sealed unsafe class Ring : IDisposable
 
     private byte* Map(nuint size, long offset, string what)
     {
-        void* address = Libc.mmap(null, size, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | Libc.MAP_POPULATE, _fd, offset);
+        void* address = Libc.mmap(null, size, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | Libc.MAP_POPULATE,
+            _fd, offset);
         if (address == Libc.MAP_FAILED)
         {
             int errno = Libc.GetLastErrno();
             if (errno == Errno.ENOMEM)
             {
-                throw new IoUringUnavailableException($"io_uring unavailable: mapping the {what} ({size} bytes) failed with ENOMEM; check RLIMIT_MEMLOCK.", errno);
+                throw new IoUringUnavailableException(
+                    $"io_uring unavailable: mapping the {what} ({size} bytes) failed with ENOMEM; check " +
+                    "RLIMIT_MEMLOCK.", errno);
             }
             throw IoUringException.FromErrno($"mmap({what})", errno);
         }
         return (byte*)address;
     }
 
-    /// <summary>Enables a ring created with <see cref="RingOptions.StartDisabled"/>; the calling thread becomes its single issuer.</summary>
+    /// <summary>Enables a ring created with <see cref="RingOptions.StartDisabled"/>; the calling thread becomes its
+    /// single issuer.</summary>
     public void Enable(bool registerRingFd)
     {
         if ((SetupFlags & IORING_SETUP_R_DISABLED) != 0)
@@ -273,7 +282,8 @@ internal sealed unsafe class Ring : IDisposable
         _enterFd = _fd;
     }
 
-    /// <summary>io_uring_register on this ring; throws <see cref="IoUringException"/> naming <paramref name="what"/> on failure.</summary>
+    /// <summary>io_uring_register on this ring; throws <see cref="IoUringException"/> naming <paramref name="what"/> on
+    /// failure.</summary>
     public int Register(uint opcode, void* arg, uint count, string what)
     {
         int result = Libc.io_uring_register(_fd, opcode, arg, count);
@@ -306,7 +316,8 @@ internal sealed unsafe class Ring : IDisposable
         return sqe;
     }
 
-    /// <summary>The next free SQE with whatever it held before, for a caller that overwrites all 64 bytes; null when full.</summary>
+    /// <summary>The next free SQE with whatever it held before, for a caller that overwrites all 64 bytes; null when
+    /// full.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_sqe* TryGetSqeUncleared()
     {
@@ -328,7 +339,8 @@ internal sealed unsafe class Ring : IDisposable
     /// <summary>The <paramref name="index"/>th SQE written since the last <see cref="Enter"/>.</summary>
     public io_uring_sqe* UnpublishedSqe(uint index) => &_sqes[(*_sqTail + index) & _sqMask];
 
-    /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail), all but the last <paramref name="holdBack"/>.</summary>
+    /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail), all but the last
+    /// <paramref name="holdBack"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void PublishSqes(uint holdBack) => Volatile.Write(ref *_sqTail, _sqeTail - holdBack);
 
@@ -348,7 +360,8 @@ internal sealed unsafe class Ring : IDisposable
         if (timeout != null)
         {
             io_uring_getevents_arg arg = new() { ts = (ulong)timeout };
-            result = Libc.io_uring_enter(_enterFd, toSubmit, minComplete, flags | IORING_ENTER_EXT_ARG, &arg, (nuint)sizeof(io_uring_getevents_arg));
+            result = Libc.io_uring_enter(_enterFd, toSubmit, minComplete, flags | IORING_ENTER_EXT_ARG, &arg,
+                (nuint)sizeof(io_uring_getevents_arg));
         }
         else
         {
@@ -377,7 +390,8 @@ internal sealed unsafe class Ring : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_cqe* CqeAt(uint index) => &_cqes[index & _cqMask];
 
-    /// <summary>Hands <paramref name="count"/> consumed CQEs back to the kernel (store-release of the CQ head).</summary>
+    /// <summary>Hands <paramref name="count"/> consumed CQEs back to the kernel (store-release of the CQ
+    /// head).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void AdvanceCq(uint count) => Volatile.Write(ref *_cqHead, *_cqHead + count);
 
@@ -404,7 +418,8 @@ internal sealed unsafe class Ring : IDisposable
             {
                 UnregisterRingFd();
             }
-            // A registration left on another thread holds the ring until that thread exits; the fd is closed regardless.
+            // A registration left on another thread holds the ring until that thread exits; the fd is closed
+            // regardless.
             _ = Libc.close(_fd);
         }
         _fd = -1;

@@ -6,9 +6,10 @@ namespace IoUring.Rings;
 /// <summary>How to set up one ring. Sizes are rounded up to powers of two by the kernel.</summary>
 internal sealed class RingOptions
 {
-    /// <summary>The flag set tried first; flags are dropped one at a time (newest kernel feature first) on EINVAL.</summary>
-    public const uint PreferredFlags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG
-        | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_NO_SQARRAY;
+    /// <summary>The flag set tried first; flags are dropped one at a time (newest kernel feature first) on
+    /// EINVAL.</summary>
+    public const uint PreferredFlags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN
+        | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_NO_SQARRAY;
 
     /// <summary>The order in which optional setup flags are given up when the kernel refuses a set.</summary>
     internal static readonly uint[] FallbackOrder =

@@ -11,7 +11,11 @@ namespace IoUring.Testing;
 /// </summary>
 internal sealed class FaultInjector
 {
-    private static readonly byte[] s_injectable = [IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG, IORING_OP_SEND_ZC, IORING_OP_SENDMSG_ZC, IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_NOP];
+    private static readonly byte[] s_injectable =
+    [
+        IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG, IORING_OP_SEND_ZC, IORING_OP_SENDMSG_ZC,
+        IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_NOP,
+    ];
 
     private readonly Random _random;
     private readonly byte[] _opcodes;
@@ -41,18 +45,21 @@ internal sealed class FaultInjector
 
     private int _enterFailure;
 
-    /// <summary>The loop's next io_uring_enter fails with <paramref name="errno"/> instead of being made (SQEs stay queued).</summary>
+    /// <summary>The loop's next io_uring_enter fails with <paramref name="errno"/> instead of being made (SQEs stay
+    /// queued).</summary>
     public void FailNextEnter(int errno) => Volatile.Write(ref _enterFailure, errno);
 
     /// <summary>Loop thread, instead of io_uring_enter: the errno to fail it with, or 0 to make it.</summary>
-    public int TakeEnterFailure() => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
+    public int TakeEnterFailure()
+        => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
 
     private int _sqesToRefuse;
     private int _sqesRefused;
 
     /// <summary>
-    /// The next <paramref name="count"/> requests owners ask the loop for are refused: EventLoop.NewSqe throws as it does
-    /// when the submission queue stays full after an early submit. The loop's own requests (wakeup, stop) are never refused.
+    /// The next <paramref name="count"/> requests owners ask the loop for are refused: EventLoop.NewSqe throws as it
+    /// does when the submission queue stays full after an early submit. The loop's own requests (wakeup, stop) are
+    /// never refused.
     /// </summary>
     public void RefuseSqes(int count) => Volatile.Write(ref _sqesToRefuse, count);
 
@@ -61,7 +68,8 @@ internal sealed class FaultInjector
 
     private int _loopSqesToRefuse;
 
-    /// <summary>The loop's own next <paramref name="count"/> requests (its wakeup READ's re-arm, the stop's cancel-all) are refused the same way.</summary>
+    /// <summary>The loop's own next <paramref name="count"/> requests (its wakeup READ's re-arm, the stop's cancel-all)
+    /// are refused the same way.</summary>
     public void RefuseLoopSqes(int count) => Volatile.Write(ref _loopSqesToRefuse, count);
 
     /// <summary>Loop thread, asked for one of its own requests: whether to refuse it.</summary>
@@ -93,7 +101,8 @@ internal sealed class FaultInjector
 
     /// <summary>
     /// Cancel requests submitted so far that search the ring by fd (IORING_ASYNC_CANCEL_FD), observed, not changed: the
-    /// kernel walks every pending poll-driven request of the ring for each, so their cost grows with the open connections.
+    /// kernel walks every pending poll-driven request of the ring for each, so their cost grows with the open
+    /// connections.
     /// </summary>
     public int FdCancels => Volatile.Read(ref _fdCancels);
 

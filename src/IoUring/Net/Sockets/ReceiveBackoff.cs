@@ -10,7 +10,8 @@ namespace IoUring.Net;
 /// </summary>
 internal static unsafe class ReceiveBackoff
 {
-    // Process lifetime (never freed): every backoff TIMEOUT points at it, and the kernel reads it when the request is submitted.
+    // Process lifetime (never freed): every backoff TIMEOUT points at it, and the kernel reads it when the request is
+    // submitted.
     private static readonly __kernel_timespec* s_timeout = NewTimespec(TimeSpan.FromMilliseconds(10));
 
     /// <summary>Makes <paramref name="sqe"/> (new, zeroed, user_data set) the backoff TIMEOUT.</summary>

@@ -45,7 +45,8 @@ internal static unsafe class SocketAddresses
         return Parse(Read(fd, peer, buffer)); // empty (no address): null
     }
 
-    /// <summary>The fd's own or its peer's sockaddr, written into <paramref name="buffer"/> (<see cref="MaxSize"/> bytes); empty on failure.</summary>
+    /// <summary>The fd's own or its peer's sockaddr, written into <paramref name="buffer"/> (<see cref="MaxSize"/>
+    /// bytes); empty on failure.</summary>
     private static ReadOnlySpan<byte> Read(int fd, bool peer, byte* buffer)
     {
         uint length = MaxSize;
@@ -63,9 +64,11 @@ internal static unsafe class SocketAddresses
         switch (family)
         {
             case Libc.AF_INET when address.Length >= 8:
-                return new IPEndPoint(new IPAddress(address.Slice(4, 4)), BinaryPrimitives.ReadUInt16BigEndian(address[2..]));
+                return new IPEndPoint(new IPAddress(address.Slice(4, 4)),
+                    BinaryPrimitives.ReadUInt16BigEndian(address[2..]));
             case Libc.AF_INET6 when address.Length >= 28:
-                return new IPEndPoint(new IPAddress(address.Slice(8, 16), MemoryMarshal.Read<uint>(address[24..])), BinaryPrimitives.ReadUInt16BigEndian(address[2..]));
+                return new IPEndPoint(new IPAddress(address.Slice(8, 16), MemoryMarshal.Read<uint>(address[24..])),
+                    BinaryPrimitives.ReadUInt16BigEndian(address[2..]));
             case Libc.AF_UNIX:
                 ReadOnlySpan<byte> path = address[2..];
                 int end = path.IndexOf((byte)0);

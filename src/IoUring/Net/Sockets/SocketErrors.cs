@@ -2,7 +2,8 @@ using System.Net.Sockets;
 
 namespace IoUring.Net;
 
-/// <summary>Linux errno values to <see cref="SocketError"/>: SocketException takes the latter, io_uring reports the former.</summary>
+/// <summary>Linux errno values to <see cref="SocketError"/>: SocketException takes the latter, io_uring reports the
+/// former.</summary>
 internal static class SocketErrors
 {
     public static SocketException FromErrno(int errno) => new((int)ToSocketError(errno));

@@ -8,10 +8,12 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listener's multishot ACCEPT on one loop (or single-shot ones, one per connection: <see cref="IoUringNetworkOptions.MultishotAccept"/>). Accepted connections are dealt to the listener's loops in turn. The request is re-armed
-/// whenever a CQE comes without F_MORE, except: while the listener's queue of connections nobody accepted yet is full
-/// (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an unknown error, after a pause;
-/// never after an error that says the listening socket itself is broken (the listener then fails its AcceptAsync).
+/// A listener's multishot ACCEPT on one loop (or single-shot ones, one per connection:
+/// <see cref="IoUringNetworkOptions.MultishotAccept"/>). Accepted connections are dealt to the listener's loops in
+/// turn. The request is re-armed whenever a CQE comes without F_MORE, except: while the listener's queue of connections
+/// nobody accepted yet is full (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an
+/// unknown error, after a pause; never after an error that says the listening socket itself is broken (the listener
+/// then fails its AcceptAsync).
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class Acceptor : RingOwner
@@ -35,12 +37,15 @@ internal sealed unsafe class Acceptor : RingOwner
     private bool _acceptArmed;
     private bool _cancelSubmitted;
     private bool _backoffArmed;
-    private int _paused;                    // 1 while the listener's queue is full; cleared by the listener (any thread)
+    // 1 while the listener's queue is full; cleared by the listener (any thread)
+    private int _paused;
 
     private readonly bool _isTcp;
-    private readonly System.Collections.Concurrent.ConcurrentQueue<int> _handedOff = new(); // fds other loops accepted for this one
+    // fds other loops accepted for this one
+    private readonly System.Collections.Concurrent.ConcurrentQueue<int> _handedOff = new();
 
-    public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, bool isTcp, ConnectionSettings settings) : base(loop)
+    public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, bool isTcp, ConnectionSettings settings)
+        : base(loop)
     {
         _isTcp = isTcp;
         _listener = listener;
@@ -51,7 +56,8 @@ internal sealed unsafe class Acceptor : RingOwner
     /// <summary>Accept calls that failed for lack of fds (for tests and counters).</summary>
     public int FdExhaustions { get; private set; }
 
-    /// <summary>ACCEPT requests submitted (for tests: one per loop with multishot, one per connection without).</summary>
+    /// <summary>ACCEPT requests submitted (for tests: one per loop with multishot, one per connection
+    /// without).</summary>
     public int AcceptRequests { get; private set; }
 
     public void Start()
@@ -82,7 +88,8 @@ internal sealed unsafe class Acceptor : RingOwner
         _cancelSubmitted = false;
     }
 
-    /// <summary>The listener's queue is full: stop taking connections from the kernel (its backlog holds them meanwhile).</summary>
+    /// <summary>The listener's queue is full: stop taking connections from the kernel (its backlog holds them
+    /// meanwhile).</summary>
     private void Pause()
     {
         Interlocked.Exchange(ref _paused, 1); // full fence: published before the queue length is read again
@@ -236,7 +243,8 @@ internal sealed unsafe class Acceptor : RingOwner
             io_uring_sqe* sqe = Loop.TryNewSqe(this, KindBackoff);
             if (sqe == null)
             {
-                Loop.RetryNextIteration(this, static a => a.BackOff(more: false)); // no SQE: nothing else would re-arm the accept
+                // no SQE: nothing else would re-arm the accept
+                Loop.RetryNextIteration(this, static a => a.BackOff(more: false));
                 return;
             }
             sqe->opcode = IORING_OP_TIMEOUT;
@@ -258,7 +266,8 @@ internal sealed unsafe class Acceptor : RingOwner
             StartConnection(fd);
             return;
         }
-        // The fd goes through the target's queue and the post carries only the target: nothing allocated per connection.
+        // The fd goes through the target's queue and the post carries only the target: nothing allocated per
+        // connection.
         target._handedOff.Enqueue(fd);
         try
         {

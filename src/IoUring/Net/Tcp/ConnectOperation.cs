@@ -17,7 +17,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
 
     private readonly ConnectionSettings _settings;
     private readonly EndPoint _endPoint;
-    private readonly TaskCompletionSource<IoUringConnection> _result = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly TaskCompletionSource<IoUringConnection> _result =
+        new(TaskCreationOptions.RunContinuationsAsynchronously);
     private byte* _address;     // the sockaddr the kernel reads; freed when the connect's final CQE arrived
     private int _fd = -1;
     private CancellationTokenRegistration _cancellation;
@@ -66,7 +67,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
             sqe->off = (ulong)address.Size;
             if (cancellationToken.CanBeCanceled)
             {
-                _cancellation = cancellationToken.UnsafeRegister(static s => ((ConnectOperation)s!).RequestCancel(), this);
+                _cancellation = cancellationToken.UnsafeRegister(
+                    static s => ((ConnectOperation)s!).RequestCancel(), this);
             }
         }
         catch (Exception ex)
@@ -88,7 +90,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
     }
 
-    /// <summary>Loop thread: cancels the CONNECT if it is still in flight; with no SQE, again next iteration (or it would wait out the kernel's SYN retries).</summary>
+    /// <summary>Loop thread: cancels the CONNECT if it is still in flight; with no SQE, again next iteration (or it
+    /// would wait out the kernel's SYN retries).</summary>
     private void SubmitCancel()
     {
         if (InFlight == 0 || Loop.IsStopping)
@@ -122,14 +125,16 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         else if (result == 0)
         {
-            var connection = new IoUringConnection(Loop, _fd, _endPoint.AddressFamily != System.Net.Sockets.AddressFamily.Unix, _settings);
+            var connection = new IoUringConnection(Loop, _fd,
+                _endPoint.AddressFamily != System.Net.Sockets.AddressFamily.Unix, _settings);
             _fd = -1;
             connection.Start();
             _result.TrySetResult(connection);
         }
         else if (result == -Errno.ECANCELED)
         {
-            // Cancelled by the caller's token, or by the stop's cancel-all (reported as for a connect started after it).
+            // Cancelled by the caller's token, or by the stop's cancel-all (reported as for a connect started after
+            // it).
             Fail(Loop.IsStopping ? LoopStopped() : new OperationCanceledException("The connect was cancelled."));
         }
         else
@@ -139,7 +144,8 @@ internal sealed unsafe class ConnectOperation : RingOwner
         Release();
     }
 
-    private static ObjectDisposedException LoopStopped() => new(nameof(EventLoop), "The event loop is stopping: the connect was abandoned.");
+    private static ObjectDisposedException LoopStopped()
+        => new(nameof(EventLoop), "The event loop is stopping: the connect was abandoned.");
 
     private void Fail(Exception error)
     {

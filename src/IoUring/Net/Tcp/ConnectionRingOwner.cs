@@ -6,7 +6,8 @@ namespace IoUring.Net;
 /// <summary>The operation kinds of a connection's requests (the kind bits of their user_data).</summary>
 internal static class ConnectionRequestKind
 {
-    public const uint Receive = 1;          // the RECV (ConnectionReceiver): multishot, or single-shot without the kernel's cap
+    // the RECV (ConnectionReceiver): multishot, or single-shot without the kernel's cap
+    public const uint Receive = 1;
     public const uint Cancel = 2;           // ASYNC_CANCEL of one of the connection's requests, by its user_data
     public const uint Send = 3;             // SEND/SENDMSG (ConnectionSender)
     public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a receive that found no buffer
@@ -14,7 +15,8 @@ internal static class ConnectionRequestKind
     public const uint Close = 6;            // CLOSE of the fd, after every other request on it ended
     public const uint SendZeroCopy = 7;     // SEND_ZC/SENDMSG_ZC; the user_data tag is the pin set
 
-    /// <summary>The user_data tag of a Receive that is a vectored RECVMSG into the receiver's own blocks (the kind bits are all taken).</summary>
+    /// <summary>The user_data tag of a Receive that is a vectored RECVMSG into the receiver's own blocks (the kind bits
+    /// are all taken).</summary>
     public const uint VectoredTag = 1;
 }
 
@@ -24,7 +26,8 @@ internal static class ConnectionRequestKind
 /// that signals the connection closed, queued once when it has closed (<see cref="IoUringConnection.SignalClosed"/>).
 /// </summary>
 [SupportedOSPlatform("linux")]
-internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection) : RingOwner(loop), IThreadPoolWorkItem
+internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection connection)
+    : RingOwner(loop), IThreadPoolWorkItem
 {
     void IThreadPoolWorkItem.Execute() => connection.SignalClosed();
 
@@ -43,7 +46,9 @@ internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection conn
             case ConnectionRequestKind.ReceiveBackoff: connection.Receiver.OnBackoffEnded(); break;
             case ConnectionRequestKind.HangUpPoll: connection.Receiver.OnHangUp(result); break;
             case ConnectionRequestKind.Close: connection.OnFdClosed(); break;
-            case ConnectionRequestKind.SendZeroCopy: connection.Sender.OnZeroCopySendCompleted(result, flags, UserData.Tag(userData)); break;
+            case ConnectionRequestKind.SendZeroCopy:
+                connection.Sender.OnZeroCopySendCompleted(result, flags, UserData.Tag(userData));
+                break;
             default: break; // cancel requests: their targets report for themselves
         }
     }

@@ -6,11 +6,13 @@ using IoUring.Testing;
 
 namespace IoUring.Net;
 
-/// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so a layer above overrides with <c>with</c> and keeps every other setting.</summary>
+/// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so
+/// a layer above overrides with <c>with</c> and keeps every other setting.</summary>
 [SupportedOSPlatform("linux")]
 internal sealed record ConnectionSettings
 {
-    /// <summary>The pipes' pool, or null: each loop's own (<see cref="Loops.EventLoop.MemoryPool"/>, registered with its ring).</summary>
+    /// <summary>The pipes' pool, or null: each loop's own (<see cref="Loops.EventLoop.MemoryPool"/>, registered with
+    /// its ring).</summary>
     public required MemoryPool<byte>? MemoryPool { get; init; }
     public long? MaxReadBufferSize { get; init; }
     public long? MaxWriteBufferSize { get; init; }
@@ -21,7 +23,8 @@ internal sealed record ConnectionSettings
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     /// <summary>Test seam (<see cref="TestHooks.IgnoreZeroCopyCopied"/>).</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
-    /// <summary>A flush may send from its own thread while the loop sleeps (<see cref="ConnectionOutput"/>); off by <see cref="TestHooks.NoCallerSends"/>.</summary>
+    /// <summary>A flush may send from its own thread while the loop sleeps (<see cref="ConnectionOutput"/>); off by
+    /// <see cref="TestHooks.NoCallerSends"/>.</summary>
     public bool CallerSends { get; init; } = true;
     public ConnectionRegistry? Registry { get; init; }
 
@@ -38,11 +41,13 @@ internal sealed record ConnectionSettings
     public Func<string, Exception> CreateResetException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.ConnectionReset));
 
-    /// <summary>The exception reads fail with after an abort (the Kestrel layer makes it ConnectionAbortedException).</summary>
+    /// <summary>The exception reads fail with after an abort (the Kestrel layer makes it
+    /// ConnectionAbortedException).</summary>
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
 
-    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte>? pool, ConnectionRegistry registry)
+    public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte>? pool,
+        ConnectionRegistry registry)
     {
         var settings = new ConnectionSettings
         {
@@ -69,10 +74,11 @@ internal sealed record ConnectionSettings
 
 /// <summary>
 /// The live connections of a network, so that disposing it (or a loop's stop) can close them: a doubly linked list
-/// through the connections themselves (<see cref="IoUringConnection.RegistryPrevious"/>, <see cref="IoUringConnection.RegistryNext"/>),
-/// so registering one allocates nothing. Added and removed on the loops' threads, under one lock. A removed connection
-/// still tells its application on the thread pool (<see cref="IoUringConnection.Closed"/>); the network's disposal waits
-/// for that too (<see cref="WhenClosedSignalled"/>).
+/// through the connections themselves (<see cref="IoUringConnection.RegistryPrevious"/>,
+/// <see cref="IoUringConnection.RegistryNext"/>), so registering one allocates nothing. Added and removed on the loops'
+/// threads, under one lock. A removed connection still tells its application on the thread pool
+/// (<see cref="IoUringConnection.Closed"/>); the network's disposal waits for that too
+/// (<see cref="WhenClosedSignalled"/>).
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class ConnectionRegistry
@@ -87,7 +93,8 @@ internal sealed class ConnectionRegistry
     // callbacks run inside): a network disposed synchronously from there must not wait for that one.
     [ThreadStatic] private static IoUringConnection? t_signalling;
 
-    /// <summary>The connection whose close this thread is signalling right now (see <see cref="WhenClosedSignalled"/>).</summary>
+    /// <summary>The connection whose close this thread is signalling right now (see
+    /// <see cref="WhenClosedSignalled"/>).</summary>
     public static IoUringConnection? SignallingOnThisThread => t_signalling;
 
     public int Count => Volatile.Read(ref _count);

@@ -5,14 +5,17 @@ using System.Threading.Tasks.Sources;
 namespace IoUring.Net;
 
 /// <summary>
-/// What completing a waiting read (<see cref="ConnectionInput"/>) or flush (<see cref="ConnectionOutput"/>) leaves to do
-/// once its lock is released: drop the wait's token registration, then run its awaiter's continuation, if it registered
-/// one, on the thread pool (inline when the connection's settings prefer inline scheduling), inside the execution context
-/// the awaiter captured, if any. Taken under the lock, run outside it: a continuation never runs under a pipe's lock.
+/// What completing a waiting read (<see cref="ConnectionInput"/>) or flush (<see cref="ConnectionOutput"/>) leaves to
+/// do once its lock is released: drop the wait's token registration, then run its awaiter's continuation, if it
+/// registered one, on the thread pool (inline when the connection's settings prefer inline scheduling), inside the
+/// execution context the awaiter captured, if any. Taken under the lock, run outside it: a continuation never runs
+/// under a pipe's lock.
 /// </summary>
-internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation, object? state, ExecutionContext? context, bool inline)
+internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation,
+    object? state, ExecutionContext? context, bool inline)
 {
-    /// <summary>Set to default by a token's own callback: a registration cannot be dropped from inside its callback.</summary>
+    /// <summary>Set to default by a token's own callback: a registration cannot be dropped from inside its
+    /// callback.</summary>
     public CancellationTokenRegistration Registration = registration;
 
     public readonly void Run()
@@ -83,7 +86,8 @@ internal struct Waiter<TResult>
         return ++_version;
     }
 
-    /// <summary>Another operation joins the waiting one (a flush while one waits): its ValueTask's version, same outcome.</summary>
+    /// <summary>Another operation joins the waiting one (a flush while one waits): its ValueTask's version, same
+    /// outcome.</summary>
     public short Join()
     {
         Debug.Assert(IsWaiting);
@@ -96,7 +100,8 @@ internal struct Waiter<TResult>
     /// <paramref name="sync"/>, the owner's lock, which it then takes to keep the registration while that operation
     /// still waits; one that completed meanwhile has its registration dropped at once.
     /// </summary>
-    public void RegisterToken(object sync, short version, CancellationToken token, Action<object?, CancellationToken> onCancelled, object owner)
+    public void RegisterToken(object sync, short version, CancellationToken token,
+        Action<object?, CancellationToken> onCancelled, object owner)
     {
         CancellationTokenRegistration registration = token.UnsafeRegister(onCancelled, owner);
         lock (sync)
@@ -110,11 +115,13 @@ internal struct Waiter<TResult>
         registration.Unregister(); // completed already
     }
 
-    /// <summary>Sets the waiting operation's outcome and takes what is left to do after the lock (run it then).</summary>
+    /// <summary>Sets the waiting operation's outcome and takes what is left to do after the lock (run it
+    /// then).</summary>
     public AwaiterCompletion Complete(TResult result, Exception? error, bool inlineContinuations)
     {
         Debug.Assert(IsWaiting);
-        var completion = new AwaiterCompletion(_registration, _continuation, _continuationState, _continuationContext, inlineContinuations);
+        var completion = new AwaiterCompletion(_registration, _continuation, _continuationState, _continuationContext,
+            inlineContinuations);
         IsWaiting = false;
         Token = default;
         _registration = default;
@@ -162,13 +169,16 @@ internal struct Waiter<TResult>
     }
 
     /// <summary>
-    /// IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the awaiter's continuation
-    /// to run at completion, or runs it now if the outcome is set already (the scheduling context is ignored, as by a
-    /// pipe without a synchronization context; the execution context flows when asked).
+    /// IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the awaiter's
+    /// continuation to run at completion, or runs it now if the outcome is set already (the scheduling context is
+    /// ignored, as by a pipe without a synchronization context; the execution context flows when asked).
     /// </summary>
-    public void OnCompleted(object sync, Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags, bool inlineContinuations)
+    public void OnCompleted(object sync, Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags, bool inlineContinuations)
     {
-        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        ExecutionContext? context = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0
+            ? ExecutionContext.Capture()
+            : null;
         lock (sync)
         {
             if (token != _version)
@@ -179,8 +189,10 @@ internal struct Waiter<TResult>
             {
                 if (_continuation is not null)
                 {
-                    // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe, refuse.
-                    throw new InvalidOperationException("The operation is already being awaited: concurrent awaits are not supported.");
+                    // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe,
+                    // refuse.
+                    throw new InvalidOperationException(
+                        "The operation is already being awaited: concurrent awaits are not supported.");
                 }
                 _continuation = continuation;
                 _continuationState = state;
@@ -188,6 +200,7 @@ internal struct Waiter<TResult>
                 return;
             }
         }
-        new AwaiterCompletion(default, continuation, state, context, inlineContinuations).Run(); // completed meanwhile: run it now
+        // completed meanwhile: run it now
+        new AwaiterCompletion(default, continuation, state, context, inlineContinuations).Run();
     }
 }

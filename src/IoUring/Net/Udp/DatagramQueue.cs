@@ -3,8 +3,9 @@ using System.Net;
 namespace IoUring.Net;
 
 /// <summary>
-/// Copies of datagrams that arrived while no receive waited, oldest first, at most <see cref="Capacity"/>. Each slot keeps
-/// its array between datagrams (grown to the largest it held), so a socket in steady state copies without allocating.
+/// Copies of datagrams that arrived while no receive waited, oldest first, at most <see cref="Capacity"/>. Each slot
+/// keeps its array between datagrams (grown to the largest it held), so a socket in steady state copies without
+/// allocating.
 /// </summary>
 /// <remarks>Not thread-safe: the <see cref="UdpReceiver"/>'s lock guards it.</remarks>
 internal sealed class DatagramQueue(int capacity)
@@ -41,7 +42,8 @@ internal sealed class DatagramQueue(int capacity)
         return true;
     }
 
-    /// <summary>Copies the oldest datagram into <paramref name="target"/> (and its source into <paramref name="from"/>) and drops it.</summary>
+    /// <summary>Copies the oldest datagram into <paramref name="target"/> (and its source into <paramref name="from"/>)
+    /// and drops it.</summary>
     public bool TryDequeue(Span<byte> target, SocketAddress? from, out DatagramResult result)
     {
         if (_count == 0)
@@ -50,7 +52,8 @@ internal sealed class DatagramQueue(int capacity)
             return false;
         }
         Slot slot = _slots[_head];
-        result = Datagrams.CopyOut(slot.Payload.AsSpan(0, slot.Length), slot.DatagramLength, slot.Name.AsSpan(0, slot.NameLength), target, from);
+        result = Datagrams.CopyOut(slot.Payload.AsSpan(0, slot.Length), slot.DatagramLength,
+            slot.Name.AsSpan(0, slot.NameLength), target, from);
         _head = (_head + 1) % _slots.Length;
         _count--;
         return true;
@@ -72,14 +75,17 @@ internal static class Datagrams
     /// <summary>sizeof(struct io_uring_recvmsg_out): the header at the start of each buffer.</summary>
     public const int HeaderSize = 16;
 
-    /// <summary>The room the kernel reserves for the source address after the header (msghdr.msg_namelen): sockaddr_in6 is 28 bytes.</summary>
+    /// <summary>The room the kernel reserves for the source address after the header (msghdr.msg_namelen): sockaddr_in6
+    /// is 28 bytes.</summary>
     public const int NameSpace = 32;
 
     /// <summary>Where the payload starts in a buffer: no control data is asked for (msg_controllen 0).</summary>
     public const int PayloadOffset = HeaderSize + NameSpace;
 
-    /// <summary>Copies a datagram into a caller's buffer (cut if it does not fit: the result says so) and its source into <paramref name="from"/>.</summary>
-    public static DatagramResult CopyOut(ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name, Span<byte> target, SocketAddress? from)
+    /// <summary>Copies a datagram into a caller's buffer (cut if it does not fit: the result says so) and its source
+    /// into <paramref name="from"/>.</summary>
+    public static DatagramResult CopyOut(ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name,
+        Span<byte> target, SocketAddress? from)
     {
         int count = Math.Min(payload.Length, target.Length);
         payload[..count].CopyTo(target);

@@ -14,7 +14,8 @@ namespace IoUring.Net;
 /// the core are guarded by the receiver's lock while the operation waits.
 /// </remarks>
 [SupportedOSPlatform("linux")]
-internal sealed class UdpReceiveOperation(UdpReceiver receiver) : IValueTaskSource<DatagramResult>, IValueTaskSource<int>, IThreadPoolWorkItem
+internal sealed class UdpReceiveOperation(UdpReceiver receiver)
+    : IValueTaskSource<DatagramResult>, IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private ManualResetValueTaskSourceCore<DatagramResult> _core; // mutable struct: never readonly
     private DatagramResult _result;
@@ -53,7 +54,8 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver) : IValueTaskSour
 
     private void OnCancelled() => receiver.Cancel(this);
 
-    /// <summary>Completes the operation on the thread pool (so the caller's continuation never runs on the loop).</summary>
+    /// <summary>Completes the operation on the thread pool (so the caller's continuation never runs on the
+    /// loop).</summary>
     public void CompleteLater(DatagramResult result, Exception? error)
     {
         _result = result;
@@ -99,6 +101,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver) : IValueTaskSour
 
     public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);
 
-    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+    public void OnCompleted(Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

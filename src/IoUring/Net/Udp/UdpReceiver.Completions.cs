@@ -38,7 +38,8 @@ internal sealed unsafe partial class UdpReceiver
         }
         io_uring_recvmsg_out header = MemoryMarshal.Read<io_uring_recvmsg_out>(buffer);
         // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
-        ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize, (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
+        ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize,
+            (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
         ReadOnlySpan<byte> payload = buffer[Datagrams.PayloadOffset..];
         // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
         int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
@@ -74,7 +75,8 @@ internal sealed unsafe partial class UdpReceiver
                     {
                         error = ex; // as for a single receive's copy: the receive ends with the error, not never
                     }
-                    _filling = error is null && !batch.IsFull ? waiting : null; // later datagrams join it until its completion runs
+                    // later datagrams join it until its completion runs
+                    _filling = error is null && !batch.IsFull ? waiting : null;
                 }
             }
             else if (!_queue.TryEnqueue(payload, datagramLength, name))
@@ -110,12 +112,15 @@ internal sealed unsafe partial class UdpReceiver
         }
     }
 
-    private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
+    private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength,
+        ReadOnlySpan<byte> name)
     {
         if (batch.IsFull)
         {
             // Only when one batch was given to two receives at once: the other one filled it.
-            throw new InvalidOperationException("The batch is full: another receive that has not completed was given it too. Give each waiting receive its own batch.");
+            throw new InvalidOperationException(
+                "The batch is full: another receive that has not completed was given it too. Give each waiting " +
+                "receive its own batch.");
         }
         batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
     }

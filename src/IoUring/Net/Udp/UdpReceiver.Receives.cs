@@ -6,7 +6,8 @@ namespace IoUring.Net;
 // the list of waiting receives, their cancellation and the operation pool, all under the lock.
 internal sealed unsafe partial class UdpReceiver
 {
-    public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, SocketAddress? from, CancellationToken cancellationToken)
+    public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, SocketAddress? from,
+        CancellationToken cancellationToken)
     {
         if (cancellationToken.IsCancellationRequested)
         {
@@ -66,9 +67,11 @@ internal sealed unsafe partial class UdpReceiver
     }
 
     // Under the lock.
-    private UdpReceiveOperation Wait(Memory<byte> buffer, SocketAddress? from, UdpDatagramBatch? batch, CancellationToken cancellationToken)
+    private UdpReceiveOperation Wait(Memory<byte> buffer, SocketAddress? from, UdpDatagramBatch? batch,
+        CancellationToken cancellationToken)
     {
-        UdpReceiveOperation operation = _pool.TryPop(out UdpReceiveOperation? pooled) ? pooled : new UdpReceiveOperation(this);
+        UdpReceiveOperation operation =
+            _pool.TryPop(out UdpReceiveOperation? pooled) ? pooled : new UdpReceiveOperation(this);
         operation.Prepare(buffer, from, batch, cancellationToken);
         operation.Previous = _lastWaiting;
         operation.Next = null;
@@ -141,7 +144,8 @@ internal sealed unsafe partial class UdpReceiver
         operation.CompleteLater(default, new OperationCanceledException(operation.Token));
     }
 
-    /// <summary>A batch's completion runs (thread pool): it takes no more datagrams from the loop, but what waits in the queue.</summary>
+    /// <summary>A batch's completion runs (thread pool): it takes no more datagrams from the loop, but what waits in
+    /// the queue.</summary>
     public void SealBatch(UdpReceiveOperation operation)
     {
         lock (_gate)

@@ -7,10 +7,11 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG that selects buffers from the socket's
-/// own provided-buffer group (each buffer holds the io_uring_recvmsg_out header, the source address and one whole
-/// datagram of up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>). Each datagram is copied straight into the oldest
-/// waiting receive's buffer, or else into a bounded queue of copies; the ring buffer goes back to the kernel at once.
+/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG that selects buffers from the
+/// socket's own provided-buffer group (each buffer holds the io_uring_recvmsg_out header, the source address and one
+/// whole datagram of up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>). Each datagram is copied straight into the
+/// oldest waiting receive's buffer, or else into a bounded queue of copies; the ring buffer goes back to the kernel at
+/// once.
 /// </summary>
 /// <remarks>
 /// <para>Threads: the RECVMSG, its completions and the arming state belong to the loop thread; receives are asked for
@@ -18,8 +19,8 @@ namespace IoUring.Net;
 /// most.</para>
 /// <para>A full queue stops the RECVMSG (it is cancelled and not re-armed) until receives have taken half of the queue:
 /// the kernel's socket buffer then holds further datagrams, and drops new ones when it is full, as for any UDP socket.
-/// The datagrams already on their way when the queue filled are dropped too (the newest: the kernel's own policy, and the
-/// order of the rest is kept) and counted (<see cref="Dropped"/>).</para>
+/// The datagrams already on their way when the queue filled are dropped too (the newest: the kernel's own policy, and
+/// the order of the rest is kept) and counted (<see cref="Dropped"/>).</para>
 /// <para>Errors the kernel reports through the socket (ICMP port unreachable: ECONNREFUSED on a connected socket, and
 /// the like) end the RECVMSG; the error goes to the oldest waiting receive, or else to the socket's next operation,
 /// and the RECVMSG is re-armed: the socket stays usable.</para>
@@ -35,13 +36,16 @@ internal sealed unsafe partial class UdpReceiver
     private readonly DatagramQueue _queue;
     private readonly Stack<UdpReceiveOperation> _pool = new();
     private UdpReceiveOperation? _firstWaiting, _lastWaiting; // waiting receives, oldest first
-    private UdpReceiveOperation? _filling;  // a batch completing on the thread pool, still taking datagrams until it runs
-    private bool _queueFull;                // under the lock: the RECVMSG was stopped for a full queue; the first receive to make room resumes it
+    // a batch completing on the thread pool, still taking datagrams until it runs
+    private UdpReceiveOperation? _filling;
+    // under the lock: the RECVMSG was stopped for a full queue; the first receive to make room resumes it
+    private bool _queueFull;
     private bool _closed;                   // under the lock: no new receive waits
 
     // Loop thread only.
     private ReceiveBuffers? _buffers;
-    private Libc.msghdr* _message;          // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
+    // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
+    private Libc.msghdr* _message;
     private bool _armed;
     private bool _paused;
     private bool _backingOff;
@@ -69,7 +73,8 @@ internal sealed unsafe partial class UdpReceiver
     /// <summary>Registers the socket's buffer group and arms the RECVMSG. Loop thread.</summary>
     public void Start()
     {
-        _buffers = new ReceiveBuffers(_owner.Loop.Ring, _options.ReceiveBufferCount, Datagrams.PayloadOffset + _options.MaxDatagramSize);
+        _buffers = new ReceiveBuffers(_owner.Loop.Ring, _options.ReceiveBufferCount,
+            Datagrams.PayloadOffset + _options.MaxDatagramSize);
         _owner.OwnReceiveBuffers = _buffers;
         _owner.Loop.AddOwnerReceiveBuffers(_buffers);
         // The kernel reads only the name and control sizes of a multishot RECVMSG's msghdr (and needs msg_name non-null

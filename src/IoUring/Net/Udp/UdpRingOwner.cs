@@ -20,7 +20,8 @@ internal static class UdpRequestKind
 [SupportedOSPlatform("linux")]
 internal sealed class UdpRingOwner(EventLoop loop, IoUringUdpSocket socket) : RingOwner(loop)
 {
-    internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags) => socket.Receiver.OnReceive(data, flags);
+    internal override void HandleReceive(uint kind, ReceivedBytes data, uint flags)
+        => socket.Receiver.OnReceive(data, flags);
 
     internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
     {

@@ -43,7 +43,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>Its tag in the SENDMSG's user_data.</summary>
     public ushort Index { get; }
 
-    /// <summary>The caller waits for the kernel's result (else it went on already, and an error goes to the socket).</summary>
+    /// <summary>The caller waits for the kernel's result (else it went on already, and an error goes to the
+    /// socket).</summary>
     public bool Awaited { get; private set; }
 
     public Libc.msghdr* Message => _message;
@@ -112,7 +113,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);
 
-    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+    public void OnCompleted(Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 
     /// <summary>Frees the native memory (once the socket is closed and this operation is back in the pool).</summary>

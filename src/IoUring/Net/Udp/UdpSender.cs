@@ -13,10 +13,11 @@ namespace IoUring.Net;
 /// Sends from other threads are posted to the loop, which submits every send of an iteration in its one io_uring_enter.
 /// </summary>
 /// <remarks>
-/// <para>A send completes as soon as its copy is queued while fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/>
-/// are in flight (as sendto(2) returns once the kernel has the datagram); an error the kernel reports for it then goes
-/// to the socket's next operation if the network answered it (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result: a sender faster than the
-/// socket is slowed down rather than buffered without bound.</para>
+/// <para>A send completes as soon as its copy is queued while fewer than
+/// <see cref="IoUringUdpOptions.MaxPendingSends"/> are in flight (as sendto(2) returns once the kernel has the
+/// datagram); an error the kernel reports for it then goes to the socket's next operation if the network answered it
+/// (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result: a
+/// sender faster than the socket is slowed down rather than buffered without bound.</para>
 /// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
 /// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
 /// </remarks>
@@ -34,10 +35,13 @@ internal sealed unsafe class UdpSender
     private bool _closed;           // under the lock: no new sends; operations coming back are freed
     private bool _closing;          // loop thread: sends reaching the loop from now on are refused
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
-    private UdpSendOperation? _toSubmit;        // sends from other threads waiting for the loop, newest first (a lock-free stack)
-    private UdpSendOperation? _carried;         // loop thread: sends taken off the stack that a drain had no SQ room for, oldest first
+    // sends from other threads waiting for the loop, newest first (a lock-free stack)
+    private UdpSendOperation? _toSubmit;
+    // loop thread: sends taken off the stack that a drain had no SQ room for, oldest first
+    private UdpSendOperation? _carried;
     private long _sent;
-    private SocketException? _pendingSendError; // a send nobody awaited failed for its own reasons: the next send reports it
+    // a send nobody awaited failed for its own reasons: the next send reports it
+    private SocketException? _pendingSendError;
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
     {
@@ -61,7 +65,8 @@ internal sealed unsafe class UdpSender
         }
     }
 
-    public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, CancellationToken cancellationToken)
+    public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to,
+        CancellationToken cancellationToken)
     {
         if (cancellationToken.IsCancellationRequested)
         {
@@ -73,7 +78,8 @@ internal sealed unsafe class UdpSender
         }
         if (to is not null && to.Size > SocketAddresses.MaxSize)
         {
-            throw new ArgumentException($"A socket address of {to.Size} bytes is larger than any the kernel takes.", nameof(to));
+            throw new ArgumentException(
+                $"A socket address of {to.Size} bytes is larger than any the kernel takes.", nameof(to));
         }
         if (_socket.IsDisposing)
         {
@@ -101,7 +107,8 @@ internal sealed unsafe class UdpSender
             }
             else
             {
-                return ValueTask.FromException<int>(new InvalidOperationException("65,536 sends are in flight on this socket."));
+                return ValueTask.FromException<int>(
+                    new InvalidOperationException("65,536 sends are in flight on this socket."));
             }
             awaited = ++_pending > _maxPending;
         }
@@ -113,15 +120,16 @@ internal sealed unsafe class UdpSender
         }
         else if (!Enqueue(operation))
         {
-            return ValueTask.FromException<int>(new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped."));
+            return ValueTask.FromException<int>(
+                new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped."));
         }
         return awaited ? new ValueTask<int>(operation, operation.Version) : new ValueTask<int>(payload.Length);
     }
 
     /// <summary>
-    /// Hands a send to the loop from another thread: pushed on a lock-free stack of this socket's sends, and the loop is
-    /// posted one drain for all that gather before it runs (a post per send would cost the posted-work queue a slot each).
-    /// False when the loop has stopped (the sends not taken are failed).
+    /// Hands a send to the loop from another thread: pushed on a lock-free stack of this socket's sends, and the loop
+    /// is posted one drain for all that gather before it runs (a post per send would cost the posted-work queue a slot
+    /// each). False when the loop has stopped (the sends not taken are failed).
     /// </summary>
     private bool Enqueue(UdpSendOperation operation)
     {
@@ -204,7 +212,8 @@ internal sealed unsafe class UdpSender
         return ordered;
     }
 
-    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop thread.</summary>
+    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop
+    /// thread.</summary>
     private void Submit(UdpSendOperation operation)
     {
         if (_closing || _owner.Loop.IsStopping)
@@ -273,7 +282,9 @@ internal sealed unsafe class UdpSender
     }
 
     public Exception ErrorOf(int errno)
-        => errno == Errno.EBADF && _closing ? new ObjectDisposedException(nameof(IoUringUdpSocket)) : SocketErrors.FromErrno(errno);
+        => errno == Errno.EBADF && _closing
+            ? new ObjectDisposedException(nameof(IoUringUdpSocket))
+            : SocketErrors.FromErrno(errno);
 
     public void Return(UdpSendOperation operation)
     {
@@ -294,7 +305,8 @@ internal sealed unsafe class UdpSender
     /// <summary>The socket is closing: sends that reach the loop from now on are refused. Loop thread.</summary>
     public void OnClosing() => _closing = true;
 
-    /// <summary>After the last request on the socket ended: the pooled operations' memory goes; those still out go when they come back.</summary>
+    /// <summary>After the last request on the socket ended: the pooled operations' memory goes; those still out go when
+    /// they come back.</summary>
     public void Release()
     {
         lock (_gate)

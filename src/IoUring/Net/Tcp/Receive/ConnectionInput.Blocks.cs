@@ -55,7 +55,8 @@ internal sealed partial class ConnectionInput
     // Gives back every block whose bytes are all consumed (the last one too: an idle connection holds no memory).
     private void ReleaseConsumed()
     {
-        while (_head is { } head && head.RunningIndex + head.End <= _consumed && (head != _tail || _consumed == _written))
+        while (_head is { } head && head.RunningIndex + head.End <= _consumed
+            && (head != _tail || _consumed == _written))
         {
             _head = (Segment?)head.Next;
             if (head == _tail)

@@ -7,11 +7,12 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionInput
 {
     /// <summary>
-    /// Copies everything to <paramref name="destination"/> until the end of the stream, as <see cref="PipeReader"/>'s does.
-    /// To a connection's Output the received blocks are not copied: each read's bytes are lent to it as they are (a
-    /// large enough write is sent from them, <see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>)
-    /// and consumed once it is done with them; completing this reader meanwhile keeps the blocks until then, so the ring
-    /// never receives into memory a send may still read. Ends when the destination completes or this reader is completed.
+    /// Copies everything to <paramref name="destination"/> until the end of the stream, as <see cref="PipeReader"/>'s
+    /// does. To a connection's Output the received blocks are not copied: each read's bytes are lent to it as they are
+    /// (a large enough write is sent from them,
+    /// <see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>) and consumed once it is
+    /// done with them; completing this reader meanwhile keeps the blocks until then, so the ring never receives into
+    /// memory a send may still read. Ends when the destination completes or this reader is completed.
     /// </summary>
     public override Task CopyToAsync(PipeWriter destination, CancellationToken cancellationToken = default)
     {
@@ -88,7 +89,8 @@ internal sealed partial class ConnectionInput
 
     private bool IsReaderCompleted => Volatile.Read(ref _readerCompleted);
 
-    /// <summary>AdvanceTo, unless the reader was completed meanwhile (false: nothing to advance, the copy ends).</summary>
+    /// <summary>AdvanceTo, unless the reader was completed meanwhile (false: nothing to advance, the copy
+    /// ends).</summary>
     private bool TryAdvance(SequencePosition consumed)
     {
         try
@@ -110,7 +112,8 @@ internal sealed partial class ConnectionInput
         }
     }
 
-    /// <summary>The copy is over and no Output holds the blocks: if the reader was completed meanwhile, they go back now.</summary>
+    /// <summary>The copy is over and no Output holds the blocks: if the reader was completed meanwhile, they go back
+    /// now.</summary>
     private void EndLending()
     {
         lock (_sync)

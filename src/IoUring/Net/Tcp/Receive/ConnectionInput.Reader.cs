@@ -9,9 +9,11 @@ namespace IoUring.Net;
 // the completion of a waiting read, shared with the writer side.
 internal sealed partial class ConnectionInput
 {
-    public override ValueTask<ReadResult> ReadAsync(CancellationToken cancellationToken = default) => Read(0, cancellationToken);
+    public override ValueTask<ReadResult> ReadAsync(CancellationToken cancellationToken = default)
+        => Read(0, cancellationToken);
 
-    protected override ValueTask<ReadResult> ReadAtLeastAsyncCore(int minimumSize, CancellationToken cancellationToken) => Read(minimumSize, cancellationToken);
+    protected override ValueTask<ReadResult> ReadAtLeastAsyncCore(int minimumSize, CancellationToken cancellationToken)
+        => Read(minimumSize, cancellationToken);
 
     private ValueTask<ReadResult> Read(int minimumSize, CancellationToken cancellationToken)
     {
@@ -103,7 +105,9 @@ internal sealed partial class ConnectionInput
             long examinedAt = IndexOf(examined);
             if (consumedAt < _consumed || consumedAt > _written || examinedAt < consumedAt || examinedAt > _written)
             {
-                throw new InvalidOperationException("The positions passed to AdvanceTo are not of the last read's buffer, or examined is before consumed.");
+                throw new InvalidOperationException(
+                    "The positions passed to AdvanceTo are not of the last read's buffer, or examined is before " +
+                    "consumed.");
             }
             _readState = ReadState.None;
             _examined = examinedAt;
@@ -184,8 +188,8 @@ internal sealed partial class ConnectionInput
     /// <summary>
     /// Sets the waiting read's outcome: the bytes held (the reader then owes an AdvanceTo, optional after a canceled
     /// result, as with a pipe), or <paramref name="error"/>. Takes its awaiter's continuation, if it registered one, to
-    /// run after the lock, as the returned <see cref="AwaiterCompletion"/> does. Everything the awaiter and the next read see
-    /// changes here, under the lock: a read's completion cannot race the next read's start.
+    /// run after the lock, as the returned <see cref="AwaiterCompletion"/> does. Everything the awaiter and the next
+    /// read see changes here, under the lock: a read's completion cannot race the next read's start.
     /// </summary>
     private AwaiterCompletion CompletePendingRead(bool canceled, Exception? error)
     {
@@ -198,10 +202,13 @@ internal sealed partial class ConnectionInput
         return _read.Complete(result, error, _inlineContinuations);
     }
 
-    /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled one).</summary>
+    /// <summary>Makes a result of the bytes held now; the reader then owes an AdvanceTo (optional after a canceled
+    /// one).</summary>
     private void TakeResult(out ReadResult result, bool canceled)
     {
-        ReadOnlySequence<byte> buffer = _head is null ? default : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
+        ReadOnlySequence<byte> buffer = _head is null
+            ? default
+            : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
         result = new ReadResult(buffer, canceled, isCompleted: _writerCompleted);
         _readState = canceled ? ReadState.Tentative : ReadState.Reading;
     }
@@ -214,7 +221,8 @@ internal sealed partial class ConnectionInput
         }
         if (_read.IsWaiting || _readState == ReadState.Reading)
         {
-            throw new InvalidOperationException("Reading is already in progress: a read must be followed by AdvanceTo before the next.");
+            throw new InvalidOperationException(
+                "Reading is already in progress: a read must be followed by AdvanceTo before the next.");
         }
     }
 
@@ -240,7 +248,8 @@ internal sealed partial class ConnectionInput
         }
     }
 
-    void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+    void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags)
         => _read.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 
     private enum ReadState

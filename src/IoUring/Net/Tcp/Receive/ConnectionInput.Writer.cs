@@ -9,15 +9,15 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionInput
 {
     /// <summary>
-    /// Appends a completion's bytes, keeping the ring buffers filled at least half (see the class summary), and completes
-    /// a waiting read that can now complete. <see cref="InputWrite.Paused"/>: the backlog reached the pause threshold,
-    /// stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>. <see cref="InputWrite.ReaderGone"/>: the
-    /// reader completed, the bytes are dropped (as a pipe's flush reports it: a reader completing while receiving goes on
-    /// is noticed here, at the next receive; one completing while paused is posted).
-    /// <paramref name="moreFollows"/>: the receiver's next completion brings more bytes at once (the socket still holds
-    /// some and the next RECV is being armed), so a waiting read is left waiting for it until
-    /// <see cref="MaxHeldForMore"/> bytes are unconsumed: the reader wakes once per batch, not once per ring buffer. The
-    /// receiver calls <see cref="WakeReader"/> when no such completion follows after all.
+    /// Appends a completion's bytes, keeping the ring buffers filled at least half (see the class summary), and
+    /// completes a waiting read that can now complete. <see cref="InputWrite.Paused"/>: the backlog reached the pause
+    /// threshold, stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>.
+    /// <see cref="InputWrite.ReaderGone"/>: the reader completed, the bytes are dropped (as a pipe's flush reports it:
+    /// a reader completing while receiving goes on is noticed here, at the next receive; one completing while paused is
+    /// posted). <paramref name="moreFollows"/>: the receiver's next completion brings more bytes at once (the socket
+    /// still holds some and the next RECV is being armed), so a waiting read is left waiting for it until
+    /// <see cref="MaxHeldForMore"/> bytes are unconsumed: the reader wakes once per batch, not once per ring buffer.
+    /// The receiver calls <see cref="WakeReader"/> when no such completion follows after all.
     /// </summary>
     public InputWrite Write(ReceivedBytes data, bool moreFollows = false)
     {
@@ -43,9 +43,11 @@ internal sealed partial class ConnectionInput
     /// <summary>
     /// As <see cref="Write"/>, for a receive into the receiver's own spare blocks (a vectored RECVMSG): the first
     /// <paramref name="length"/> bytes of <paramref name="blocks"/>, filled in order, each up to
-    /// <paramref name="lengths"/>. Input takes the blocks it keeps; the rest go back to the spares, whatever the outcome.
+    /// <paramref name="lengths"/>. Input takes the blocks it keeps; the rest go back to the spares, whatever the
+    /// outcome.
     /// </summary>
-    public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length, bool moreFollows)
+    public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length,
+        bool moreFollows)
     {
         AwaiterCompletion completion = default;
         bool paused;
@@ -94,8 +96,8 @@ internal sealed partial class ConnectionInput
         return paused ? InputWrite.Paused : InputWrite.Accepted;
     }
 
-    // Under the lock, after bytes were appended: pauses at the threshold, and completes a waiting read that can complete
-    // (unless more follows at once; see Write). Returns whether the writer is paused.
+    // Under the lock, after bytes were appended: pauses at the threshold, and completes a waiting read that can
+    // complete (unless more follows at once; see Write). Returns whether the writer is paused.
     private bool AfterAppend(bool moreFollows, ref AwaiterCompletion completion)
     {
         long backlog = _written - _consumed;
@@ -103,14 +105,16 @@ internal sealed partial class ConnectionInput
         {
             _writerPaused = true;
         }
-        if (_read.IsWaiting && CanCompleteRead(_pendingMinimum) && !(moreFollows && !_writerPaused && backlog < MaxHeldForMore))
+        if (_read.IsWaiting && CanCompleteRead(_pendingMinimum)
+            && !(moreFollows && !_writerPaused && backlog < MaxHeldForMore))
         {
             completion = CompletePendingRead(canceled: false, error: null);
         }
         return _writerPaused;
     }
 
-    /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can complete.</summary>
+    /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can
+    /// complete.</summary>
     public void WakeReader()
     {
         AwaiterCompletion completion = default;
@@ -125,8 +129,8 @@ internal sealed partial class ConnectionInput
     }
 
     /// <summary>
-    /// No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on. The first
-    /// completion stands (as a pipe's): an abort after the peer's FIN leaves the bytes before it readable.
+    /// No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on. The
+    /// first completion stands (as a pipe's): an abort after the peer's FIN leaves the bytes before it readable.
     /// </summary>
     public void CompleteWriter(Exception? error)
     {

@@ -7,10 +7,10 @@ namespace IoUring.Net;
 
 /// <summary>
 /// A connection's <see cref="IoUringConnection.Input"/>: a <see cref="PipeReader"/> over the loop's receive buffers
-/// themselves. A ring buffer the kernel filled at least half is kept as it is (the ring gets a spare block in its place,
-/// <see cref="ReceiveBuffers.Take"/>), so bulk bytes are never copied in user space; smaller receives are copied onto the
-/// end of the last block, so a trickle of small receives cannot hold a block each. Blocks go back to the loop's spares
-/// as the reader consumes them.
+/// themselves. A ring buffer the kernel filled at least half is kept as it is (the ring gets a spare block in its
+/// place, <see cref="ReceiveBuffers.Take"/>), so bulk bytes are never copied in user space; smaller receives are copied
+/// onto the end of the last block, so a trickle of small receives cannot hold a block each. Blocks go back to the
+/// loop's spares as the reader consumes them.
 /// </summary>
 /// <remarks>
 /// <para>The contract is <see cref="Pipe"/>'s reader's: a read completes when there are bytes the reader has not
@@ -28,9 +28,11 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
 {
     private static readonly Action<object?> s_onResumed = static r => ((ConnectionReceiver)r!).OnInputResumed();
     private static readonly Action<object?> s_onReaderGone = static r => ((ConnectionReceiver)r!).OnInputReaderGone();
-    private static readonly Action<object?, CancellationToken> s_onReadCancelled = static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
+    private static readonly Action<object?, CancellationToken> s_onReadCancelled =
+        static (i, token) => ((ConnectionInput)i!).OnReadCancelled(token);
 
-    /// <summary>Unconsumed bytes up to which <see cref="Write"/> leaves a waiting read waiting when more follows at once.</summary>
+    /// <summary>Unconsumed bytes up to which <see cref="Write"/> leaves a waiting read waiting when more follows at
+    /// once.</summary>
     internal const int MaxHeldForMore = 64 * 1024;
 
     private readonly object _sync;    // the receiver: internal, locked by nothing else (no lock object per connection)
@@ -59,8 +61,10 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     private Exception? _writerError;
     private bool _readerCompleted;
     private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
-    private bool _lent;               // a CopyToAsync to an Output runs (it lends each result's blocks): Complete keeps them until it ends
-    private long _copyingEnd;         // the stream offset up to which that copy's current write lends (the reader's; read by MayHaveUnconsumed)
+    // a CopyToAsync to an Output runs (it lends each result's blocks): Complete keeps them until it ends
+    private bool _lent;
+    // the stream offset up to which that copy's current write lends (the reader's; read by MayHaveUnconsumed)
+    private long _copyingEnd;
 
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
@@ -70,7 +74,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         _buffers = loop.ReceiveBuffers;
         _blockSize = _buffers.BufferSize;
         _pauseThreshold = pauseThreshold;
-        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0; // at least 1, or receiving could never resume
+        // at least 1, or receiving could never resume
+        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0;
         _inlineContinuations = inlineContinuations;
     }
 
@@ -91,7 +96,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     /// as read): received and not consumed, past what a CopyToAsync is writing out. An application answering requests
     /// with such bytes waiting (pipelined ones) will soon write again.
     /// </summary>
-    internal bool MayHaveUnconsumed => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
+    internal bool MayHaveUnconsumed
+        => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
 
     /// <summary>Memory held for the unconsumed bytes: the blocks of the sequence a read would return (tests).</summary>
     internal long HeldBytes
@@ -110,7 +116,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         }
     }
 
-    /// <summary>Whether receiving must stay paused (the reader has not brought the backlog below the resume threshold).</summary>
+    /// <summary>Whether receiving must stay paused (the reader has not brought the backlog below the resume
+    /// threshold).</summary>
     public bool WriterPaused
     {
         get

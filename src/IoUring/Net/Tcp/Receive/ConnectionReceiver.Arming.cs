@@ -18,7 +18,8 @@ internal sealed partial class ConnectionReceiver
         MaybeRearm();
     }
 
-    private bool CanArm => !_armed && !_backingOff && !_paused && !_ended && !_connection.IsClosing && !_owner.Loop.IsStopping;
+    private bool CanArm
+        => !_armed && !_backingOff && !_paused && !_ended && !_connection.IsClosing && !_owner.Loop.IsStopping;
 
     private unsafe void MaybeRearm()
     {
@@ -41,19 +42,21 @@ internal sealed partial class ConnectionReceiver
             sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
             if (_singleShot)
             {
-                sqe->len = ReceiveLimit(); // at most this many bytes; 0: one buffer (or bundle), when Input holds its threshold already
+                // at most this many bytes; 0: one buffer (or bundle), when Input holds its threshold already
+                sqe->len = ReceiveLimit();
             }
             else if (_pauseThreshold > 0)
             {
-                sqe->optlen = ReceiveLimit(); // the multishot RECV's total; 0: no cap, when Input holds its threshold already
+                // the multishot RECV's total; 0: no cap, when Input holds its threshold already
+                sqe->optlen = ReceiveLimit();
             }
             _armed = true;
             _armedTag = 0;
         }
     }
 
-    // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot RECVs re-arm
-    // after every receive, so this must not end the connection.
+    // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot RECVs
+    // re-arm after every receive, so this must not end the connection.
     private void RetryArmLater()
     {
         _armRetryScheduled = true;
@@ -61,11 +64,11 @@ internal sealed partial class ConnectionReceiver
     }
 
     /// <summary>
-    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into up to <see cref="MaxVector"/> spare
-    /// blocks (at most what Input can still take), so a bulk receive takes 64 KiB per request instead of one ring buffer,
-    /// as a bundle would (kernels without the receive cap have no usable bundles). It completes at once (the bytes are
-    /// there), so no idle connection holds blocks for it; the blocks stay the receiver's until its CQE, also when cancelled.
-    /// False when it was not armed (too little room, or no block or SQE): arm a plain RECV.
+    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into up to <see cref="MaxVector"/>
+    /// spare blocks (at most what Input can still take), so a bulk receive takes 64 KiB per request instead of one ring
+    /// buffer, as a bundle would (kernels without the receive cap have no usable bundles). It completes at once (the
+    /// bytes are there), so no idle connection holds blocks for it; the blocks stay the receiver's until its CQE, also
+    /// when cancelled. False when it was not armed (too little room, or no block or SQE): arm a plain RECV.
     /// </summary>
     private unsafe bool TryArmVectored()
     {
@@ -92,7 +95,8 @@ internal sealed partial class ConnectionReceiver
             ReturnVectorBlocks(rented);
             return false;
         }
-        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive, ConnectionRequestKind.VectoredTag);
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive,
+            ConnectionRequestKind.VectoredTag);
         if (sqe == null)
         {
             ReturnVectorBlocks(count);
@@ -101,7 +105,8 @@ internal sealed partial class ConnectionReceiver
         }
         if (_vectorMessage == null)
         {
-            _vectorMessage = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxVector * sizeof(iovec)));
+            _vectorMessage =
+                (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxVector * sizeof(iovec)));
         }
         var iovecs = (iovec*)(_vectorMessage + 1);
         for (int i = 0; i < count; i++)
@@ -131,7 +136,8 @@ internal sealed partial class ConnectionReceiver
         }
     }
 
-    /// <summary>Frees the vectored RECVMSG's msghdr: once nothing of the connection is in flight (the owner is freed).</summary>
+    /// <summary>Frees the vectored RECVMSG's msghdr: once nothing of the connection is in flight (the owner is
+    /// freed).</summary>
     public unsafe void FreeNativeMemory()
     {
         if (_vectorMessage != null)
@@ -152,11 +158,11 @@ internal sealed partial class ConnectionReceiver
     };
 
     /// <summary>
-    /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many bytes,
-    /// and is armed again with what is left then; a receive fills at most one ring buffer past it. 0 (no cap) when Input
-    /// already holds its threshold without pausing: its reader asked for more than that (ReadAtLeastAsync), and a cap
-    /// of one buffer would make every receive single-shot until it has it. At most int.MaxValue: the kernel takes
-    /// either as an int.
+    /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many
+    /// bytes, and is armed again with what is left then; a receive fills at most one ring buffer past it. 0 (no cap)
+    /// when Input already holds its threshold without pausing: its reader asked for more than that (ReadAtLeastAsync),
+    /// and a cap of one buffer would make every receive single-shot until it has it. At most int.MaxValue: the kernel
+    /// takes either as an int.
     /// </summary>
     private uint ReceiveLimit()
     {
@@ -173,7 +179,8 @@ internal sealed partial class ConnectionReceiver
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.ReceiveBackoff);
         if (sqe == null)
         {
-            // No SQE for the pause: back off again next iteration (the connection must not fail for it, nor the receive spin).
+            // No SQE for the pause: back off again next iteration (the connection must not fail for it, nor the receive
+            // spin).
             _owner.Loop.RetryNextIteration(this, static r => r.BackOff());
             return;
         }

@@ -20,10 +20,12 @@ internal sealed partial class ConnectionReceiver
         // Single-shot, with bytes still in the socket: the next RECV (armed below) completes at once with more, so the
         // reader need not wake for these alone (the batch a multishot RECV delivers in one iteration).
         bool moreFollows = _singleShot && (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
-        OnBytes(_ended ? ConnectionInput.InputWrite.Accepted : _input.Write(data, moreFollows), data.Length, flags, moreFollows);
+        OnBytes(_ended ? ConnectionInput.InputWrite.Accepted : _input.Write(data, moreFollows), data.Length, flags,
+            moreFollows);
     }
 
-    /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare blocks.</summary>
+    /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare
+    /// blocks.</summary>
     public void OnVectoredReceive(int result, uint flags)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
@@ -39,7 +41,8 @@ internal sealed partial class ConnectionReceiver
         }
         bool moreFollows = (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
         // WriteBlocks takes or returns every block (dropping the bytes once the reader is gone).
-        ConnectionInput.InputWrite written = _input.WriteBlocks(_vectorBlocks.AsSpan(0, count), _vectorLengths.AsSpan(0, count), _ended ? 0 : result, moreFollows);
+        ConnectionInput.InputWrite written = _input.WriteBlocks(_vectorBlocks.AsSpan(0, count),
+            _vectorLengths.AsSpan(0, count), _ended ? 0 : result, moreFollows);
         _vectorBlocks.AsSpan(0, count).Clear();
         OnBytes(_ended ? ConnectionInput.InputWrite.Accepted : written, result, flags, moreFollows);
     }
@@ -53,7 +56,8 @@ internal sealed partial class ConnectionReceiver
             switch (written)
             {
                 case ConnectionInput.InputWrite.Paused when !_paused:
-                    // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in Input.
+                    // Backpressure: stop receiving until the reader catches up. Data already on its way still lands in
+                    // Input.
                     _paused = true;
                     RaiseBackpressure(paused: true);
                     CancelOrRetry();
@@ -68,7 +72,8 @@ internal sealed partial class ConnectionReceiver
         MaybeRearm();
         if (moreFollows && !_armed)
         {
-            _input.WakeReader(); // no RECV follows at once (paused, ended, closing, or no SQE): what Input holds is all for now
+            // no RECV follows at once (paused, ended, closing, or no SQE): what Input holds is all for now
+            _input.WakeReader();
         }
         if (_peerHungUp && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
         {
@@ -123,7 +128,8 @@ internal sealed partial class ConnectionReceiver
                 break;
             default:
                 // Abortive, so the peer sees a reset rather than a FIN that would pass for a complete stream.
-                _connection.Fail(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.", SocketErrors.FromErrno(-result)));
+                _connection.Fail(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.",
+                    SocketErrors.FromErrno(-result)));
                 break;
         }
     }

@@ -17,7 +17,8 @@ internal sealed partial class ConnectionReceiver
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.HangUpPoll);
         if (sqe == null)
         {
-            // No SQE (the SQ stayed full after an early submit): again next iteration, so starting a connection cannot throw.
+            // No SQE (the SQ stayed full after an early submit): again next iteration, so starting a connection cannot
+            // throw.
             _owner.Loop.RetryNextIteration(this, static r => r.ArmHangUpPoll());
             return;
         }

@@ -5,8 +5,8 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionReceiver
 {
     /// <summary>
-    /// Closing: cancels each of this side's requests in flight by its user_data (a cancel by fd would make the kernel walk
-    /// every pending request of the ring: a cost that grows with the loop's open connections).
+    /// Closing: cancels each of this side's requests in flight by its user_data (a cancel by fd would make the kernel
+    /// walk every pending request of the ring: a cost that grows with the loop's open connections).
     /// </summary>
     /// <returns>False when the loop had no SQE for one of them: call again.</returns>
     public bool CancelForClose()
@@ -24,14 +24,16 @@ internal sealed partial class ConnectionReceiver
         return submitted;
     }
 
-    /// <summary>The connection is closing (its requests are being cancelled): Input ends with <paramref name="reason"/>.</summary>
+    /// <summary>The connection is closing (its requests are being cancelled): Input ends with
+    /// <paramref name="reason"/>.</summary>
     public void OnClosing(Exception? reason)
     {
         _ended = true;
         _input.CompleteWriter(reason);
     }
 
-    /// <summary>Input's reader completed while receiving was paused (posted by <see cref="ConnectionInput.Complete"/>).</summary>
+    /// <summary>Input's reader completed while receiving was paused (posted by
+    /// <see cref="ConnectionInput.Complete"/>).</summary>
     public void OnInputReaderGone()
     {
         if (_paused)
@@ -42,7 +44,8 @@ internal sealed partial class ConnectionReceiver
         OnReaderGone();
     }
 
-    /// <summary>Input's backlog fell below its resume threshold (posted by the reader): receive again, unless it paused since.</summary>
+    /// <summary>Input's backlog fell below its resume threshold (posted by the reader): receive again, unless it paused
+    /// since.</summary>
     public void OnInputResumed()
     {
         if (!_paused || _input.WriterPaused)
@@ -81,9 +84,9 @@ internal sealed partial class ConnectionReceiver
     }
 
     /// <summary>
-    /// Cancels the RECV for a pause, the reader gone or a restart; if the loop has no SQE for it (the SQ still full after
-    /// an early submit), tries again next iteration for as long as the cancel is still wanted: without it a paused
-    /// connection would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
+    /// Cancels the RECV for a pause, the reader gone or a restart; if the loop has no SQE for it (the SQ still full
+    /// after an early submit), tries again next iteration for as long as the cancel is still wanted: without it a
+    /// paused connection would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
     /// </summary>
     private void CancelOrRetry()
     {

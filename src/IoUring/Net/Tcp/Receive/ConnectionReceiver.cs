@@ -14,21 +14,23 @@ namespace IoUring.Net;
 /// With a pause threshold, each RECV is armed for no more than Input can take before it pauses, so a paused connection
 /// holds at most its threshold plus one ring buffer: a multishot RECV capped at that total where the kernel can cap one
 /// (<see cref="IoUringCapabilities.HasReceiveLimit"/>, 6.17+), else a single-shot RECV of that length (an uncapped
-/// multishot RECV goes on taking whatever the socket holds until its cancellation takes effect: measured at up to 3.9 MB
-/// past a 64 KiB threshold). Single-shot, a receive that leaves bytes in the socket is followed by a vectored RECVMSG
-/// into up to 8 spare blocks, and the reader is woken once per such batch (see <see cref="ConnectionInput.Write"/>).
+/// multishot RECV goes on taking whatever the socket holds until its cancellation takes effect: measured at up to 3.9
+/// MB past a 64 KiB threshold). Single-shot, a receive that leaves bytes in the socket is followed by a vectored
+/// RECVMSG into up to 8 spare blocks, and the reader is woken once per such batch (see
+/// <see cref="ConnectionInput.Write"/>).
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer side; it tells the
-/// connection when the peer closed, when receiving ended, and when it failed.</para>
+/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer side; it tells
+/// the connection when the peer closed, when receiving ended, and when it failed.</para>
 /// <para>A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but
-/// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on to
-/// read the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's own
-/// wakeup normally brings that read, but a RECV armed after the RST arrived (on resuming from a backpressure pause, or
-/// after ENOBUFS) gets one look at the ready socket, spends it on the bytes queued ahead of the RST (more than it reads
-/// at submit: 32 buffers), and then waits forever on the dead socket. So a one-shot POLL_ADD per connection watches for
-/// the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted (cancelled, and
-/// its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports the error.</para>
+/// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on
+/// to read the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's
+/// own wakeup normally brings that read, but a RECV armed after the RST arrived (on resuming from a backpressure pause,
+/// or after ENOBUFS) gets one look at the ready socket, spends it on the bytes queued ahead of the RST (more than it
+/// reads at submit: 32 buffers), and then waits forever on the dead socket. So a one-shot POLL_ADD per connection
+/// watches for the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted
+/// (cancelled, and its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports
+/// the error.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionReceiver
@@ -40,7 +42,8 @@ internal sealed partial class ConnectionReceiver
     private readonly RingOwner _owner;
     private readonly int _fd;
     private readonly ConnectionInput _input;
-    private readonly long _pauseThreshold; // Input's pause threshold, which caps each RECV at what Input can take; 0: not capped
+    // Input's pause threshold, which caps each RECV at what Input can take; 0: not capped
+    private readonly long _pauseThreshold;
     private readonly bool _singleShot;      // no kernel cap: each RECV is single-shot, its length the cap
     private readonly bool _bundles;         // each receive may fill several ring buffers (IORING_RECVSEND_BUNDLE)
     private bool _armed;            // a RECV is in flight (until its final CQE)
@@ -53,10 +56,11 @@ internal sealed partial class ConnectionReceiver
     private bool _armRetryScheduled; // the loop had no SQE for the RECV: MaybeRearm runs again next iteration
     private uint _armedTag;         // the armed RECV's user_data tag: 0, or VectoredTag for the vectored RECVMSG
     private bool _socketNonEmpty;   // single-shot: the last receive left bytes in the socket (arm a vectored one next)
-    private unsafe Libc.msghdr* _vectorMessage; // msghdr + MaxVector iovecs of the vectored RECVMSG, made at its first use
-    // That RECVMSG's spare blocks (until its CQE) and their lengths, made at its first use like the msghdr: only kernels
-    // without the receive cap send it, and ~200 B on every connection showed in the accept storm's allocation (5% over
-    // Sockets' per connection).
+    // msghdr + MaxVector iovecs of the vectored RECVMSG, made at its first use
+    private unsafe Libc.msghdr* _vectorMessage;
+    // That RECVMSG's spare blocks (until its CQE) and their lengths, made at its first use like the msghdr: only
+    // kernels without the receive cap send it, and ~200 B on every connection showed in the accept storm's allocation
+    // (5% over Sockets' per connection).
     private ReceiveBlock[]? _vectorBlocks;
     private int[]? _vectorLengths;
     private int _vectorCount;       // blocks in _vectorBlocks (in flight)
@@ -64,12 +68,13 @@ internal sealed partial class ConnectionReceiver
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
-    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into a new <see cref="Input"/>, with
-    /// <paramref name="owner"/>'s requests; Input pauses receiving at <paramref name="pauseThreshold"/> bytes (null or 0:
-    /// never), each RECV capped by what Input can take before that (as a multishot RECV's total where
+    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into a new <see cref="Input"/>,
+    /// with <paramref name="owner"/>'s requests; Input pauses receiving at <paramref name="pauseThreshold"/> bytes
+    /// (null or 0: never), each RECV capped by what Input can take before that (as a multishot RECV's total where
     /// <paramref name="capabilities"/> allow, else as a single-shot RECV's length).
     /// <paramref name="inlineContinuations"/>: the reader's continuations run on the loop thread.</summary>
-    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, long? pauseThreshold, bool inlineContinuations, IoUringCapabilities capabilities)
+    public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, long? pauseThreshold,
+        bool inlineContinuations, IoUringCapabilities capabilities)
     {
         _connection = connection;
         _owner = owner;
@@ -77,8 +82,8 @@ internal sealed partial class ConnectionReceiver
         _input = new ConnectionInput(this, owner.Loop, pauseThreshold ?? 0, inlineContinuations);
         _pauseThreshold = pauseThreshold ?? 0;
         _singleShot = _pauseThreshold > 0 && !capabilities.HasReceiveLimit;
-        // Not with single-shot RECVs: a bundle takes its length as a bound only where the socket's queue length is known
-        // (6.15 and 6.16 have bundles but no cap), and the length is what holds the bound there.
+        // Not with single-shot RECVs: a bundle takes its length as a bound only where the socket's queue length is
+        // known (6.15 and 6.16 have bundles but no cap), and the length is what holds the bound there.
         _bundles = capabilities.HasReceiveBundles && !_singleShot;
     }
 
@@ -91,7 +96,8 @@ internal sealed partial class ConnectionReceiver
     public long BytesReceived => Volatile.Read(ref _bytesReceived);
 
     /// <summary>See <see cref="IoUringConnection.OnBackpressure"/>. Loop thread.</summary>
-    public void SetBackpressureCallback(Action<object?, bool> callback, object? state) => _backpressureCallback = (callback, state);
+    public void SetBackpressureCallback(Action<object?, bool> callback, object? state)
+        => _backpressureCallback = (callback, state);
 
     /// <summary>Arms the RECV (unless paused, ended or closing).</summary>
     public void Start() => MaybeRearm();

@@ -8,26 +8,28 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionOutput
 {
     /// <summary>
-    /// Writes <paramref name="source"/> and flushes. A write of at least the borrow threshold (the pause threshold, at least
-    /// <see cref="MinimumBorrow"/>) is not copied: the sender sends it from <paramref name="source"/> itself, and the
-    /// returned flush completes only once the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the caller
-    /// may reuse its memory then and not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it completes
-    /// once no send reads that memory any more, with the bytes not yet sent copied into the output's own blocks: nothing is
-    /// lost, they go out after what was sent.
+    /// Writes <paramref name="source"/> and flushes. A write of at least the borrow threshold (the pause threshold, at
+    /// least <see cref="MinimumBorrow"/>) is not copied: the sender sends it from <paramref name="source"/> itself, and
+    /// the returned flush completes only once the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the
+    /// caller may reuse its memory then and not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it
+    /// completes once no send reads that memory any more, with the bytes not yet sent copied into the output's own
+    /// blocks: nothing is lost, they go out after what was sent.
     /// </summary>
-    public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source, CancellationToken cancellationToken = default)
+    public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source,
+        CancellationToken cancellationToken = default)
     {
         if (source.Length < _borrowThreshold || cancellationToken.IsCancellationRequested)
         {
             return base.WriteAsync(source, cancellationToken); // copied, then flushed
         }
-        return TryBorrow(new ReadOnlySequence<byte>(source), cancellationToken) ?? base.WriteAsync(source, cancellationToken);
+        return TryBorrow(new ReadOnlySequence<byte>(source), cancellationToken)
+            ?? base.WriteAsync(source, cancellationToken);
     }
 
     /// <summary>
-    /// As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence (<see cref="ConnectionInput"/>'s
-    /// CopyToAsync: received blocks sent as they are): the caller keeps <paramref name="source"/>'s memory unchanged until
-    /// the flush completes.
+    /// As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence
+    /// (<see cref="ConnectionInput"/>'s CopyToAsync: received blocks sent as they are): the caller keeps
+    /// <paramref name="source"/>'s memory unchanged until the flush completes.
     /// </summary>
     public ValueTask<FlushResult> WriteAsync(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
@@ -45,8 +47,8 @@ internal sealed partial class ConnectionOutput
 
     /// <summary>
     /// Links <paramref name="source"/>'s memory after what was written (one borrowed segment per piece) and returns the
-    /// flush that completes once all of it is sent; null where a plain flush answers without waiting (completed, a flush
-    /// already waiting, a cancel for the next flush): the caller copies instead.
+    /// flush that completes once all of it is sent; null where a plain flush answers without waiting (completed, a
+    /// flush already waiting, a cancel for the next flush): the caller copies instead.
     /// </summary>
     private ValueTask<FlushResult>? TryBorrow(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
@@ -105,8 +107,8 @@ internal sealed partial class ConnectionOutput
             }
             if (_sent >= _borrowedEnd)
             {
-                // This thread sent all of it (as Socket.SendAsync completes a send the socket took at once): its segments
-                // went back with the send, so nothing reads the caller's memory any more.
+                // This thread sent all of it (as Socket.SendAsync completes a send the socket took at once): its
+                // segments went back with the send, so nothing reads the caller's memory any more.
                 EndBorrowing();
                 return new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: false));
             }
@@ -125,8 +127,8 @@ internal sealed partial class ConnectionOutput
 
     /// <summary>
     /// Under the lock: the waiting borrowed write was cancelled. The kernel may be reading the caller's memory, so the
-    /// sender ends that (<see cref="ConnectionSender.OnUnborrowRequested"/>) and the next <see cref="TryTake"/> copies what
-    /// is left and completes the write with <paramref name="error"/> (null: IsCanceled).
+    /// sender ends that (<see cref="ConnectionSender.OnUnborrowRequested"/>) and the next <see cref="TryTake"/> copies
+    /// what is left and completes the write with <paramref name="error"/> (null: IsCanceled).
     /// </summary>
     /// <returns>True when the sender is to be told (<see cref="PostUnborrow"/>, outside the lock).</returns>
     private bool RequestUnborrow(Exception? error)
@@ -149,8 +151,8 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>
-    /// Under the lock, on the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are copied
-    /// into blocks of the output's own, which take its segment's place, and the write completes as cancelled.
+    /// Under the lock, on the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are
+    /// copied into blocks of the output's own, which take its segment's place, and the write completes as cancelled.
     /// </summary>
     private AwaiterCompletion Unborrow()
     {
@@ -190,7 +192,9 @@ internal sealed partial class ConnectionOutput
                 {
                     block = _segments.Rent();
                     long runningIndex = last is null ? start : last.RunningIndex + last.Written;
-                    block.Rent(_pool, Math.Max(_minimumSegment, Math.Min(_pool.MaxBufferSize, (int)Math.Min(int.MaxValue, _borrowedEnd - runningIndex))), runningIndex);
+                    block.Rent(_pool, Math.Max(_minimumSegment,
+                        Math.Min(_pool.MaxBufferSize, (int)Math.Min(int.MaxValue, _borrowedEnd - runningIndex))),
+                        runningIndex);
                     if (last is null)
                     {
                         copies = block;
@@ -229,10 +233,12 @@ internal sealed partial class ConnectionOutput
         }
         ReturnSegments(first, end: after);
         _borrowing = false;
-        return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error, _inlineContinuations);
+        return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error,
+            _inlineContinuations);
     }
 
-    /// <summary>No borrowed write waits any more (all of it sent, or the sender gone): a cancel that came too late is dropped.</summary>
+    /// <summary>No borrowed write waits any more (all of it sent, or the sender gone): a cancel that came too late is
+    /// dropped.</summary>
     private void EndBorrowing()
     {
         _borrowing = false;

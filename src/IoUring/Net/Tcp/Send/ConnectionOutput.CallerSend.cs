@@ -8,10 +8,10 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionOutput
 {
     /// <summary>
-    /// Under the lock, in a flush that found the sender waiting for bytes (no send in flight, none posted) and took that
-    /// from it: while the loop sleeps, posting the sender would cost an eventfd write, a wake-up and a loop iteration
-    /// before the bytes go (for a request/response exchange, that on every message), so a flush of at most the
-    /// caller-send limit sends them from this thread instead, in one non-blocking send(2), as a socket's send does.
+    /// Under the lock, in a flush that found the sender waiting for bytes (no send in flight, none posted) and took
+    /// that from it: while the loop sleeps, posting the sender would cost an eventfd write, a wake-up and a loop
+    /// iteration before the bytes go (for a request/response exchange, that on every message), so a flush of at most
+    /// the caller-send limit sends them from this thread instead, in one non-blocking send(2), as a socket's send does.
     /// Safe here: the sender cannot send meanwhile (the lock; it waits to be posted), and the fd stays open (it is
     /// closed only after <see cref="CompleteSender"/>, which takes the lock, and none is attempted after it).
     /// </summary>
@@ -26,16 +26,18 @@ internal sealed partial class ConnectionOutput
             return s_onFlushed; // caller sends are off (TestHooks.NoCallerSends)
         }
         long length = _committed - _sent;
-        // _callerSendLimit keeps what is large enough to go zero-copy for the ring; that reason is gone for a borrowed write
-        // (never zero-copy) and where the sender does not send zero-copy (it stopped because the kernel copied, as over
-        // loopback; or never could: a Unix socket, a pool whose blocks are not pinned, a kernel without SEND_ZC).
+        // _callerSendLimit keeps what is large enough to go zero-copy for the ring; that reason is gone for a borrowed
+        // write (never zero-copy) and where the sender does not send zero-copy (it stopped because the kernel copied,
+        // as over loopback; or never could: a Unix socket, a pool whose blocks are not pinned, a kernel without
+        // SEND_ZC).
         long limit = _borrowing || !_sender!.MaySendZeroCopy ? MaxCallerSend : _callerSendLimit;
         // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
         if (length > limit || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
         {
             return s_onFlushed;
         }
-        var bytes = new Sendable(_head!, _headIndex, length, _borrowing); // a borrowed write's memory: read only during this call
+        // a borrowed write's memory: read only during this call
+        var bytes = new Sendable(_head!, _headIndex, length, _borrowing);
         byte opcode = bytes.IsSingleSegment ? IORING_OP_SEND : IORING_OP_SENDMSG;
         int fault = _loop.Faults?.TakeCallerSendFault(opcode) ?? 0;
         long sent;
@@ -53,9 +55,9 @@ internal sealed partial class ConnectionOutput
             }
             catch (Exception)
             {
-                // A lent write's memory (its MemoryManager's GetSpan or Pin) threw: the flush must not throw with the sender
-                // no longer waiting to be posted, so the ring's sender takes the bytes, and fails the connection with the
-                // error if it cannot send them either, as for any send of its own.
+                // A lent write's memory (its MemoryManager's GetSpan or Pin) threw: the flush must not throw with the
+                // sender no longer waiting to be posted, so the ring's sender takes the bytes, and fails the connection
+                // with the error if it cannot send them either, as for any send of its own.
                 return s_onFlushed;
             }
         }
@@ -86,9 +88,9 @@ internal sealed partial class ConnectionOutput
     /// Whether more flushes are likely before the loop would take this one: then posting costs one wake-up for all of
     /// them and the loop submits their sends together, where each flush sending itself would cost a system call apiece
     /// (Kestrel at 256 connections: 1.32x Sockets' requests per CPU-second sending from every flush against 1.56x
-    /// posting; 16 pipelined requests: 0.34x against 1.03x). More are likely when the thread pool has work queued (other
-    /// connections' requests, whose flushes come next; the loop's wake queued behind them gathers them) or when this
-    /// connection's reader has bytes it has not consumed (pipelined requests, each answered with a flush).
+    /// posting; 16 pipelined requests: 0.34x against 1.03x). More are likely when the thread pool has work queued
+    /// (other connections' requests, whose flushes come next; the loop's wake queued behind them gathers them) or when
+    /// this connection's reader has bytes it has not consumed (pipelined requests, each answered with a flush).
     /// </summary>
     private bool MoreSendsLikely() => _input!.MayHaveUnconsumed || ThreadPool.PendingWorkItemCount != 0;
 
@@ -105,7 +107,8 @@ internal sealed partial class ConnectionOutput
         return sent;
     }
 
-    /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next send).</summary>
+    /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next
+    /// send).</summary>
     private unsafe long SendGather(in Sendable bytes, out int errno)
     {
         PinnedSegments pins = default;

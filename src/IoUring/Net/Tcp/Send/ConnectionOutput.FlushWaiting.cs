@@ -46,6 +46,7 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    void IValueTaskSource<FlushResult>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+    void IValueTaskSource<FlushResult>.OnCompleted(Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags)
         => _flush.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 }

@@ -45,7 +45,8 @@ internal sealed partial class ConnectionOutput
             Committed = 0;
         }
 
-        /// <summary>Holds a caller's bytes, all of them written and committed (its place in the stream set when linked).</summary>
+        /// <summary>Holds a caller's bytes, all of them written and committed (its place in the stream set when
+        /// linked).</summary>
         public void Borrow(ReadOnlyMemory<byte> source)
         {
             Memory = MemoryMarshal.AsMemory(source); // only ever read: the sender sends from it
@@ -56,7 +57,8 @@ internal sealed partial class ConnectionOutput
 
         public void SetRunningIndex(long runningIndex) => RunningIndex = runningIndex;
 
-        /// <summary>Gives the block back (a pinned pool block goes back to its pool only once unpinned: zero-copy sends).</summary>
+        /// <summary>Gives the block back (a pinned pool block goes back to its pool only once unpinned: zero-copy
+        /// sends).</summary>
         public void Release()
         {
             IsBorrowed = false;

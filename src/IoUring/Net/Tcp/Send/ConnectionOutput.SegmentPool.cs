@@ -4,10 +4,10 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionOutput
 {
     /// <summary>
-    /// Segment objects shared by a network's outputs, so a connection's writes allocate none once warm (they never reach
-    /// the application: only the sender reads them). A stack under its own lock, taken inside an output's; it grows to
-    /// the most segments held at once (64 connections each with 1 MiB unsent hold 4,096), up to <see cref="Capacity"/>
-    /// (~1 MB of segment objects); past that they are left to the GC.
+    /// Segment objects shared by a network's outputs, so a connection's writes allocate none once warm (they never
+    /// reach the application: only the sender reads them). A stack under its own lock, taken inside an output's; it
+    /// grows to the most segments held at once (64 connections each with 1 MiB unsent hold 4,096), up to
+    /// <see cref="Capacity"/> (~1 MB of segment objects); past that they are left to the GC.
     /// </summary>
     public sealed class SegmentPool
     {

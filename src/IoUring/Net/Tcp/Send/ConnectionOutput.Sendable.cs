@@ -13,8 +13,8 @@ internal sealed partial class ConnectionOutput
     {
         public long Length => length;
 
-        /// <summary>Some of the bytes are a caller's memory (a borrowed write): never sent zero-copy, as the write completes
-        /// at the send's result, before a notification would say the kernel is done with the pages.</summary>
+        /// <summary>Some of the bytes are a caller's memory (a borrowed write): never sent zero-copy, as the write
+        /// completes at the send's result, before a notification would say the kernel is done with the pages.</summary>
         public bool Borrowed => borrowed;
 
         public bool IsSingleSegment => head.Committed - headIndex >= length;

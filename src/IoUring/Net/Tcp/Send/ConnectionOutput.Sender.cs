@@ -12,13 +12,14 @@ internal sealed partial class ConnectionOutput
     /// <summary>
     /// What the sender is to do: <see cref="OutputTake.Bytes"/> (<paramref name="bytes"/> to send, which stay in place
     /// until <see cref="Consume"/>), <see cref="OutputTake.Completed"/> (the writer completed and everything is sent;
-    /// <paramref name="writerError"/> when it completed with one, unsent bytes or not), or <see cref="OutputTake.Waiting"/>
-    /// (nothing yet: the next flush posts <see cref="ConnectionSender.OnOutputFlushed"/>).
+    /// <paramref name="writerError"/> when it completed with one, unsent bytes or not), or
+    /// <see cref="OutputTake.Waiting"/> (nothing yet: the next flush posts
+    /// <see cref="ConnectionSender.OnOutputFlushed"/>).
     /// </summary>
     /// <param name="bytes">What to send (with <see cref="OutputTake.Bytes"/>).</param>
     /// <param name="writerError">The writer's error (with <see cref="OutputTake.Completed"/>).</param>
-    /// <param name="completion">A cancelled borrowed write's completion (its unsent rest copied here): the sender runs it
-    /// once it has submitted <paramref name="bytes"/> (an inline continuation may close the connection).</param>
+    /// <param name="completion">A cancelled borrowed write's completion (its unsent rest copied here): the sender runs
+    /// it once it has submitted <paramref name="bytes"/> (an inline continuation may close the connection).</param>
     public OutputTake TryTake(out Sendable bytes, out Exception? writerError, out AwaiterCompletion completion)
     {
         completion = default;
@@ -50,7 +51,8 @@ internal sealed partial class ConnectionOutput
         return take;
     }
 
-    /// <summary>A borrowed write was cancelled and no send is in flight (the sender asks before it takes bytes).</summary>
+    /// <summary>A borrowed write was cancelled and no send is in flight (the sender asks before it takes
+    /// bytes).</summary>
     public bool UnborrowRequested => Volatile.Read(ref _unborrowRequested);
 
     /// <summary>
@@ -61,8 +63,8 @@ internal sealed partial class ConnectionOutput
     private long Held => _committed - _sent + _pinnedBySender;
 
     /// <summary>
-    /// The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back (once unpinned);
-    /// a waiting flush may go on. <paramref name="pinnedUntilNotification"/>: a zero-copy send's, held until
+    /// The kernel sent <paramref name="bytes"/> (of those <see cref="TryTake"/> gave): their blocks go back (once
+    /// unpinned); a waiting flush may go on. <paramref name="pinnedUntilNotification"/>: a zero-copy send's, held until
     /// <see cref="Unpinned"/>.
     /// </summary>
     public void Consume(int bytes, bool pinnedUntilNotification = false)
@@ -82,7 +84,8 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    /// <summary>A zero-copy send's notification came: the <paramref name="bytes"/> it had sent no longer hold memory.</summary>
+    /// <summary>A zero-copy send's notification came: the <paramref name="bytes"/> it had sent no longer hold
+    /// memory.</summary>
     public void Unpinned(int bytes)
     {
         AwaiterCompletion completion;
@@ -95,7 +98,8 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    /// <summary>Under the lock: completes a waiting flush once a borrowed write is all sent, or the bytes held fell below the resume threshold.</summary>
+    /// <summary>Under the lock: completes a waiting flush once a borrowed write is all sent, or the bytes held fell
+    /// below the resume threshold.</summary>
     private AwaiterCompletion ResumeIfCaughtUp()
     {
         if (_flush.IsWaiting && !_senderCompleted && (_borrowing ? _sent >= _borrowedEnd : Held < _resumeThreshold))
@@ -107,8 +111,8 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>
-    /// The sender is gone (closing, the peer gone, a send error): unsent bytes are dropped and flushes return IsCompleted
-    /// from now on, or throw <paramref name="error"/>.
+    /// The sender is gone (closing, the peer gone, a send error): unsent bytes are dropped and flushes return
+    /// IsCompleted from now on, or throw <paramref name="error"/>.
     /// </summary>
     public void CompleteSender(Exception? error)
     {
@@ -127,7 +131,8 @@ internal sealed partial class ConnectionOutput
             EndBorrowing();
             if (_flush.IsWaiting)
             {
-                completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: error is null), error, _inlineContinuations);
+                completion = _flush.Complete(new FlushResult(isCanceled: false, isCompleted: error is null), error,
+                    _inlineContinuations);
             }
         }
         completion.Run();

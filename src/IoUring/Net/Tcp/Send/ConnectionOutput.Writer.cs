@@ -33,11 +33,13 @@ internal sealed partial class ConnectionOutput
             {
                 return;
             }
-            throw new InvalidOperationException("Advance without memory from GetMemory or GetSpan since the last flush.");
+            throw new InvalidOperationException(
+                "Advance without memory from GetMemory or GetSpan since the last flush.");
         }
         if ((uint)bytes > (uint)_writable.Length)
         {
-            throw new ArgumentOutOfRangeException(nameof(bytes), bytes, "More bytes than the memory GetMemory returned.");
+            throw new ArgumentOutOfRangeException(nameof(bytes), bytes,
+                "More bytes than the memory GetMemory returned.");
         }
         if (Volatile.Read(ref _senderCompleted))
         {
@@ -130,7 +132,8 @@ internal sealed partial class ConnectionOutput
             }
             else
             {
-                completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null, _inlineContinuations);
+                completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null,
+                    _inlineContinuations);
             }
         }
         PostUnborrow(postUnborrow);
@@ -138,8 +141,8 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>
-    /// No more writes: what was written is sent (committed as by a flush), then FIN; with <paramref name="exception"/> the
-    /// connection fails instead (abortive close: the peer must not take the stream for complete).
+    /// No more writes: what was written is sent (committed as by a flush), then FIN; with <paramref name="exception"/>
+    /// the connection fails instead (abortive close: the peer must not take the stream for complete).
     /// </summary>
     public override void Complete(Exception? exception = null)
     {
@@ -162,7 +165,8 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>Under the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes _writable.</summary>
+    /// <summary>Under the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes
+    /// _writable.</summary>
     private void StartWriting(int sizeHint)
     {
         int needed = Math.Max(sizeHint, 1);
@@ -176,7 +180,8 @@ internal sealed partial class ConnectionOutput
             if (tail is null || tail.Memory.Length - tail.Written < needed)
             {
                 Segment segment = _segments.Rent();
-                segment.Rent(_pool, Math.Max(needed, _minimumSegment), runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
+                segment.Rent(_pool, Math.Max(needed, _minimumSegment),
+                    runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
                 if (tail is null)
                 {
                     _head = segment;
@@ -194,7 +199,8 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>Under the lock, by the writer: what it advanced becomes the sender's to send (or is dropped once the sender is gone).</summary>
+    /// <summary>Under the lock, by the writer: what it advanced becomes the sender's to send (or is dropped once the
+    /// sender is gone).</summary>
     private void Commit()
     {
         for (Segment? segment = _commitFrom ?? _head; segment is not null; segment = segment.Next)

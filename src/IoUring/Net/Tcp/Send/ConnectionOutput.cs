@@ -13,18 +13,20 @@ namespace IoUring.Net;
 /// </summary>
 /// <remarks>
 /// <para>The contract is <see cref="Pipe"/>'s writer's: bytes written (GetMemory/GetSpan, Advance) are sent only once
-/// flushed (or at Complete, which commits them too); a flush waits while the unsent bytes are at least the pause threshold
-/// (MaxWriteBufferSize) until the sender brings them below the resume threshold (half of it); CancelPendingFlush ends the
-/// waiting flush, or the next one, with IsCanceled; once the sender is gone (the connection closed, the peer reset or
-/// stopped reading) flushes return IsCompleted, or throw the send error that ended it, and unsent bytes are dropped.
-/// Completing with an exception fails the connection (abortive close) instead of sending what is left. As with a pipe,
-/// a flush while another waits joins it, and a flush after Complete returns (no error). One difference: a pipe pauses
-/// only when a commit crosses the threshold, so after a cancelled flush its next flush returns at once while the unsent
-/// bytes are still above it; here every flush waits while they are at or above the threshold.</para>
+/// flushed (or at Complete, which commits them too); a flush waits while the unsent bytes are at least the pause
+/// threshold (MaxWriteBufferSize) until the sender brings them below the resume threshold (half of it);
+/// CancelPendingFlush ends the waiting flush, or the next one, with IsCanceled; once the sender is gone (the connection
+/// closed, the peer reset or stopped reading) flushes return IsCompleted, or throw the send error that ended it, and
+/// unsent bytes are dropped. Completing with an exception fails the connection (abortive close) instead of sending what
+/// is left. As with a pipe, a flush while another waits joins it, and a flush after Complete returns (no error). One
+/// difference: a pipe pauses only when a commit crosses the threshold, so after a cancelled flush its next flush
+/// returns at once while the unsent bytes are still above it; here every flush waits while they are at or above the
+/// threshold.</para>
 /// <para>Threads: the writer side (ConnectionOutput.Writer.cs, .Borrowing.cs, .CallerSend.cs) runs on the application's
-/// threads, one writer at a time; the sender side (ConnectionOutput.Sender.cs: <see cref="TryTake"/>, <see cref="Consume"/>,
-/// <see cref="CompleteSender"/>) on the loop thread. They share one lock, taken once per flush, per send completion and for
-/// each block the writer starts; flush continuations never run under it. The state of both is here.</para>
+/// threads, one writer at a time; the sender side (ConnectionOutput.Sender.cs: <see cref="TryTake"/>,
+/// <see cref="Consume"/>, <see cref="CompleteSender"/>) on the loop thread. They share one lock, taken once per flush,
+/// per send completion and for each block the writer starts; flush continuations never run under it. The state of both
+/// is here.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
@@ -32,16 +34,21 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>
     internal const int MinimumBorrow = 32 * 1024;
 
-    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCaller"/>); more go through the ring.</summary>
+    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCaller"/>); more go through the
+    /// ring.</summary>
     internal const int MaxCallerSend = 64 * 1024;
     private const int MaxCallerSendSegments = 8;
 
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
-    private static readonly Action<object?> s_onCallerSendFailed = static s => ((ConnectionSender)s!).OnCallerSendFailed();
-    private static readonly Action<object?> s_onUnborrowRequested = static s => ((ConnectionSender)s!).OnUnborrowRequested();
-    private static readonly Action<object?, CancellationToken> s_onFlushCancelled = static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
+    private static readonly Action<object?> s_onCallerSendFailed =
+        static s => ((ConnectionSender)s!).OnCallerSendFailed();
+    private static readonly Action<object?> s_onUnborrowRequested =
+        static s => ((ConnectionSender)s!).OnUnborrowRequested();
+    private static readonly Action<object?, CancellationToken> s_onFlushCancelled =
+        static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
 
-    private readonly object _sync;    // an internal object of the connection locked by nothing else (no lock object per connection)
+    // an internal object of the connection locked by nothing else (no lock object per connection)
+    private readonly object _sync;
     private readonly EventLoop _loop;
     private readonly MemoryPool<byte> _pool;
     private readonly SegmentPool _segments;
@@ -64,16 +71,19 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     private Segment? _head;           // the oldest unsent bytes' block (null: nothing held)
     private int _headIndex;
     private Segment? _tail;           // the block the writer writes in
-    private Segment? _commitFrom;     // the tail at the last commit: blocks before it are all committed (null: from _head)
+    // the tail at the last commit: blocks before it are all committed (null: from _head)
+    private Segment? _commitFrom;
     private long _committed;          // bytes flushed since the start: the sender may send up to here
     private long _sent;               // bytes the sender is done with (or dropped)
     private long _pinnedBySender;     // of _sent, bytes zero-copy sends still pin until their notifications
     private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
     private Waiter<FlushResult> _flush; // a flush waiting for the sender to catch up (mutable struct: never readonly)
     private bool _cancelNextFlush;    // CancelPendingFlush with no flush waiting
-    private bool _borrowing;          // the waiting flush is a WriteAsync whose caller's memory a segment holds (one, until _borrowedEnd is sent)
+    // the waiting flush is a WriteAsync whose caller's memory a segment holds (one, until _borrowedEnd is sent)
+    private bool _borrowing;
     private long _borrowedEnd;
-    private bool _unborrowRequested;  // that write was cancelled: the sender copies what is left once no send is in flight
+    // that write was cancelled: the sender copies what is left once no send is in flight
+    private bool _unborrowRequested;
     private Exception? _unborrowError; // the cancelled write's outcome: its token's exception, or null for IsCanceled
     private bool _writerCompleted;
     private Exception? _writerError;
@@ -88,10 +98,12 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <param name="pauseThreshold">Unsent bytes at which a flush waits (MaxWriteBufferSize), 0 for never.</param>
     /// <param name="segments">The network's segment objects, shared by its outputs.</param>
     /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
-    /// <param name="fd">The connection's socket: it stays open until the sender has completed (<see cref="CompleteSender"/>).</param>
-    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread while the sender may send them
-    /// zero-copy, 0 for never (see <see cref="SendFromCaller"/>).</param>
-    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments, long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
+    /// <param name="fd">The connection's socket: it stays open until the sender has completed
+    /// (<see cref="CompleteSender"/>).</param>
+    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread while the sender may send
+    /// them zero-copy, 0 for never (see <see cref="SendFromCaller"/>).</param>
+    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments,
+        long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
         _fd = fd;
         _callerSendLimit = Math.Min(callerSendLimit, MaxCallerSend);
@@ -100,9 +112,11 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         _pool = pool;
         _segments = segments;
         _pauseThreshold = pauseThreshold;
-        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0; // as a pipe's: at least 1, or a flush could never resume
-        // A write that reaches the pause threshold waits for the sender anyway, so waiting until all of it is sent costs
-        // the caller little and saves copying it; without a threshold flushes never wait, so writes are always copied.
+        // as a pipe's: at least 1, or a flush could never resume
+        _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0;
+        // A write that reaches the pause threshold waits for the sender anyway, so waiting until all of it is sent
+        // costs the caller little and saves copying it; without a threshold flushes never wait, so writes are always
+        // copied.
         _borrowThreshold = pauseThreshold > 0 ? Math.Max(pauseThreshold, MinimumBorrow) : long.MaxValue;
         // As a pipe's minimum segment size: the blocks of ours and Kestrel's pools whatever is asked for, and no tiny
         // buffers from a pool that gives what is asked for (MemoryPool<byte>.Shared).
@@ -110,7 +124,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         _inlineContinuations = inlineContinuations;
     }
 
-    /// <summary>The sender this output feeds and the connection's input (set once, before the connection starts).</summary>
+    /// <summary>The sender this output feeds and the connection's input (set once, before the connection
+    /// starts).</summary>
     public void SetSender(ConnectionSender sender, ConnectionInput input)
     {
         _sender = sender;
@@ -132,8 +147,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <summary>Bytes flushing threads sent themselves (any thread; counted in the connection's BytesSent).</summary>
     public long BytesSentByCallers => Volatile.Read(ref _bytesSentByCallers);
 
-    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (EAGAIN, a partial send),
-    /// or the bytes were in more than <see cref="MaxCallerSendSegments"/> pieces (tests).</summary>
+    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (EAGAIN, a partial
+    /// send), or the bytes were in more than <see cref="MaxCallerSendSegments"/> pieces (tests).</summary>
     internal int CallerSendsCutShort => Volatile.Read(ref _callerSendsCutShort);
 
     /// <summary>Blocks held (tests).</summary>
@@ -155,7 +170,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     // ---- Shared, under _sync ----
 
-    /// <summary>Gives back the segments from <paramref name="first"/> up to (not including) <paramref name="end"/>.</summary>
+    /// <summary>Gives back the segments from <paramref name="first"/> up to (not including)
+    /// <paramref name="end"/>.</summary>
     private void ReturnSegments(Segment? first, Segment? end)
     {
         for (Segment? segment = first; segment != end;)

@@ -48,7 +48,8 @@ internal sealed partial class ConnectionSender
             {
                 -Errno.ECANCELED when _connection.IsClosing => null,
                 -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
-                _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.", SocketErrors.FromErrno(-sent)),
+                _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.",
+                    SocketErrors.FromErrno(-sent)),
             };
             Finish(error, peerReset: sent is -Errno.EPIPE or -Errno.ECONNRESET);
             return;
@@ -60,9 +61,10 @@ internal sealed partial class ConnectionSender
 
     /// <summary>
     /// The send loop ends: Output's flushes see it (a peer that reset or stopped reading is not the application's
-    /// fault: its writes see the output completed, FlushResult.IsCompleted, as with Kestrel's Sockets transport, instead
-    /// of an exception Kestrel logs as an application error; the input still reports the reset, and the connection
-    /// still closes abortively). Then FIN after the data, or the connection fails on <paramref name="error"/>.
+    /// fault: its writes see the output completed, FlushResult.IsCompleted, as with Kestrel's Sockets transport,
+    /// instead of an exception Kestrel logs as an application error; the input still reports the reset, and the
+    /// connection still closes abortively). Then FIN after the data, or the connection fails on
+    /// <paramref name="error"/>.
     /// </summary>
     private void Finish(Exception? error, bool peerReset)
     {

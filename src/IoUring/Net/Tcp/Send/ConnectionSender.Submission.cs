@@ -9,7 +9,8 @@ namespace IoUring.Net;
 // send's completion, its cancel at close, and the gather message's native memory.
 internal sealed partial class ConnectionSender
 {
-    /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls <see cref="OnSendResult"/>.</summary>
+    /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls
+    /// <see cref="OnSendResult"/>.</summary>
     private unsafe void Submit(in ConnectionOutput.Sendable buffer)
     {
         // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
@@ -26,7 +27,8 @@ internal sealed partial class ConnectionSender
         int segmentLimit = MaxIovecs;
         bool copy = _copyNextSend;
         _copyNextSend = false;
-        if (_zeroCopy && !copy && !buffer.Borrowed && buffer.Length >= _settings.ZeroCopySendThreshold && (_zeroCopyGather || buffer.IsSingleSegment))
+        if (_zeroCopy && !copy && !buffer.Borrowed && buffer.Length >= _settings.ZeroCopySendThreshold
+            && (_zeroCopyGather || buffer.IsSingleSegment))
         {
             pinSet = RentPinSet(buffer, out fixedBuffer, out segmentLimit);
         }
@@ -95,7 +97,8 @@ internal sealed partial class ConnectionSender
             sqe->ioprio = _zeroCopyFlags;
             if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
             {
-                // Every segment lies in the one registered buffer: the kernel takes its pages from the table, unpinned per send.
+                // Every segment lies in the one registered buffer: the kernel takes its pages from the table, unpinned
+                // per send.
                 sqe->ioprio |= IORING_RECVSEND_FIXED_BUF;
                 sqe->buf_index = (ushort)fixedBuffer;
             }

@@ -10,7 +10,8 @@ namespace IoUring.Net;
 // registered buffer a send's segments lie in (fixed sends), and the return to plain sends.
 internal sealed partial class ConnectionSender
 {
-    /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification (F_NOTIF).</summary>
+    /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification
+    /// (F_NOTIF).</summary>
     public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
@@ -53,7 +54,8 @@ internal sealed partial class ConnectionSender
         _connection.CheckCloseProgress();
     }
 
-    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes again).</summary>
+    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes
+    /// again).</summary>
     private void RevertZeroCopy()
     {
         _zeroCopy = false;
@@ -61,10 +63,11 @@ internal sealed partial class ConnectionSender
     }
 
     /// <summary>
-    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive Consume while pinned); else -1.
-    /// <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span several
-    /// regions but the leading ones in one registered region make at least the threshold (and gathers may be fixed),
-    /// only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next send.
+    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive Consume while pinned); else
+    /// -1. <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span
+    /// several regions but the leading ones in one registered region make at least the threshold (and gathers may be
+    /// fixed), only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next
+    /// send.
     /// </summary>
     private int RentPinSet(in ConnectionOutput.Sendable buffer, out int fixedBuffer, out int segmentLimit)
     {

@@ -10,16 +10,17 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
-/// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a time,
-/// the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this sender
-/// idle and the loop asleep may send itself first, outside the ring: <see cref="ConnectionOutput"/>; what it leaves, and
-/// its errors, come here). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
+/// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a
+/// time, the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this
+/// sender idle and the loop asleep may send itself first, outside the ring: <see cref="ConnectionOutput"/>; what it
+/// leaves, and its errors, come here). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
 /// loop at once, the memory stays pinned until the later notification CQE, and if the kernel reports it copied anyway
 /// (loopback) the connection returns to plain sends.
 /// </summary>
 /// <remarks>
-/// Loop thread only. Owns the send state: whether a send is in flight, the pins of the memory the kernel reads, the gather message (native memory, freed by
-/// <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy pin sets and notifications.
+/// Loop thread only. Owns the send state: whether a send is in flight, the pins of the memory the kernel reads, the
+/// gather message (native memory, freed by <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy
+/// pin sets and notifications.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionSender
@@ -35,30 +36,35 @@ internal sealed partial class ConnectionSender
     private bool _sending;                      // a send is in flight (its result CQE has not come)
     private bool _finished;                     // the send loop ended (Output's sender side completed)
     private MemoryHandle _singlePin;            // a plain send's one segment
-    private MemoryHandle[] _pins = [];          // a plain gather's segments, made at the first: most connections never gather
+    // a plain gather's segments, made at the first: most connections never gather
+    private MemoryHandle[] _pins = [];
     private int _pinCount;
     private bool _pinsInArray;
     private unsafe Libc.msghdr* _message;       // msghdr followed by MaxIovecs iovecs, made on first gather
     private bool _ended;
     private long _bytesSent;
-    private ulong _sendInFlight;                // the user_data of the send the kernel has (0: none), to cancel it at close
+    // the user_data of the send the kernel has (0: none), to cancel it at close
+    private ulong _sendInFlight;
     private bool _cancelledForUnborrow;         // that send's cancel for a cancelled borrowed write went (one per send)
 
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
-    private bool _zeroCopy;                     // this connection still tries SEND_ZC (off once the kernel reports it copied)
+    // this connection still tries SEND_ZC (off once the kernel reports it copied)
+    private bool _zeroCopy;
     private readonly bool _zeroCopyGather;      // SENDMSG_ZC is available (6.1+)
     private readonly bool _fixedGather;         // SENDMSG_ZC takes registered buffers (6.15+)
     private readonly bool _ignoreCopied;        // test seam: stay zero-copy even where the kernel copies (loopback)
     private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
     private bool _lastSendZeroCopy;
-    private bool _copyNextSend;                 // the last zero-copy send could not pin its pages: send these bytes copied
+    // the last zero-copy send could not pin its pages: send these bytes copied
+    private bool _copyNextSend;
     private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
     private int[] _pinSetCounts = [];
     private int[] _pinSetSent = [];             // per set: bytes its send sent, held by Output until the notification
     private int _pinSetsBusy;                   // bit per set awaiting its notification
     private int _notificationsPending;          // zero-copy sends done with the socket, still holding memory
 
-    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, ConnectionOutput output, ConnectionSettings settings)
+    public ConnectionSender(IoUringConnection connection, RingOwner owner, int fd, bool isTcp, ConnectionOutput output,
+        ConnectionSettings settings)
     {
         _connection = connection;
         _owner = owner;
@@ -79,19 +85,23 @@ internal sealed partial class ConnectionSender
         _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
     }
 
-    /// <summary>Whether large sends may still go zero-copy (any thread: a snapshot; it only ever turns false).</summary>
+    /// <summary>Whether large sends may still go zero-copy (any thread: a snapshot; it only ever turns
+    /// false).</summary>
     public bool MaySendZeroCopy => Volatile.Read(ref _zeroCopy);
 
     /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
     public bool Ended => _ended;
 
-    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves (<see cref="ConnectionOutput"/>).</summary>
+    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves
+    /// (<see cref="ConnectionOutput"/>).</summary>
     public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
 
-    /// <summary>The application aborted the connection (any thread): a flush must not send by itself any more.</summary>
+    /// <summary>The application aborted the connection (any thread): a flush must not send by itself any
+    /// more.</summary>
     public bool AbortRequested => _connection.AbortRequested;
 
-    /// <summary>The errno of a send a flushing thread made itself, set before it posts <see cref="OnCallerSendFailed"/>.</summary>
+    /// <summary>The errno of a send a flushing thread made itself, set before it posts
+    /// <see cref="OnCallerSendFailed"/>.</summary>
     public int CallerSendError { get; set; }
 
     /// <summary>Zero-copy sends whose notification has not arrived: they hold memory, not the fd.</summary>
@@ -101,16 +111,18 @@ internal sealed partial class ConnectionSender
 
     public bool ZeroCopyReverted { get; private set; }
 
-    /// <summary>Starts sending (loop thread): whatever Output has flushed, then each time a flush posts <see cref="OnOutputFlushed"/>.</summary>
+    /// <summary>Starts sending (loop thread): whatever Output has flushed, then each time a flush posts
+    /// <see cref="OnOutputFlushed"/>.</summary>
     public void Start() => SendNext();
 
-    /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by Output).</summary>
+    /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by
+    /// Output).</summary>
     public void OnOutputFlushed() => SendNext();
 
     /// <summary>
-    /// A send a flushing thread made itself failed (posted to the loop by Output, which took the sender's wait for bytes
-    /// as a flush's post does): handled as this sender's own send failing, so a reset, a transient error or any other
-    /// ends the same way whichever thread's send met it.
+    /// A send a flushing thread made itself failed (posted to the loop by Output, which took the sender's wait for
+    /// bytes as a flush's post does): handled as this sender's own send failing, so a reset, a transient error or any
+    /// other ends the same way whichever thread's send met it.
     /// </summary>
     public void OnCallerSendFailed()
     {
@@ -123,8 +135,8 @@ internal sealed partial class ConnectionSender
     }
 
     /// <summary>
-    /// A borrowed write was cancelled (posted to the loop by Output): its memory may be read only until the send in flight
-    /// completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
+    /// A borrowed write was cancelled (posted to the loop by Output): its memory may be read only until the send in
+    /// flight completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
     /// </summary>
     public void OnUnborrowRequested()
     {
@@ -150,7 +162,8 @@ internal sealed partial class ConnectionSender
 
     private static readonly Action<object?> s_unborrowAgain = static s => ((ConnectionSender)s!).OnUnborrowRequested();
 
-    /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its completion.</summary>
+    /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its
+    /// completion.</summary>
     public void OnClosing()
     {
         if (!_sending)
@@ -159,7 +172,8 @@ internal sealed partial class ConnectionSender
         }
     }
 
-    /// <summary>Sends what Output has flushed, unless a send is in flight; ends when Output completed and all is sent.</summary>
+    /// <summary>Sends what Output has flushed, unless a send is in flight; ends when Output completed and all is
+    /// sent.</summary>
     private void SendNext()
     {
         if (_sending || _finished)
@@ -191,8 +205,9 @@ internal sealed partial class ConnectionSender
         {
             Finish(ex, peerReset: false); // no SQE (the loop could not submit to make room): the connection fails
         }
-        // A cancelled borrowed write completes only now that the bytes taken are in flight (or the sender finished): its
-        // continuation, inline on this thread, may close the connection, which must then see this send and cancel it.
+        // A cancelled borrowed write completes only now that the bytes taken are in flight (or the sender finished):
+        // its continuation, inline on this thread, may close the connection, which must then see this send and cancel
+        // it.
         completion.Run();
     }
 }

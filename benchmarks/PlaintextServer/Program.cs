@@ -14,9 +14,9 @@ using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
+using IoUring.Loops;
 using IoUring.Net;
 using PlaintextServer;
-using IoUring.Loops;
 
 string transport = "iouring";
 int port = 8080;

@@ -5,10 +5,10 @@ using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.AspNetCore.Internal;
 using IoUring.Net;
+using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
-using IoUring.Rings;
 
 namespace IoUring.AspNetCore;
 

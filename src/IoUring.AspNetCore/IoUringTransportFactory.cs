@@ -3,11 +3,11 @@ using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.AspNetCore.Internal;
+using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
-using IoUring.Rings;
 
 namespace IoUring.AspNetCore;
 

@@ -1,6 +1,6 @@
+using IoUring.Loops;
 using IoUring.Net;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
-using IoUring.Loops;
 
 namespace IoUring.AspNetCore;
 

@@ -1,8 +1,8 @@
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.IO.Pipelines;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
-using System.Collections.Concurrent;
 
 namespace IoUring.Benchmarks.Net;
 

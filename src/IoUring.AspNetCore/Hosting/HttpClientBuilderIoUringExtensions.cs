@@ -1,4 +1,3 @@
-using System.Net.Http;
 using IoUring.AspNetCore;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 

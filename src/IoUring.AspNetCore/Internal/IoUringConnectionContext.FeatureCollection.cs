@@ -1,7 +1,6 @@
 using System.Buffers;
 using System.Collections;
 using System.IO.Pipelines;
-using System.Net;
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;

@@ -1,7 +1,6 @@
 using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
-using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.Net;
 using Microsoft.AspNetCore.Connections;

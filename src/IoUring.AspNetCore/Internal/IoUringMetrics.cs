@@ -2,8 +2,8 @@ using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
 using System.Runtime.Versioning;
-using IoUring.Net;
 using IoUring.Loops;
+using IoUring.Net;
 
 namespace IoUring.AspNetCore.Internal;
 

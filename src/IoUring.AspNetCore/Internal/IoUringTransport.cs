@@ -3,9 +3,9 @@ using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.Net;
+using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
-using IoUring.Rings;
 
 namespace IoUring.AspNetCore.Internal;
 

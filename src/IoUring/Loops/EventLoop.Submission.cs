@@ -1,6 +1,5 @@
 using System.Runtime.CompilerServices;
 using IoUring.Interop;
-using IoUring.Loops;
 using IoUring.Rings;
 using IoUring.Testing;
 using static IoUring.Interop.IoUringConstants;

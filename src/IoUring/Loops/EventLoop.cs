@@ -5,7 +5,6 @@ using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Interop;
-using IoUring.Loops;
 using IoUring.Rings;
 using IoUring.Testing;
 using static IoUring.Interop.IoUringConstants;

@@ -1,5 +1,4 @@
 using System.Numerics;
-using IoUring.Rings;
 using IoUring.Testing;
 
 namespace IoUring.Loops;

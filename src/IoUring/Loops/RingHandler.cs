@@ -1,6 +1,5 @@
 using System.Runtime.Versioning;
 using IoUring.Interop;
-using IoUring.Loops;
 
 namespace IoUring.Loops;
 

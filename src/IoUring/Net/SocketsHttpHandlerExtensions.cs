@@ -1,4 +1,3 @@
-using System.Net.Http;
 using System.Runtime.Versioning;
 
 namespace IoUring.Net;

@@ -1,5 +1,3 @@
-using IoUring.Interop;
-
 namespace IoUring.Rings;
 
 /// <summary>An io_uring system call failed. <see cref="Errno"/> holds the kernel's error number.</summary>

@@ -1,8 +1,8 @@
 using System.Runtime.InteropServices;
 using IoUring.Interop;
 using IoUring.Loops;
-using IoUring.Tests.Support;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;

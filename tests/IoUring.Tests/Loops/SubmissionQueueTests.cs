@@ -1,7 +1,7 @@
 using IoUring.Interop;
-using IoUring.Tests.Support;
 using IoUring.Loops;
 using IoUring.Rings;
+using IoUring.Tests.Support;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Loops;

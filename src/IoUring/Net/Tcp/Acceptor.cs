@@ -1,4 +1,3 @@
-using System.Net;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Interop;

@@ -1,7 +1,6 @@
 using System.Buffers;
 using System.Diagnostics;
 using IoUring.Buffers;
-using IoUring.Rings;
 
 namespace IoUring.Net;
 

@@ -1,6 +1,5 @@
 using IoUring.Buffers;
 using IoUring.Loops;
-using IoUring.Rings;
 
 namespace IoUring.Net;
 

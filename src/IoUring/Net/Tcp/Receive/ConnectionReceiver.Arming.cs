@@ -1,8 +1,6 @@
 using System.Runtime.InteropServices;
 using IoUring.Buffers;
 using IoUring.Interop;
-using IoUring.Loops;
-using IoUring.Rings;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;

@@ -131,8 +131,8 @@ public sealed class IoUringTransportOptions
     /// request thread to block or finish its time slice instead of preempting it, then handles the whole batch.
     /// </summary>
     /// <remarks>
-    /// Defaults to true (measured: about 1.2x the requests per CPU-second with the default scheduling; see
-    /// docs/benchmarks/log/2026-11-22.md). Set false if request handlers run CPU-bound on every core for long stretches
+    /// Defaults to true: fewer preempting wake-ups, more requests per CPU-second (docs/benchmarks.md, "Kestrel"). Set
+    /// false if request handlers run CPU-bound on every core for long stretches
     /// and I/O latency matters more than CPU: completions can then wait up to a scheduler time slice.
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;

@@ -94,8 +94,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         {
             // Threads' stacks never overlap, so an address on the caller's stack that lies in the loop thread's stack
             // means the caller is the loop thread. This costs a subtraction and a compare; a thread-static read is a
-            // call into the runtime's TLS lookup on Linux (about 2% of a custom NOP's cost,
-            // docs/benchmarks/log/2026-11-22.md).
+            // call into the runtime's TLS lookup on Linux, measurable on a custom NOP (docs/benchmarks.md,
+            // "Ring core").
             nuint stackSize = _stackSize;
             if (stackSize != 0)
             {

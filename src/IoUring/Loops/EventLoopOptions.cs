@@ -36,8 +36,8 @@ public sealed class EventLoopOptions
     /// </summary>
     /// <remarks>
     /// Defaults to true. With application code on the thread pool (the default scheduling) and a busy CPU, each
-    /// preempting wake-up costs two context switches for a handful of completions; batch scheduling measured 1.2x the
-    /// requests per CPU-second under Kestrel (docs/benchmarks/log/2026-11-22.md). The loop keeps its fair share of CPU;
+    /// preempting wake-up costs two context switches for a handful of completions; batch scheduling serves more
+    /// requests per CPU-second under Kestrel (docs/benchmarks.md, "Kestrel"). The loop keeps its fair share of CPU;
     /// what it gives up is preempting: while application threads run CPU-bound on every core, completions can wait up
     /// to a scheduler time slice (a few ms). Set false to keep the normal policy (SCHED_OTHER). Where the policy cannot
     /// be set (a seccomp filter), the loop runs under the normal policy: <see cref="EventLoop.IsBatchScheduled"/> and

@@ -57,9 +57,9 @@ public sealed class IoUringNetworkOptions
     /// send the kernel reports as copied anyway (always so on loopback) goes back to plain sends.
     /// </summary>
     /// <remarks>
-    /// Defaults to 16 KiB on Linux 6.10 and later, 64 KiB before. Measured on 6.18 (ZeroCopySendBenchmarks, UDP through
-    /// a device that does not copy; docs/benchmarks.md): a zero-copy send from the loop's registered memory costs the
-    /// same as a copying send at 4 KiB and 0.85x at 16 KiB; unregistered zero-copy sends win only from 64 KiB. The
+    /// Defaults to 16 KiB on Linux 6.10 and later, 64 KiB before: where zero-copy sends from the loop's registered
+    /// memory start to cost less than copying ones on 6.18 (ZeroCopySendBenchmarks, UDP through a device that does not
+    /// copy; docs/benchmarks.md, "Zero-copy send"), while unregistered ones win only from 64 KiB. The
     /// kernel made small zero-copy sends cheaper in 6.10; older kernels could not be measured here (qemu without KVM),
     /// so they keep the earlier, cautious 64 KiB. Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/>
     /// until their notification (once the peer acknowledged them), so a peer that stops reading holds no more than on

@@ -19,9 +19,8 @@ namespace IoUring.Net;
 /// Backpressure is the pipe's too: once the unconsumed bytes reach the pause threshold, <see cref="Write"/> says so and
 /// the receiver stops receiving; when the reader brings them below the resume threshold (half of it), the receiver is
 /// told on the loop (<see cref="ConnectionReceiver.OnInputResumed"/>).</para>
-/// <para>Threads: the writer side (<see cref="Write"/>, <see cref="CompleteWriter"/>) runs on the loop thread, the
-/// reader side on the application's; both take one lock, once per completion or call. Read continuations run on the
-/// thread pool (inline when the settings prefer inline scheduling), never under the lock.</para>
+/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (.Writer) on the loop, the reader side
+/// (.Reader, .CopyTo) on the application's; one lock, never held by a read continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>

@@ -20,8 +20,9 @@ namespace IoUring.Net;
 /// <see cref="ConnectionInput.Write"/>).
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only. Owns the receive state (armed, paused, ended, backing off) and Input's writer side; it tells
-/// the connection when the peer closed, when receiving ended, and when it failed.</para>
+/// <para>Loop thread only (docs/architecture.md, "Threads and locks"). Owns the receive state (armed, paused, ended,
+/// backing off) and Input's writer side; it tells the connection when the peer closed, when receiving ended, and when
+/// it failed.</para>
 /// <para>A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but
 /// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on
 /// to read the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's

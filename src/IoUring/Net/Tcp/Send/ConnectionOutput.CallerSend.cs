@@ -87,8 +87,8 @@ internal sealed partial class ConnectionOutput
     /// <summary>
     /// Whether more flushes are likely before the loop would take this one: then posting costs one wake-up for all of
     /// them and the loop submits their sends together, where each flush sending itself would cost a system call apiece
-    /// (Kestrel at 256 connections: 1.32x Sockets' requests per CPU-second sending from every flush against 1.56x
-    /// posting; 16 pipelined requests: 0.34x against 1.03x). More are likely when the thread pool has work queued
+    /// (sending from every flush lost to posting under Kestrel, most with pipelined requests:
+    /// docs/benchmarks/log/2026-11-25-connections.md). More are likely when the thread pool has work queued
     /// (other connections' requests, whose flushes come next; the loop's wake queued behind them gathers them) or when
     /// this connection's reader has bytes it has not consumed (pipelined requests, each answered with a flush).
     /// </summary>

@@ -22,11 +22,8 @@ namespace IoUring.Net;
 /// difference: a pipe pauses only when a commit crosses the threshold, so after a cancelled flush its next flush
 /// returns at once while the unsent bytes are still above it; here every flush waits while they are at or above the
 /// threshold.</para>
-/// <para>Threads: the writer side (ConnectionOutput.Writer.cs, .Borrowing.cs, .CallerSend.cs) runs on the application's
-/// threads, one writer at a time; the sender side (ConnectionOutput.Sender.cs: <see cref="TryTake"/>,
-/// <see cref="Consume"/>, <see cref="CompleteSender"/>) on the loop thread. They share one lock, taken once per flush,
-/// per send completion and for each block the writer starts; flush continuations never run under it. The state of both
-/// is here.</para>
+/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (.Writer, .Borrowing, .CallerSend) on the
+/// application's threads, the sender side (.Sender) on the loop; one lock, never held by a flush continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>

@@ -99,9 +99,9 @@ internal sealed partial class ConnectionSender
         }
         // Graceful end of output: FIN after the data; the connection closes once receiving has ended too.
         // A direct shutdown(2), not IORING_OP_SHUTDOWN: the kernel always hands that opcode to an io-wq worker thread
-        // (under connection churn a worker wake-up per connection, 12% of the CPU), and shutting down the sending side
-        // of a socket only queues the FIN, it never blocks. A failure (the peer reset first) changes nothing here: the
-        // connection closes either way.
+        // (under connection churn a worker wake-up per connection, a large share of the CPU), and shutting down the
+        // sending side of a socket only queues the FIN, it never blocks. A failure (the peer reset first) changes
+        // nothing here: the connection closes either way.
         _ = Libc.shutdown(_fd, Libc.SHUT_WR);
         _ended = true;
         _connection.OnDirectionEnded();

@@ -18,9 +18,9 @@ namespace IoUring.Net;
 /// (loopback) the connection returns to plain sends.
 /// </summary>
 /// <remarks>
-/// Loop thread only. Owns the send state: whether a send is in flight, the pins of the memory the kernel reads, the
-/// gather message (native memory, freed by <see cref="FreeNativeMemory"/> once nothing is in flight) and the zero-copy
-/// pin sets and notifications.
+/// Loop thread only (docs/architecture.md, "Threads and locks"). Owns the send state: whether a send is in flight, the
+/// pins of the memory the kernel reads, the gather message (native memory, freed by <see cref="FreeNativeMemory"/> once
+/// nothing is in flight) and the zero-copy pin sets and notifications.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionSender

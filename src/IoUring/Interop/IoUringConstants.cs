@@ -156,6 +156,8 @@ public static class IoUringConstants
     public const byte IORING_OP_SEND = 26;
     /// <summary>IORING_OP_RECV</summary>
     public const byte IORING_OP_RECV = 27;
+    /// <summary>IORING_OP_SPLICE</summary>
+    public const byte IORING_OP_SPLICE = 30;
     /// <summary>IORING_OP_PROVIDE_BUFFERS (the legacy way to supply buffers)</summary>
     public const byte IORING_OP_PROVIDE_BUFFERS = 31;
     /// <summary>IORING_OP_REMOVE_BUFFERS</summary>

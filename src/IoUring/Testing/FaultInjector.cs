@@ -14,7 +14,7 @@ internal sealed class FaultInjector
     private static readonly byte[] s_injectable =
     [
         IORING_OP_RECV, IORING_OP_RECVMSG, IORING_OP_SEND, IORING_OP_SENDMSG, IORING_OP_SEND_ZC, IORING_OP_SENDMSG_ZC,
-        IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_NOP,
+        IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_NOP, IORING_OP_SPLICE,
     ];
 
     private readonly Random _random;

@@ -376,6 +376,7 @@ static void constants(void)
 	CONST(IORING_OP_WRITE);
 	CONST(IORING_OP_SEND);
 	CONST(IORING_OP_RECV);
+	CONST(IORING_OP_SPLICE);
 	CONST(IORING_OP_PROVIDE_BUFFERS);
 	CONST(IORING_OP_REMOVE_BUFFERS);
 	CONST(IORING_OP_SHUTDOWN);
@@ -524,6 +525,11 @@ static void constants(void)
 	CONST(MSG_TRUNC);
 	CONST(MSG_DONTWAIT);
 	CONST(SHUT_WR);
+	/* the pipe file sends splice through (Libc.Files.cs) */
+	CONST(O_NONBLOCK);
+	CONST(O_CLOEXEC);
+	CONST(F_SETPIPE_SZ);
+	CONST(F_GETPIPE_SZ);
 
 	/* errno (Errno.cs) */
 	CONST(EPERM);

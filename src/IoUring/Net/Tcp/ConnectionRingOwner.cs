@@ -14,6 +14,7 @@ internal static class ConnectionRequestKind
     public const uint HangUpPoll = 5;       // one-shot POLL_ADD for the peer's FIN or reset
     public const uint Close = 6;            // CLOSE of the fd, after every other request on it ended
     public const uint SendZeroCopy = 7;     // SEND_ZC/SENDMSG_ZC; the user_data tag is the pin set
+    // A file send's requests (FileSender) are the Send kind with a tag other than 0: the kind bits are all taken.
 
     /// <summary>The user_data tag of a Receive that is a vectored RECVMSG into the receiver's own blocks (the kind bits
     /// are all taken).</summary>
@@ -42,6 +43,9 @@ internal sealed class ConnectionRingOwner(EventLoop loop, IoUringConnection conn
                 connection.Receiver.OnVectoredReceive(result, flags);
                 break;
             case ConnectionRequestKind.Receive: connection.Receiver.OnReceiveEnded(result, flags); break;
+            case ConnectionRequestKind.Send when UserData.Tag(userData) != 0:
+                connection.Sender.OnFileCompletion(UserData.Tag(userData), result); // a FileSender's request
+                break;
             case ConnectionRequestKind.Send: connection.Sender.OnSendCompleted(result); break;
             case ConnectionRequestKind.ReceiveBackoff: connection.Receiver.OnBackoffEnded(); break;
             case ConnectionRequestKind.HangUpPoll: connection.Receiver.OnHangUp(result); break;

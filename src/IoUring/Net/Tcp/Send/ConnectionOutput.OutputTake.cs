@@ -9,5 +9,7 @@ internal sealed partial class ConnectionOutput
         Waiting,
         Bytes,
         Completed,
+        /// <summary>Everything before the queued file is sent: <see cref="QueuedFile"/> goes now.</summary>
+        File,
     }
 }

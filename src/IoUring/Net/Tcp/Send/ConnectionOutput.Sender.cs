@@ -31,14 +31,19 @@ internal sealed partial class ConnectionOutput
                 completion = Unborrow(); // no send is in flight: nothing reads the caller's memory
             }
             writerError = _writerError;
-            if (_writerCompleted && (writerError is not null || _committed == _sent))
+            if (FileIsNext && writerError is null)
+            {
+                bytes = default;
+                take = OutputTake.File;
+            }
+            else if (_writerCompleted && (writerError is not null || _committed == _sent))
             {
                 bytes = default;
                 take = OutputTake.Completed;
             }
             else if (_committed > _sent)
             {
-                bytes = new Sendable(_head!, _headIndex, _committed - _sent, _borrowing);
+                bytes = new Sendable(_head!, _headIndex, SendableEnd - _sent, _borrowing);
                 take = OutputTake.Bytes;
             }
             else

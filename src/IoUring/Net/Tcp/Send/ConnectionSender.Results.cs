@@ -74,6 +74,7 @@ internal sealed partial class ConnectionSender
         }
         _finished = true;
         _output.CompleteSender(peerReset ? null : error);
+        AbandonQueuedFile(error);
         End(error);
     }
 

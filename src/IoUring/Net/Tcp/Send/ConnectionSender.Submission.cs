@@ -133,7 +133,8 @@ internal sealed partial class ConnectionSender
 
     /// <summary>Closing: cancels the send the kernel has, if any (it may wait for room the peer never makes).</summary>
     /// <returns>False when the loop had no SQE for the cancel: call again.</returns>
-    public bool CancelForClose() => _sendInFlight == 0 || _connection.CancelRequest(_sendInFlight);
+    public bool CancelForClose()
+        => (_sendInFlight == 0 || _connection.CancelRequest(_sendInFlight)) & CancelFileForClose();
 
     public void OnSendCompleted(int result)
     {

@@ -194,6 +194,9 @@ internal sealed partial class ConnectionSender
                     Submit(bytes);
                     _sending = true;
                     break;
+                case ConnectionOutput.OutputTake.File:
+                    StartFile(_output.QueuedFile!);
+                    break;
                 case ConnectionOutput.OutputTake.Completed:
                     Finish(writerError, peerReset: false);
                     break;

@@ -1,0 +1,95 @@
+using Microsoft.Win32.SafeHandles;
+
+namespace IoUring.Net;
+
+// Sending a file's bytes with no user-space copy: the public calls, their checks, and the hand-off to the output,
+// which queues the file after what was written before (FileSender does the sending, on the loop).
+public sealed partial class IoUringConnection
+{
+    /// <summary>
+    /// Sends <paramref name="count"/> bytes of <paramref name="file"/> from <paramref name="offset"/> on, after
+    /// everything written to <see cref="Output"/> before the call, without copying them through user space where the
+    /// kernel can (io_uring SPLICE from the file through a pipe to the socket; else READ into the connection's memory
+    /// and SEND). Completes when the socket has taken the last byte.
+    /// </summary>
+    /// <remarks>
+    /// <para>Order: the call commits what was written to <see cref="Output"/> as a flush does (without waiting for
+    /// backpressure), so those bytes go first; bytes written and flushed once the call returned go after the file.
+    /// The call is a write of <see cref="Output"/>: with another <c>SendFileAsync</c> not yet completed, a flush still
+    /// waiting, or <see cref="Output"/> completed, it throws <see cref="InvalidOperationException"/> (await each one).
+    /// Flushes made while it runs are kept for after it (and wait while they hold
+    /// <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/>).</para>
+    /// <para>The file must be seekable (a regular file): the range is read at its offsets, not at the file's position,
+    /// which is left alone. The handle is used until the returned task completes: dispose it only then.</para>
+    /// <para>A range past the end of the file at the call fails with <see cref="EndOfStreamException"/> and sends
+    /// nothing. A file that shrinks while it is sent fails the same way, naming the offset where it ended, after the
+    /// bytes before that offset went. Cancelling the token stops the send where it got to
+    /// (<see cref="OperationCanceledException"/>). In both cases, and when reading the file fails
+    /// (<see cref="IOException"/>), the connection stays open and sends what is written next: the peer has received
+    /// part of the range, so <see cref="Abort(Exception?)"/> the connection unless its protocol can tell. A socket
+    /// error (the peer reset) fails the connection as a failed flush does; a connection closed or aborted before the
+    /// range was sent fails the call with an <see cref="IOException"/>.</para>
+    /// <para>Each call uses a pipe of its own (two fds, closed when it ends) and, while a splice waits for the peer to
+    /// read, one of the kernel's io_uring worker threads.</para>
+    /// </remarks>
+    /// <param name="file">The file, open for reading.</param>
+    /// <param name="offset">Where in the file the range starts.</param>
+    /// <param name="count">How many bytes to send; 0 sends nothing.</param>
+    /// <param name="cancellationToken">Stops the send (see the remarks).</param>
+    /// <exception cref="InvalidOperationException">Another file send, or a flush, of this connection has not completed,
+    /// or <see cref="Output"/> was completed.</exception>
+    /// <exception cref="NotSupportedException">The file cannot seek (a pipe, a socket).</exception>
+    public Task SendFileAsync(SafeFileHandle file, long offset, long count, CancellationToken cancellationToken)
+    {
+        ArgumentNullException.ThrowIfNull(file);
+        ArgumentOutOfRangeException.ThrowIfNegative(offset);
+        ArgumentOutOfRangeException.ThrowIfNegative(count);
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return Task.FromCanceled(cancellationToken);
+        }
+        long length = RandomAccess.GetLength(file);
+        if (offset > length || count > length - offset)
+        {
+            return Task.FromException(new EndOfStreamException(
+                $"The file is {length} bytes long: the range of {count} bytes from offset {offset} ends past it."));
+        }
+        var sender = new FileSender(this, _owner, _output, _fd, file, offset, count, cancellationToken);
+        sender.RegisterCancellation();
+        ConnectionOutput.FileQueueing queueing = _output.QueueFile(sender, out Exception? senderError);
+        if (queueing == ConnectionOutput.FileQueueing.Queued)
+        {
+            return sender.Task;
+        }
+        sender.Discard();
+        return queueing switch
+        {
+            ConnectionOutput.FileQueueing.WriterCompleted =>
+                throw new InvalidOperationException("Output was completed: nothing more can be sent."),
+            ConnectionOutput.FileQueueing.FlushPending =>
+                throw new InvalidOperationException("A flush of Output has not completed: await it first."),
+            ConnectionOutput.FileQueueing.FileInFlight =>
+                throw new InvalidOperationException("Another SendFileAsync has not completed: await it first."),
+            _ => Task.FromException(senderError
+                ?? _settings.CreateAbortedException("The connection is closing: nothing more can be sent.")),
+        };
+    }
+
+    /// <summary>
+    /// Sends the file at <paramref name="path"/> (opened for reading, closed when the call ends) from
+    /// <paramref name="offset"/> on: <paramref name="count"/> bytes, or the rest of the file when null. As
+    /// <see cref="SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>, which says what order, failures and
+    /// cancellation mean.
+    /// </summary>
+    /// <param name="path">The file's path.</param>
+    /// <param name="offset">Where in the file to start.</param>
+    /// <param name="count">How many bytes to send; null for the rest of the file.</param>
+    /// <param name="cancellationToken">Stops the send.</param>
+    public async Task SendFileAsync(string path, long offset, long? count, CancellationToken cancellationToken)
+    {
+        ArgumentException.ThrowIfNullOrEmpty(path);
+        using SafeFileHandle file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.Read);
+        long length = count ?? Math.Max(0, RandomAccess.GetLength(file) - offset);
+        await SendFileAsync(file, offset, length, cancellationToken).ConfigureAwait(false);
+    }
+}

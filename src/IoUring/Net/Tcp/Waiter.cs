@@ -67,12 +67,31 @@ internal struct Waiter<TResult>
     private object? _continuationState;
     private ExecutionContext? _continuationContext;
     private CancellationTokenRegistration _registration;
+    // The tokens of operations that joined the waiting one (listed at Join, registered after it), which cancel it too.
+    private List<(CancellationToken Token, CancellationTokenRegistration Registration)>? _joinedTokens;
 
     /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
     public bool IsWaiting { get; private set; }
 
     /// <summary>The waiting operation's token.</summary>
     public CancellationToken Token { get; private set; }
+
+    /// <summary>Whether <paramref name="token"/> may cancel the waiting operation: its own or a joined one's.</summary>
+    public readonly bool Cancels(CancellationToken token)
+    {
+        if (Token == token)
+        {
+            return true;
+        }
+        foreach ((CancellationToken joined, _) in _joinedTokens ?? [])
+        {
+            if (joined == token)
+            {
+                return true;
+            }
+        }
+        return false;
+    }
 
     /// <summary>An operation starts waiting; returns its ValueTask's version.</summary>
     public short Begin(CancellationToken token)
@@ -87,11 +106,17 @@ internal struct Waiter<TResult>
     }
 
     /// <summary>Another operation joins the waiting one (a flush while one waits): its ValueTask's version, same
-    /// outcome.</summary>
-    public short Join()
+    /// outcome. Returns whether <paramref name="token"/> is new to this wait and so must be registered.</summary>
+    public short Join(CancellationToken token, out bool registerToken)
     {
         Debug.Assert(IsWaiting);
         _joined++;
+        // Listed before it is registered, so a token cancelled during its registration still finds the wait.
+        registerToken = token.CanBeCanceled && !Cancels(token);
+        if (registerToken)
+        {
+            (_joinedTokens ??= []).Add((token, default));
+        }
         return _version;
     }
 
@@ -108,8 +133,18 @@ internal struct Waiter<TResult>
         {
             if (IsWaiting && _version == version)
             {
-                _registration = registration;
-                return;
+                if (token == Token)
+                {
+                    _registration = registration;
+                    return;
+                }
+                // A joined operation's token: as with a pipe, which registers every flush's, it cancels the wait too.
+                int index = _joinedTokens!.FindIndex(entry => entry.Token == token && entry.Registration == default);
+                if (index >= 0)
+                {
+                    _joinedTokens[index] = (token, registration);
+                    return;
+                }
             }
         }
         registration.Unregister(); // completed already
@@ -125,6 +160,14 @@ internal struct Waiter<TResult>
         IsWaiting = false;
         Token = default;
         _registration = default;
+        if (_joinedTokens is { Count: > 0 })
+        {
+            foreach ((_, CancellationTokenRegistration joined) in _joinedTokens)
+            {
+                joined.Unregister(); // never blocks, so safe under the owner's lock
+            }
+            _joinedTokens.Clear();
+        }
         _continuation = null;
         _continuationState = null;
         _continuationContext = null;

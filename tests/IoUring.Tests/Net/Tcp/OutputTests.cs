@@ -388,6 +388,26 @@ public sealed class OutputTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_joined_flush_is_cancelled_by_its_own_token_as_with_a_pipe()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client) // disposed first: the server's close must not wait on a peer that does not read
+        {
+            ShrinkSocketBuffers(client, server);
+            (ValueTask<FlushResult> first, _) = await FillUntilAFlushWaitsAsync(server.Output);
+            using var cancellation = new CancellationTokenSource();
+            // A pipe registers every flush's token, so the second flush's token cancels the wait both share.
+            ValueTask<FlushResult> second = server.Output.FlushAsync(cancellation.Token);
+            Assert.False(second.IsCompleted);
+            Task<FlushResult> flushed = first.AsTask();
+            cancellation.Cancel();
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => flushed.WaitAsync(TimeSpan.FromSeconds(5)));
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => second.AsTask().WaitAsync(TimeSpan.FromSeconds(5)));
+        }
+    }
+
+    [Fact]
     public async Task An_empty_flush_after_GetMemory_leaves_no_block_held()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

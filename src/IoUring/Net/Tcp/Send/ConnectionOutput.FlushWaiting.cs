@@ -12,7 +12,7 @@ internal sealed partial class ConnectionOutput
         bool postUnborrow = false;
         lock (_sync)
         {
-            if (!_flush.IsWaiting || _flush.Token != token)
+            if (!_flush.IsWaiting || !_flush.Cancels(token))
             {
                 return;
             }

@@ -83,8 +83,10 @@ internal sealed partial class ConnectionOutput
                     }
                     if (_flush.IsWaiting)
                     {
-                        // A flush already waits (its caller did not await it): this one joins it, as with a pipe.
-                        result = new ValueTask<FlushResult>(this, _flush.Join());
+                        // A flush already waits (its caller did not await it): this one joins it, as with a pipe,
+                        // and its token may cancel the wait too.
+                        version = _flush.Join(cancellationToken, out register);
+                        result = new ValueTask<FlushResult>(this, version);
                     }
                     else if (_cancelNextFlush)
                     {

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
+using IoUring.Interop;
 using IoUring.Rings;
 using IoUring.Testing;
 
@@ -45,6 +46,12 @@ internal sealed record ConnectionSettings
     /// ConnectionAbortedException).</summary>
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
+
+    /// <summary>A failed send's error (errno positive): a reset for EPIPE and ECONNRESET, else an IOException naming
+    /// it.</summary>
+    public Exception CreateSendException(int errno) => errno is Errno.EPIPE or Errno.ECONNRESET
+        ? CreateResetException("Connection reset by peer.")
+        : new IOException($"Send failed: {IoUringException.ErrnoName(errno)}.", SocketErrors.FromErrno(errno));
 
     public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte>? pool,
         ConnectionRegistry registry)

@@ -1,5 +1,4 @@
 using IoUring.Interop;
-using IoUring.Rings;
 
 namespace IoUring.Net;
 
@@ -47,9 +46,7 @@ internal sealed partial class ConnectionSender
             Exception? error = sent switch
             {
                 -Errno.ECANCELED when _connection.IsClosing => null,
-                -Errno.EPIPE or -Errno.ECONNRESET => _settings.CreateResetException("Connection reset by peer."),
-                _ => new IOException($"Send failed: {IoUringException.ErrnoName(-sent)}.",
-                    SocketErrors.FromErrno(-sent)),
+                _ => _settings.CreateSendException(-sent),
             };
             Finish(error, peerReset: sent is -Errno.EPIPE or -Errno.ECONNRESET);
             return;

@@ -162,7 +162,7 @@ internal sealed partial class FileSender
                 // A socket error (0 would mean nothing can move: fail rather than spin). The connection's sender ends
                 // on it as on its own send's.
                 int errno = result == 0 ? Errno.EPIPE : -result;
-                End(SendError(errno), errno);
+                End(_connection.Settings.CreateSendException(errno), errno); // as the connection's own sends report it
                 return;
             default: // PollTag: the socket has room, or an error the next splice reports
                 _waitForRoom = false;

@@ -238,9 +238,4 @@ internal sealed partial class FileSender
 
     private IOException FileError(int errno) =>
         new($"Reading the file at offset {_offset} failed: {IoUringException.ErrnoName(errno)}.");
-
-    /// <summary>A socket error, as the connection's own sends report it.</summary>
-    private Exception SendError(int errno) => errno is Errno.EPIPE or Errno.ECONNRESET
-        ? _connection.Settings.CreateResetException("Connection reset by peer.")
-        : new IOException($"Send failed: {IoUringException.ErrnoName(errno)}.", SocketErrors.FromErrno(errno));
 }

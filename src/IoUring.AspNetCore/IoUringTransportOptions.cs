@@ -95,6 +95,18 @@ public sealed class IoUringTransportOptions
     /// </remarks>
     public bool UseLoopMemoryPools { get; set; } = true;
 
+    /// <summary>
+    /// Serve <c>IHttpResponseBodyFeature.SendFileAsync</c> (static files, <c>Results.File</c>, range requests) by reading
+    /// the file on the connection's loop (io_uring READ) straight into the response's memory, instead of Kestrel's
+    /// FileStream copy on the thread pool.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to true. Kestrel still writes the headers, frames (HTTP/2), encrypts (TLS) and paces the body; only
+    /// where the bytes come from changes. A middleware added by <c>UseIoUring()</c> (an IStartupFilter, first in the
+    /// pipeline) does it, for io_uring connections only.
+    /// </remarks>
+    public bool ReadFilesOnLoops { get; set; } = true;
+
     /// <summary>Submission queue entries of each loop's ring (a power of two, 2 to 32768).</summary>
     /// <remarks>Defaults to 512. A full queue is submitted early, so this bounds batching, not concurrency.</remarks>
     public int SubmissionQueueSize { get; set; } = s_defaults.Loop.SubmissionQueueSize;

@@ -126,6 +126,8 @@ public static class IoUringConstants
     public const byte IORING_OP_READV = 1;
     /// <summary>IORING_OP_WRITEV</summary>
     public const byte IORING_OP_WRITEV = 2;
+    /// <summary>IORING_OP_READ_FIXED</summary>
+    public const byte IORING_OP_READ_FIXED = 4;
     /// <summary>IORING_OP_POLL_ADD</summary>
     public const byte IORING_OP_POLL_ADD = 6;
     /// <summary>IORING_OP_POLL_REMOVE</summary>

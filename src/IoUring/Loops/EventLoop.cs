@@ -161,6 +161,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// thread.</summary>
     internal void OnBytesReceived(int count) => _counters.BytesReceived += count;
 
+    /// <summary>A file read on this loop completed with <paramref name="bytes"/> (for <see cref="Counters"/>). Loop
+    /// thread.</summary>
+    internal void OnFileRead(int bytes)
+    {
+        _counters.FileReads++;
+        _counters.FileBytesRead += bytes;
+    }
+
     /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop
     /// thread.</summary>
     internal void OnBytesSent(int count) => _counters.BytesSent += count;

@@ -53,6 +53,12 @@ public struct EventLoopCounters
     /// cannot send from user pages).</summary>
     public long ZeroCopySendsCopied { readonly get; internal set; }
 
+    /// <summary>File reads (<see cref="EventLoop.ReadAsync"/>) the loop completed, failed ones included.</summary>
+    public long FileReads { readonly get; internal set; }
+
+    /// <summary>Bytes the loop's file reads returned.</summary>
+    public long FileBytesRead { readonly get; internal set; }
+
     /// <summary>Bytes of the loop's <see cref="EventLoop.MemoryPool"/> rented now, including blocks that zero-copy
     /// sends still pin until their notification: a level, not a count.</summary>
     public long MemoryPoolRentedBytes { readonly get; internal set; }
@@ -78,6 +84,8 @@ public struct EventLoopCounters
         ZeroCopySends = left.ZeroCopySends + right.ZeroCopySends,
         ZeroCopySendsFixed = left.ZeroCopySendsFixed + right.ZeroCopySendsFixed,
         ZeroCopySendsCopied = left.ZeroCopySendsCopied + right.ZeroCopySendsCopied,
+        FileReads = left.FileReads + right.FileReads,
+        FileBytesRead = left.FileBytesRead + right.FileBytesRead,
         MemoryPoolRentedBytes = left.MemoryPoolRentedBytes + right.MemoryPoolRentedBytes,
         RegisteredMemoryBytes = left.RegisteredMemoryBytes + right.RegisteredMemoryBytes,
     };

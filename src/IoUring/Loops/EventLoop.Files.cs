@@ -1,0 +1,127 @@
+using System.Collections.Concurrent;
+using Microsoft.Win32.SafeHandles;
+
+namespace IoUring.Loops;
+
+// File reads on the loop's ring: RandomAccess.ReadAsync's contract, with the read submitted by the loop (READ, or
+// READ_FIXED into the loop's registered pool) instead of a blocking pread on a thread-pool thread.
+public sealed partial class EventLoop
+{
+    private const int MaxPooledFileReads = 256;
+
+    private static readonly Action<object?> s_submitFileRead
+        = static s => { var read = (FileRead)s!; read.Loop.FileReadsOnLoop().Submit(read); };
+
+    private readonly ConcurrentQueue<FileRead> _fileReadPool = new();
+    private int _pooledFileReads;
+    private FileReads? _fileReads; // loop thread
+
+    /// <summary>
+    /// Reads up to <paramref name="buffer"/>'s length from <paramref name="file"/> at <paramref name="fileOffset"/>, as
+    /// <see cref="RandomAccess.ReadAsync(SafeFileHandle, Memory{byte}, long, CancellationToken)"/> does, with the read
+    /// submitted on this loop's ring: no thread waits for it. Returns the bytes read: fewer at the end of the file, 0
+    /// at
+    /// or past it. Any thread.
+    /// </summary>
+    /// <remarks>
+    /// <para>The buffer is pinned and the file handle referenced until the kernel's completion, also when the read is
+    /// cancelled: neither is touched after the returned task completes. Memory of this loop's
+    /// <see cref="MemoryPool"/> is read into as a fixed buffer (READ_FIXED), where the pool's region is
+    /// registered.</para>
+    /// <para>The continuation runs on the thread pool, never on the loop thread. A cancelled token cancels a read that
+    /// waits in the kernel; one already copying from the page cache completes with its bytes.</para>
+    /// <para>On Linux a read of a regular file from the page cache completes when it is submitted; one that needs the
+    /// disk is waited for by the kernel (its asynchronous buffered reads, or an io-wq worker), not by a .NET
+    /// thread.</para>
+    /// </remarks>
+    /// <exception cref="ArgumentNullException"><paramref name="file"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="file"/> is invalid.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="fileOffset"/> is negative.</exception>
+    /// <exception cref="ObjectDisposedException">The file is closed, or the loop stopped (before or during the
+    /// read).</exception>
+    /// <exception cref="OperationCanceledException">The token was cancelled before the read took any bytes.</exception>
+    /// <exception cref="IOException">The kernel refused the read (the message names the errno: EISDIR for a directory,
+    /// EBADF for a handle not open for reading, EINVAL for unaligned O_DIRECT reads, EIO, ...).</exception>
+    public ValueTask<int> ReadAsync(SafeFileHandle file, Memory<byte> buffer, long fileOffset,
+        CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(file);
+        ObjectDisposedException.ThrowIf(file.IsClosed, file);
+        if (file.IsInvalid)
+        {
+            throw new ArgumentException("The file handle is invalid.", nameof(file));
+        }
+        ArgumentOutOfRangeException.ThrowIfNegative(fileOffset);
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ValueTask.FromCanceled<int>(cancellationToken);
+        }
+        if (buffer.IsEmpty)
+        {
+            return new ValueTask<int>(0);
+        }
+        ObjectDisposedException.ThrowIf(_stopped.Task.IsCompleted, this);
+
+        if (!_fileReadPool.TryDequeue(out FileRead? read))
+        {
+            read = new FileRead(this);
+        }
+        else
+        {
+            Interlocked.Decrement(ref _pooledFileReads);
+        }
+        read.Start(file, buffer, fileOffset, cancellationToken);
+        short version = read.Version;
+        if (IsOnLoopThread)
+        {
+            FileReadsOnLoop().Submit(read);
+        }
+        else
+        {
+            try
+            {
+                Post(s_submitFileRead, read);
+            }
+            catch (ObjectDisposedException ex)
+            {
+                read.Complete(0, ex);
+            }
+        }
+        return new ValueTask<int>(read, version);
+    }
+
+    /// <summary>The caller took a read's result: it serves the next read (up to a bound).</summary>
+    internal void ReturnFileRead(FileRead read)
+    {
+        if (Interlocked.Increment(ref _pooledFileReads) <= MaxPooledFileReads)
+        {
+            _fileReadPool.Enqueue(read);
+        }
+        else
+        {
+            Interlocked.Decrement(ref _pooledFileReads);
+        }
+    }
+
+    /// <summary>Any thread: a read's token was cancelled.</summary>
+    internal void RequestReadCancel(FileRead read, short version)
+    {
+        try
+        {
+            Post(static s =>
+            {
+                var (read, version) = ((FileRead, short))s!;
+                if (read.Loop.IsOnLoopThread)
+                {
+                    read.Loop.FileReadsOnLoop().Cancel(read, version);
+                }
+            }, (read, version));
+        }
+        catch (ObjectDisposedException)
+        {
+            // The loop stopped: its stop ended the read.
+        }
+    }
+
+    private FileReads FileReadsOnLoop() => _fileReads ??= new FileReads(this);
+}

@@ -1,0 +1,156 @@
+using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
+using IoUring.Interop;
+using IoUring.Rings;
+using static IoUring.Interop.IoUringConstants;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// The loop's file reads (<see cref="EventLoop.ReadAsync"/>): one owner for all of them, each read in flight in a slot
+/// whose number is its user_data tag. Made at the loop's first read, released when the loop stops (the stop's
+/// cancel-all ends the reads in flight, which then fail with <see cref="ObjectDisposedException"/>).
+/// </summary>
+/// <remarks>Loop thread only.</remarks>
+[SupportedOSPlatform("linux")]
+internal sealed unsafe class FileReads : RingOwner
+{
+    private const uint KindRead = 1;
+    private const uint KindCancel = 2;
+
+    private FileRead?[] _slots = new FileRead?[16];
+    private int[] _free = new int[16];   // a stack of free slot numbers
+    private int _freeCount;
+    private int _used;                   // slots ever handed out: the free stack holds the rest below it
+
+    public FileReads(EventLoop loop) : base(loop) => loop.Stopping += Release;
+
+    /// <summary>Queues the read's SQE (READ, or READ_FIXED into a block of the loop's registered pool), or ends the
+    /// read
+    /// when it cannot go to the kernel.</summary>
+    public void Submit(FileRead read)
+    {
+        if (!Loop.IsOnLoopThread || Loop.IsStopping || IsReleased)
+        {
+            // Posted as the loop stopped: it ran elsewhere, or the stop is under way.
+            read.Complete(0, Stopped());
+            return;
+        }
+        if (read.CancelRequested)
+        {
+            read.Complete(0, new OperationCanceledException(read.Token));
+            return;
+        }
+        if (_used == UserData.MaxTags && _freeCount == 0)
+        {
+            read.Complete(0, new InvalidOperationException(
+                $"{UserData.MaxTags} file reads are in flight on this loop: no more can be tracked."));
+            return;
+        }
+        int slot = RentSlot(read);
+        io_uring_sqe* sqe = Loop.TryNewSqe(this, KindRead, (uint)slot);
+        if (sqe == null)
+        {
+            // No SQE now: the iteration's submit makes room; a loop that stops meanwhile runs this elsewhere.
+            ReturnSlot(slot);
+            Loop.Schedule(static s => { var (reads, r) = ((FileReads, FileRead))s!; reads.Submit(r); }, (this, read));
+            return;
+        }
+        if (Loop.TryGetRegisteredBuffer(read.Buffer, out ushort bufferIndex))
+        {
+            sqe->opcode = IORING_OP_READ_FIXED;
+            sqe->buf_index = bufferIndex;
+        }
+        else
+        {
+            sqe->opcode = IORING_OP_READ;
+        }
+        sqe->fd = read.FileDescriptor;
+        sqe->addr = (ulong)read.Address;
+        sqe->len = (uint)read.Buffer.Length;
+        sqe->off = (ulong)read.Offset;
+    }
+
+    /// <summary>The token of <paramref name="read"/> (at <paramref name="version"/>) was cancelled: a read not
+    /// submitted
+    /// yet is not submitted, one in flight is cancelled (a read the kernel already runs may still complete).</summary>
+    public void Cancel(FileRead read, short version)
+    {
+        if (read.Version != version || IsReleased)
+        {
+            return; // completed and reused, or the loop's stop cancels it
+        }
+        read.CancelRequested = true;
+        if (read.Slot < 0)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
+        if (sqe == null)
+        {
+            Loop.Schedule(static s =>
+            {
+                var (reads, r, v) = ((FileReads, FileRead, short))s!;
+                if (reads.Loop.IsOnLoopThread)
+                {
+                    reads.Cancel(r, v);
+                }
+            }, (this, read, version));
+            return;
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = UserDataOf(KindRead, (uint)read.Slot);
+    }
+
+    internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+    {
+        if (kind != KindRead)
+        {
+            return; // a cancel's own result: the read it aimed at completes by itself
+        }
+        int slot = (int)UserData.Tag(userData);
+        FileRead read = _slots[slot]!;
+        ReturnSlot(slot);
+        Loop.OnFileRead(Math.Max(result, 0));
+        read.Complete(Math.Max(result, 0), result >= 0 ? null : ReadError(read, -result));
+    }
+
+    private Exception ReadError(FileRead read, int errno) => errno switch
+    {
+        Errno.ECANCELED when read.CancelRequested => new OperationCanceledException(read.Token),
+        Errno.ECANCELED => Stopped(),
+        _ => new IOException($"Reading fd {read.FileDescriptor} at offset {read.Offset} failed: " +
+            $"{IoUringException.ErrnoName(errno)} ({Marshal.GetPInvokeErrorMessage(errno)}).", -errno),
+    };
+
+    private static ObjectDisposedException Stopped()
+        => new(nameof(EventLoop), "The event loop stopped before the file read completed.");
+
+    private int RentSlot(FileRead read)
+    {
+        int slot;
+        if (_freeCount > 0)
+        {
+            slot = _free[--_freeCount];
+        }
+        else
+        {
+            if (_used == _slots.Length)
+            {
+                Array.Resize(ref _slots, Math.Min(_slots.Length * 2, UserData.MaxTags));
+                Array.Resize(ref _free, _slots.Length);
+            }
+            slot = _used++;
+        }
+        _slots[slot] = read;
+        read.Slot = slot;
+        return slot;
+    }
+
+    private void ReturnSlot(int slot)
+    {
+        _slots[slot]!.Slot = -1;
+        _slots[slot] = null;
+        _free[_freeCount++] = slot;
+    }
+}

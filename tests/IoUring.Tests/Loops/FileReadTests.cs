@@ -1,0 +1,202 @@
+using System.Security.Cryptography;
+using IoUring.Interop;
+using IoUring.Loops;
+using IoUring.Tests.Support;
+using Microsoft.Win32.SafeHandles;
+
+namespace IoUring.Tests.Loops;
+
+/// <summary>
+/// <see cref="EventLoop.ReadAsync"/>: the bytes RandomAccess reads, at any offset and size, into arrays and into the
+/// loop's own (registered) pool; the end of the file; many reads at once; errors named (EBADF for a
+/// handle not open for reading: .NET will not open a directory, so EISDIR is not shown); cancellation of a read the
+/// kernel holds; a loop that stops under a read; the file and buffer given back.
+/// </summary>
+[Collection(FdCountingCollection.Name)]
+public sealed class FileReadTests : IDisposable
+{
+    private const int FileLength = 3 * 1024 * 1024 + 123;
+    private readonly string _path = Path.Combine(Path.GetTempPath(), $"iouring-read-{Guid.NewGuid():N}.bin");
+    private readonly byte[] _content = RandomNumberGenerator.GetBytes(FileLength);
+
+    public FileReadTests() => File.WriteAllBytes(_path, _content);
+
+    public void Dispose() => File.Delete(_path);
+
+    [Theory]
+    [InlineData(0, 1)]
+    [InlineData(0, 4096)]
+    [InlineData(1, 4095)]
+    [InlineData(4095, 4097)]
+    [InlineData(1234567, 1024 * 1024)]
+    [InlineData(FileLength - 10, 10)]
+    public async Task Reads_the_bytes_random_access_reads(long offset, int length)
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        var buffer = new byte[length];
+        int read = await loop.ReadAsync(file, buffer, offset);
+        Assert.Equal(length, read);
+        Assert.True(_content.AsSpan((int)offset, length).SequenceEqual(buffer));
+    }
+
+    [Fact]
+    public async Task Reads_fewer_bytes_at_the_end_and_none_past_it()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        var buffer = new byte[100];
+        Assert.Equal(40, await loop.ReadAsync(file, buffer, FileLength - 40));
+        Assert.True(_content.AsSpan(FileLength - 40).SequenceEqual(buffer.AsSpan(0, 40)));
+        Assert.Equal(0, await loop.ReadAsync(file, buffer, FileLength));
+        Assert.Equal(0, await loop.ReadAsync(file, buffer, FileLength + 5000));
+        Assert.Equal(0, await loop.ReadAsync(file, Memory<byte>.Empty, 0));
+    }
+
+    [Fact]
+    public async Task Reads_into_the_loops_pool_memory_the_whole_file_block_by_block()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        var copy = new byte[FileLength];
+        long offset = 0;
+        while (offset < FileLength)
+        {
+            using System.Buffers.IMemoryOwner<byte> block = loop.MemoryPool.Rent();
+            int read = await loop.ReadAsync(file, block.Memory, offset);
+            Assert.True(read > 0);
+            block.Memory.Span[..read].CopyTo(copy.AsSpan((int)offset));
+            offset += read;
+        }
+        Assert.Equal(_content, copy);
+        Assert.Equal(FileLength, loop.Counters.FileBytesRead);
+    }
+
+    [Fact]
+    public async Task Many_reads_in_flight_at_once_each_get_their_own_bytes()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        const int Reads = 300, Length = 8192;
+        var buffers = new byte[Reads][];
+        var tasks = new Task<int>[Reads];
+        for (int i = 0; i < Reads; i++)
+        {
+            buffers[i] = new byte[Length];
+            tasks[i] = loop.ReadAsync(file, buffers[i], (long)i * 9001).AsTask();
+        }
+        int[] results = await Task.WhenAll(tasks);
+        for (int i = 0; i < Reads; i++)
+        {
+            Assert.Equal(Length, results[i]);
+            Assert.True(_content.AsSpan(i * 9001, Length).SequenceEqual(buffers[i]), $"read {i}");
+        }
+        Assert.Equal(Reads, loop.Counters.FileReads);
+    }
+
+    [Fact]
+    public async Task The_continuation_runs_off_the_loop_thread()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        // A continuation that runs where the read's task completes: never the loop thread.
+        bool onLoop = await loop.ReadAsync(file, new byte[10], 0).AsTask()
+            .ContinueWith(_ => loop.IsOnLoopThread, TaskContinuationOptions.ExecuteSynchronously);
+        Assert.False(onLoop);
+    }
+
+    [Fact]
+    public async Task Errors_name_the_problem()
+    {
+        using var loop = new EventLoop();
+        using (SafeFileHandle writeOnly = File.OpenHandle(_path, FileMode.Open, FileAccess.Write))
+        {
+            IOException error = await Assert.ThrowsAsync<IOException>(
+                async () => await loop.ReadAsync(writeOnly, new byte[10], 0));
+            Assert.Contains("EBADF", error.Message, StringComparison.Ordinal);
+        }
+        SafeFileHandle closed = File.OpenHandle(_path);
+        closed.Dispose();
+        Assert.Throws<ObjectDisposedException>(() => loop.ReadAsync(closed, new byte[10], 0));
+        using SafeFileHandle file = File.OpenHandle(_path);
+        Assert.Throws<ArgumentOutOfRangeException>(() => loop.ReadAsync(file, new byte[10], -1));
+        Assert.Throws<ArgumentNullException>(() => loop.ReadAsync(null!, new byte[10], 0));
+        Assert.True(loop.ReadAsync(file, new byte[10], 0, new CancellationToken(canceled: true)).IsCanceled);
+        // The loop goes on after the failures.
+        Assert.Equal(10, await loop.ReadAsync(file, new byte[10], 0));
+    }
+
+    [Fact]
+    public async Task A_read_the_kernel_holds_is_cancelled_by_its_token_and_gives_back_the_buffer_and_file()
+    {
+        using var loop = new EventLoop();
+        (SafeFileHandle readEnd, SafeFileHandle writeEnd) = Pipe();
+        using (writeEnd)
+        {
+            var buffer = new byte[64];
+            using var cts = new CancellationTokenSource();
+            ValueTask<int> pending = loop.ReadAsync(readEnd, buffer, 0, cts.Token);
+            await Task.Delay(100);
+            Assert.False(pending.IsCompleted); // an empty pipe: the kernel waits for bytes
+            cts.Cancel();
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await pending);
+            await Eventually.WaitForAsync(() => loop.InFlight <= 1); // the read's final completion (the wakeup READ stays)
+            readEnd.Dispose();
+            Assert.True(readEnd.IsClosed); // no reference held: the fd is closed now, not later
+
+            // The same kind of read, not cancelled, completes with the bytes written (the pool's reused reads work).
+            (SafeFileHandle r2, SafeFileHandle w2) = Pipe();
+            using (r2)
+            using (w2)
+            {
+                ValueTask<int> next = loop.ReadAsync(r2, buffer, 0);
+                using (var writer = new FileStream(w2, FileAccess.Write, bufferSize: 0))
+                {
+                    writer.Write("hello"u8);
+                }
+                Assert.Equal(5, await next);
+                Assert.Equal("hello"u8.ToArray(), buffer[..5]);
+            }
+        }
+    }
+
+    [Fact]
+    public async Task A_loop_that_stops_under_a_read_fails_it_as_disposed_and_refuses_new_ones()
+    {
+        var loop = new EventLoop();
+        (SafeFileHandle readEnd, SafeFileHandle writeEnd) = Pipe();
+        using (readEnd)
+        using (writeEnd)
+        {
+            ValueTask<int> pending = loop.ReadAsync(readEnd, new byte[64], 0);
+            await Task.Delay(50);
+            loop.Dispose();
+            await Assert.ThrowsAsync<ObjectDisposedException>(async () => await pending);
+            using SafeFileHandle file = File.OpenHandle(_path);
+            Assert.Throws<ObjectDisposedException>(() => loop.ReadAsync(file, new byte[64], 0));
+        }
+    }
+
+    [Fact]
+    public async Task Tokens_cancelled_after_their_read_completed_do_not_touch_later_reads()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        var buffer = new byte[4096];
+        for (int i = 0; i < 2000; i++)
+        {
+            using var cts = new CancellationTokenSource();
+            long offset = (i * 7919L) % (FileLength - buffer.Length);
+            Assert.Equal(buffer.Length, await loop.ReadAsync(file, buffer, offset, cts.Token));
+            cts.Cancel(); // posts a cancel that must find the read reused (or idle) and leave it alone
+            Assert.True(_content.AsSpan((int)offset, buffer.Length).SequenceEqual(buffer), $"read {i}");
+        }
+    }
+
+    private static unsafe (SafeFileHandle Read, SafeFileHandle Write) Pipe()
+    {
+        int* fds = stackalloc int[2];
+        Assert.Equal(0, Libc.pipe2(fds, Libc.O_CLOEXEC));
+        return (new SafeFileHandle(fds[0], ownsHandle: true), new SafeFileHandle(fds[1], ownsHandle: true));
+    }
+}

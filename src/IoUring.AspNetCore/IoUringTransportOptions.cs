@@ -96,7 +96,8 @@ public sealed class IoUringTransportOptions
     public bool UseLoopMemoryPools { get; set; } = true;
 
     /// <summary>
-    /// Serve <c>IHttpResponseBodyFeature.SendFileAsync</c> (static files, <c>Results.File</c>, range requests) by reading
+    /// Serve <c>IHttpResponseBodyFeature.SendFileAsync</c> (static files, <c>Results.File</c>, range requests) by
+    /// reading
     /// the file on the connection's loop (io_uring READ) straight into the response's memory, instead of Kestrel's
     /// FileStream copy on the thread pool.
     /// </summary>

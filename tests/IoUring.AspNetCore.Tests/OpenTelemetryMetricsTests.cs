@@ -36,6 +36,8 @@ public sealed class OpenTelemetryMetricsTests
         ["iouring.connection.io"] = (MetricType.LongSum, "By", IoUringMetrics.DirectionTag, ["receive", "transmit"]),
         ["iouring.connection.zero_copy.sends"] = (MetricType.LongSum, "{send}", IoUringMetrics.ZeroCopyBufferTag, ["pinned", "registered"]),
         ["iouring.connection.zero_copy.copied"] = (MetricType.LongSum, "{send}", null, []),
+        ["iouring.file.reads"] = (MetricType.LongSum, "{read}", null, []),
+        ["iouring.file.io"] = (MetricType.LongSum, "By", null, []),
         ["iouring.connection.opened"] = (MetricType.LongSum, "{connection}", null, []),
         ["iouring.connection.active"] = (MetricType.LongSumNonMonotonic, "{connection}", null, []),
         ["iouring.memory_pool.used"] = (MetricType.LongSumNonMonotonic, "By", null, []),

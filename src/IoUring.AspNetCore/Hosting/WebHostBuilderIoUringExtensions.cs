@@ -1,6 +1,8 @@
 using IoUring.AspNetCore;
+using IoUring.AspNetCore.Internal.Files;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
 
 namespace Microsoft.AspNetCore.Hosting;
 
@@ -25,6 +27,8 @@ public static class WebHostBuilderIoUringExtensions
         return hostBuilder.ConfigureServices(services =>
         {
             services.AddSingleton<IConnectionListenerFactory, IoUringTransportFactory>();
+            // SendFileAsync on the loops (IoUringTransportOptions.ReadFilesOnLoops); once, however often this runs.
+            services.TryAddEnumerable(ServiceDescriptor.Singleton<IStartupFilter, LoopFilesStartupFilter>());
         });
     }
 

@@ -4,6 +4,7 @@ using System.IO.Pipelines;
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
+using IoUring.AspNetCore.Internal.Files;
 using Microsoft.AspNetCore.Http.Features;
 
 namespace IoUring.AspNetCore.Internal;
@@ -18,7 +19,8 @@ internal sealed partial class IoUringConnectionContext :
     IMemoryPoolFeature,
     IConnectionLifetimeFeature,
     IConnectionEndPointFeature,
-    IConnectionSocketFeature
+    IConnectionSocketFeature,
+    ILoopFilesFeature
 {
     // The same list as the type tests in Get<TFeature> and the interfaces above (the feature-collection test checks all
     // three agree).
@@ -31,6 +33,7 @@ internal sealed partial class IoUringConnectionContext :
         typeof(IConnectionLifetimeFeature),
         typeof(IConnectionEndPointFeature),
         typeof(IConnectionSocketFeature),
+        typeof(ILoopFilesFeature),
     ];
 
     // Added features, and replaced (or removed: null) own ones. Kestrel adds about five per connection and then asks,
@@ -90,7 +93,8 @@ internal sealed partial class IoUringConnectionContext :
             typeof(TFeature) == typeof(IMemoryPoolFeature) ||
             typeof(TFeature) == typeof(IConnectionLifetimeFeature) ||
             typeof(TFeature) == typeof(IConnectionEndPointFeature) ||
-            typeof(TFeature) == typeof(IConnectionSocketFeature))
+            typeof(TFeature) == typeof(IConnectionSocketFeature) ||
+            typeof(TFeature) == typeof(ILoopFilesFeature))
         {
             return (TFeature)(object)this;
         }

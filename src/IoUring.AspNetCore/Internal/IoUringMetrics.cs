@@ -95,6 +95,10 @@ internal sealed class IoUringMetrics
         _meter.CreateObservableCounter("iouring.connection.zero_copy.copied",
             PerLoop(Counts, static c => c.ZeroCopySendsCopied), "{send}",
             "Zero-copy sends the kernel reported it copied after all (loopback, or a device without zero-copy).");
+        _meter.CreateObservableCounter("iouring.file.reads", PerLoop(Counts, static c => c.FileReads), "{read}",
+            "File reads the loop made for SendFileAsync (static files, Results.File).");
+        _meter.CreateObservableCounter("iouring.file.io", PerLoop(Counts, static c => c.FileBytesRead), "By",
+            "Bytes the loop read from files for SendFileAsync.");
         _meter.CreateObservableUpDownCounter("iouring.memory_pool.used",
             PerLoop(Levels, static c => c.MemoryPoolRentedBytes), "By",
             "Bytes of the loop's memory pool rented now, including blocks pinned by zero-copy sends until their " +

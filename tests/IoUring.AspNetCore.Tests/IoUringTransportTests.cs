@@ -308,11 +308,12 @@ public sealed class IoUringTransportTests
         MethodInfo get = typeof(IFeatureCollection).GetMethod(nameof(IFeatureCollection.Get))!;
         object? Get(Type type) => get.MakeGenericMethod(type).Invoke(features, null);
 
-        // Every feature interface the context implements is listed, and nothing else (the 7 Kestrel's Sockets transport gives).
+        // Every feature interface the context implements is listed, and nothing else (the 7 Kestrel's Sockets transport
+        // gives, and ILoopFilesFeature: SendFileAsync on the loop).
         List<Type> own = features.Select(pair => pair.Key).ToList();
         Type[] implemented = connection.GetType().GetInterfaces().Where(i => i != typeof(IFeatureCollection) && i.Name.EndsWith("Feature", StringComparison.Ordinal)).ToArray();
         Assert.Equal(implemented.OrderBy(t => t.FullName), own.OrderBy(t => t.FullName));
-        Assert.Equal(7, own.Count);
+        Assert.Equal(8, own.Count);
         foreach (Type type in own)
         {
             Assert.Same(connection, Get(type));
@@ -329,7 +330,7 @@ public sealed class IoUringTransportTests
         Assert.Same(items, features[typeof(IConnectionItemsFeature)]);
         Assert.Same(items, features.Single(pair => pair.Key == typeof(IConnectionItemsFeature)).Value);
         Assert.Null(features.Get<ITlsHandshakeFeature>());
-        Assert.Equal(7, features.Count());
+        Assert.Equal(8, features.Count());
     }
 
     private sealed class ItemsFeature : IConnectionItemsFeature

@@ -73,6 +73,28 @@ public sealed class StaticFileTests(ITestOutputHelper output) : IDisposable
     }
 
     [Theory]
+    [InlineData(TransportKind.Sockets, "http1")]
+    [InlineData(TransportKind.IoUring, "http1")]
+    [InlineData(TransportKind.IoUring, "tls-h2")]
+    public async Task SendFileAsync_without_a_length_goes_chunked_with_offset_and_count(TransportKind kind, string protocol)
+    {
+        byte[] hash = WriteFile("u.bin", 5 * 1024 * 1024);
+        byte[] content = File.ReadAllBytes(Path.Combine(_root, "u.bin"));
+        await using TestServer server = await StartAsync(kind, protocol);
+        EventLoopCounters before = Totals(server);
+        using HttpClient client = server.CreateClient(http2: protocol != "http1");
+        using (HttpResponseMessage whole = await client.GetAsync("sendfile/u.bin"))
+        {
+            Assert.Equal(protocol == "http1", whole.Headers.TransferEncodingChunked == true);
+            Assert.Equal(hash, SHA256.HashData(await whole.Content.ReadAsByteArrayAsync()));
+        }
+        byte[] part = await client.GetByteArrayAsync("sendfile/u.bin?offset=1000001&count=300000");
+        Assert.Equal(content.AsSpan(1000001, 300000).ToArray(), part);
+        AssertReadOnLoops(server, before, content.Length + 300000);
+        await AssertNoFileOpenAsync();
+    }
+
+    [Theory]
     [InlineData(TransportKind.Sockets)]
     [InlineData(TransportKind.IoUring)]
     public async Task Ranges_single_suffix_and_past_the_end_answer_as_kestrel_does(TransportKind kind)
@@ -250,6 +272,9 @@ public sealed class StaticFileTests(ITestOutputHelper output) : IDisposable
             });
             app.MapGet("/file/{name}", (string name) => Results.File(Path.Combine(_root, name),
                 "application/octet-stream", enableRangeProcessing: true));
+            // No Content-Length: HTTP/1.1 answers chunked.
+            app.MapGet("/sendfile/{name}", (HttpContext context, string name, long? offset, long? count)
+                => context.Response.SendFileAsync(Path.Combine(_root, name), offset ?? 0, count));
         }, o =>
         {
             o.Protocols = protocol == "http1" ? HttpProtocols.Http1 : HttpProtocols.Http2;

@@ -1,7 +1,9 @@
-// Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket, a large download and an upload.
+// Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket, a large download, an upload
+// and, with --static-root, static files.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
-//                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c]
+//                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c] [--static-root DIR]
+//                            [--no-loop-files]
 //
 //   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
 //             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
@@ -10,6 +12,11 @@
 //             DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1)
 //   --kestrel-pool  io_uring connections use Kestrel's memory pool, not their loops' registered pools
 //             (IoUringTransportOptions.UseLoopMemoryPools = false: the comparison of benchmarks/run-kestrel.sh)
+//   --static-root DIR  serves DIR's files: UseStaticFiles at /static/NAME (StaticFileMiddleware) and GET /file/NAME
+//             (Results.File, range requests enabled; NAME without '/' or ".."): both send the body through
+//             IHttpResponseBodyFeature.SendFileAsync, which io_uring serves on its loops (ReadFilesOnLoops)
+//   --no-loop-files  io_uring leaves SendFileAsync to Kestrel (IoUringTransportOptions.ReadFilesOnLoops = false:
+//             Kestrel's FileStream copy on the thread pool; the comparison of benchmarks/run-kestrel.sh)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, GET /_threadpool: thread-pool work
@@ -21,12 +28,14 @@
 //   curl http://127.0.0.1:5000/json
 //   curl -o /dev/null http://127.0.0.1:5000/download?size=1000000000
 //   websocat ws://127.0.0.1:5000/ws
+//   curl -o /dev/null http://127.0.0.1:5000/static/NAME     (with --static-root; likewise /file/NAME)
 using System.IO.Pipelines;
 using System.Net.WebSockets;
 using System.Security.Cryptography;
 using System.Security.Cryptography.X509Certificates;
 using System.Text.Json.Serialization;
 using IoUring.AspNetCore;
+using Microsoft.Extensions.FileProviders;
 
 // Valueless flags are taken out before configuration sees them: its command-line provider would read the next
 // argument as their value.
@@ -34,13 +43,25 @@ bool inline = args.Contains("--inline");
 bool stats = args.Contains("--stats");
 bool kestrelPool = args.Contains("--kestrel-pool");
 bool h2c = args.Contains("--h2c");
-WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--h2c")).ToArray());
+bool noLoopFiles = args.Contains("--no-loop-files");
+WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(
+    args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--h2c" or "--no-loop-files")).ToArray());
 if (h2c)
 {
     builder.WebHost.ConfigureKestrel(k => k.ConfigureEndpointDefaults(l => l.Protocols = Microsoft.AspNetCore.Server.Kestrel.Core.HttpProtocols.Http2));
 }
 
 string transport = builder.Configuration["transport"] ?? "iouring";
+string? staticRoot = builder.Configuration["static-root"];
+if (!string.IsNullOrEmpty(staticRoot))
+{
+    if (!Directory.Exists(staticRoot))
+    {
+        Console.Error.WriteLine($"--static-root: no directory '{staticRoot}'.");
+        return 2;
+    }
+    staticRoot = Path.GetFullPath(staticRoot);
+}
 switch (transport)
 {
     case "iouring":
@@ -48,6 +69,7 @@ switch (transport)
         {
             o.UnsafePreferInlineScheduling = inline;
             o.UseLoopMemoryPools = !kestrelPool;
+            o.ReadFilesOnLoops = !noLoopFiles;
         });
         break;
     case "sockets":
@@ -104,6 +126,22 @@ if (stats)
 }
 WebApplication app = builder.Build();
 app.UseWebSockets();
+
+if (staticRoot is not null)
+{
+    // Both go through IHttpResponseBodyFeature.SendFileAsync: the path ReadFilesOnLoops moves onto the loops.
+    // (The slim builder needs no services for UseStaticFiles: the middleware takes what it lacks from its options.)
+    app.UseStaticFiles(new StaticFileOptions { FileProvider = new PhysicalFileProvider(staticRoot), RequestPath = "/static" });
+    app.MapGet("/file/{name}", (string name) =>
+    {
+        if (name.Contains('/', StringComparison.Ordinal) || name.Contains("..", StringComparison.Ordinal))
+        {
+            return Results.BadRequest("a file name, without '/' or '..'");
+        }
+        string path = Path.Combine(staticRoot, name);
+        return File.Exists(path) ? Results.File(path, "application/octet-stream", enableRangeProcessing: true) : Results.NotFound();
+    });
+}
 
 app.MapGet("/plaintext", () => Results.Text("Hello, World!", "text/plain"));
 

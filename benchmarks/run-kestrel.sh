@@ -5,6 +5,9 @@
 #   iouring-inline  --transport iouring --inline        (IoUringTransportOptions.UnsafePreferInlineScheduling)
 #   iouring-kestrelpool --transport iouring --kestrel-pool (UseLoopMemoryPools = false: Kestrel's pool, no
 #                   registered memory and no zero-copy sends; measured alone, not paired with a Sockets server)
+#   iouring-nofiles --transport iouring --no-loop-files  (ReadFilesOnLoops = false: SendFileAsync is Kestrel's own
+#                   FileStream copy on the thread pool, the rest on io_uring; measured alone, not paired with Sockets,
+#                   which pairs with iouring: its "vs sockets" ratios are still taken round by round)
 #   iouring-base    --transport iouring, run from BASE_SAMPLE (another build's KestrelSample binary, e.g. an older
 #                   commit's, built in a worktree): the before/after check; measured alone, not paired with Sockets
 #   sockets-inline  --transport sockets --inline        (SocketTransportOptions.UnsafePreferInlineScheduling and
@@ -39,6 +42,16 @@
 #   h2c-64x16 h2c-256x1                         GET /plaintext over HTTP/2 with prior knowledge (cleartext; the
 #                                               sample's --h2c), h2load: connections x concurrent streams each
 #   h2-64x16 h2-256x1                           the same over TLS (HTTP/2 by ALPN)
+#   static-64k static-1m static-16m             GET /static/f64k.bin, f1m.bin, f16m.bin: UseStaticFiles (the
+#                                               sample's --static-root, which every server gets) over files of
+#                                               random bytes the harness makes once in OUT/static; 64 connections,
+#                                               16 for 16m (16 responses of 16 MiB in flight already keep the server's
+#                                               CPU busy, and more only lengthen each response's time in the queue)
+#   file-1m                                     GET /file/f1m.bin: the same 1 MiB file through Results.File, 64
+#                                               connections
+#                                               Both go through SendFileAsync: io_uring reads the file on its loop
+#                                               (iouring) or leaves it to Kestrel (iouring-nofiles, sockets). Hot page
+#                                               cache (the warm-up reads the file), unless COLD_CACHE=1
 #   rate-25 rate-50 rate-75                     partial load: GET /plaintext over HTTP/1.1 keep-alive, 64 connections,
 #                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
 #                                               maximum, measured in the same run (wrk, 64 connections, after its
@@ -51,7 +64,7 @@
 #   bigdownload-512                             GET /download?size=4194304, wrk, 512 connections, 15 s
 #   idlemem-10k idlews-10k                      10,000 keep-alive connections (one request each) / WebSockets, held
 #                                               15 s, then closed
-# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload, churnidle and memory scenarios. TLS servers get a self-signed
+# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload, churnidle, static, file and memory scenarios. TLS servers get a self-signed
 # certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, churnidle-N, idle-N (N or Nk), tls-N,
 # h2c-CxS, h2-CxS, rate-P, and any N for the memory scenarios also works.
 #
@@ -59,6 +72,10 @@
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
 #   ROUNDS=1 SCENARIOS="slowread-800 slowloris-800 slowbody-800 bigdownload-512 idlemem-10k idlews-10k" \
 #       SERVERS="iouring sockets iouring-kestrelpool" benchmarks/run-kestrel.sh          the memory scenarios (~16 min)
+#   SCENARIOS="static-64k static-1m static-16m file-1m" SERVERS="iouring sockets iouring-nofiles" \
+#       benchmarks/run-kestrel.sh                                          static files, hot page cache (~14 min)
+#   COLD_CACHE=1 OUT=/tmp/kestrel-cold SCENARIOS="static-1m static-16m" SERVERS="iouring sockets iouring-nofiles" \
+#       benchmarks/run-kestrel.sh                                          from a dropped page cache (~7 min)
 # Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per warm-up step; steps repeat until the server
 # stops compiling, at most WARMUP_MAX s per server and scenario), SERVERS, SCENARIOS,
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the
@@ -66,11 +83,21 @@
 # on this 2-CPU machine it went ~35% further than wrk pipelined, but one request at a time both stop at the same
 # rate: the kernel's loopback TCP work on the generator's CPU is then the limit; the TLS, HTTP/2 and rate scenarios
 # use wrk and h2load whatever this says), RATE_MAX (req/s: the rate scenarios' 100%, instead of measuring the sockets
-# server), MEMORY_AFTER (s from a memory scenario's client exiting to its "after" sample, default 30), OUT (directory for everything;
+# server), MEMORY_AFTER (s from a memory scenario's client exiting to its "after" sample, default 30),
+# COLD_CACHE=1 (static and file scenarios: sync and write 3 to /proc/sys/vm/drop_caches, from CPU 1, before each
+# round's measured window, so the window starts with the file on disk; needs root and a writable /proc/sys, checked
+# at the start: on this project's machine (root, ext4 on virtio) it works, a 16 MiB file goes from 4096 resident
+# pages to 0 (fincore), and reading it back takes ~12 ms, so "disk" there is fast. It drops the whole machine's
+# clean page cache, not only these files (other processes' files are read again; mapped pages such as the servers'
+# code stay). Only the window's first reads miss: the first response puts the file back in the cache. The rows say
+# "cold" in results.tsv's cache column and results.md's title says "cold cache"), COLD_CACHE_EVERY (s; with
+# COLD_CACHE=1, also evict the scenario's file every that many seconds during the window with
+# posix_fadvise(DONTNEED), that file's pages only, so reads keep missing; default 0: only before the window),
+# OUT (directory for everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs (memory scenarios: also the VmRSS
-# samples and the /_memory reports of each round).
+# samples and the /_memory reports of each round; static and file scenarios: the files, OUT/static).
 set -Eeuo pipefail
 trap 'echo "run-kestrel.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -83,12 +110,15 @@ SCENARIOS=${SCENARIOS:-"plaintext-64 plaintext-256 plaintext-1024 pipelined-256 
 GENERATOR=${GENERATOR:-wrk}
 PORT_BASE=${PORT_BASE:-18280}
 DOCS=${DOCS:-0}
+COLD_CACHE=${COLD_CACHE:-0}
+COLD_CACHE_EVERY=${COLD_CACHE_EVERY:-0}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE="$ROOT/benchmarks/kestrel"
 OUT=${OUT:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP WARMUP_MAX=$WARMUP_MAX SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
+((COLD_CACHE)) && COMMAND="COLD_CACHE=$COLD_CACHE COLD_CACHE_EVERY=$COLD_CACHE_EVERY $COMMAND"
 [[ $GENERATOR == wrk || $GENERATOR == loadgen ]] || { echo "GENERATOR must be wrk or loadgen"; exit 2; }
 
 # ---- processes: everything started in the background is killed on exit, Ctrl-C or failure ----
@@ -156,7 +186,7 @@ source "$HERE/memory.sh"   # the memory scenarios (slowread, slowloris, slowbody
 scenario() {
     local name=$1 kind=${1%%-*} arg=${1#*-}
     S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
-    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0 S_MEMORY=0
+    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0 S_MEMORY=0 S_FILE=""
     if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
         S_CONNS=${BASH_REMATCH[1]}
         [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
@@ -183,6 +213,15 @@ scenario() {
                 1m)  S_PATH="/download?size=1048576" ;;
                 *) echo "unknown scenario $name (download-64k or download-1m)"; exit 2 ;;
             esac ;;
+        static|file)
+            # a file of OUT/static through SendFileAsync: UseStaticFiles at /static/, Results.File at /file/
+            S_C=0 S_CONNS=64
+            case $kind-$arg in
+                static-64k|static-1m|file-1m) S_FILE=f$arg.bin ;;
+                static-16m) S_FILE=f16m.bin S_CONNS=16 ;;
+                *) echo "unknown scenario $name (static-64k, static-1m, static-16m or file-1m)"; exit 2 ;;
+            esac
+            S_PATH="/$kind/$S_FILE" ;;
         upload)
             # POST bodies the sample reads to their end (/upload): bulk receive, 64 connections
             S_C=0 S_CONNS=64
@@ -200,6 +239,31 @@ scenario() {
 for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
 base_url() { echo "$S_SCHEME://127.0.0.1:${PORT[$1]}"; }   # name: the server's URL in this scenario
 
+# The static and file scenarios' files, made once (random bytes: nothing compresses or dedups them); every sample
+# server gets --static-root OUT/static. Synced so that a drop of the page cache (COLD_CACHE) finds them clean.
+STATIC_ROOT="$OUT/static"
+mkdir -p "$STATIC_ROOT"
+if [[ " $SCENARIOS " =~ \ (static|file)- ]]; then
+    for f in 64k:65536 1m:1048576 16m:16777216; do
+        [[ -s $STATIC_ROOT/f${f%%:*}.bin ]] || head -c "${f#*:}" /dev/urandom >"$STATIC_ROOT/f${f%%:*}.bin"
+    done
+    sync
+fi
+export STATIC_ROOT   # probe.py's expected bodies of /static/NAME and /file/NAME
+# COLD_CACHE: check that dropping the page cache works here before the run relies on it.
+drop_page_cache() { sync && taskset -c 1 sh -c 'echo 3 >/proc/sys/vm/drop_caches' 2>/dev/null; }
+if ((COLD_CACHE)); then
+    drop_page_cache || { echo "COLD_CACHE=1: cannot write /proc/sys/vm/drop_caches (needs root and a writable /proc/sys)"; exit 2; }
+    if command -v fincore >/dev/null && [[ -s $STATIC_ROOT/f1m.bin ]]; then
+        cat "$STATIC_ROOT/f1m.bin" >/dev/null; drop_page_cache
+        resident=$(fincore -n -b -o RES "$STATIC_ROOT/f1m.bin" | tr -d ' ')
+        ((resident == 0)) || { echo "COLD_CACHE=1: $resident bytes of a file stayed resident after a drop of the page cache"; exit 2; }
+    fi
+fi
+evict_file() { # path: drops that file's clean pages from the page cache (posix_fadvise DONTNEED)
+    python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"
+}
+
 # A self-signed certificate for the TLS scenarios (the sample takes it with --cert).
 CERT="$OUT/server.pfx:bench"
 if [[ " $SCENARIOS " =~ \ (tls|h2)- ]]; then
@@ -213,11 +277,13 @@ start_server() { # name port tag (names the log)
     local name=$1 port=$2 log="$OUT/server-$3-$1.log" transport=${1%-inline}
     transport=${transport%-base}
     transport=${transport%-nospin}
-    local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2")
+    transport=${transport%-nofiles}
+    local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2" --static-root "$STATIC_ROOT")
     [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
     ((S_H2C)) && args+=(--h2c)
     [[ $name == *-inline ]] && args+=(--inline)
     [[ $name == *-kestrelpool ]] && args+=(--kestrel-pool)
+    [[ $name == *-nofiles ]] && args+=(--no-loop-files)
     # A ring's teardown finishes after its process is gone, and until then an armed multishot accept keeps the
     # previous server's listening socket answering: give it a few seconds before calling the port taken.
     for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.1; done
@@ -225,7 +291,7 @@ start_server() { # name port tag (names the log)
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
     case $name in
-        iouring|iouring-inline|iouring-kestrelpool|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring|iouring-inline|iouring-kestrelpool|iouring-nofiles|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-base) taskset -c 0 "${BASE_SAMPLE:?iouring-base needs BASE_SAMPLE, the KestrelSample binary of another build}" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-nospin|sockets-nospin) DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
@@ -251,13 +317,14 @@ stop_server() { reap "${PID[$1]}"; unset "PID[$1]"; }
 # The servers' order in round $1: each io_uring server next to its Sockets counterpart (iouring with sockets,
 # iouring-inline with sockets-inline), so each round's ratio compares two windows seconds apart, not up to a minute
 # (this VM's speed drifts on that scale); the pairs rotate each round and each pair's order flips, so no server
-# always runs first, last or before its partner.
+# always runs first, last or before its partner. iouring-kestrelpool, iouring-nofiles and iouring-base are units of
+# their own (Sockets has one counterpart, iouring), rotated with the pairs.
 round_order() {
     local round=$1 name partner units=() used=" " i
     shift
     for name in "$@"; do
         [[ $used == *" $name "* ]] && continue
-        case $name in iouring-kestrelpool|iouring-base) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        case $name in iouring-kestrelpool|iouring-nofiles|iouring-base) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
         if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
             if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
             used+="$name $partner "
@@ -303,6 +370,14 @@ cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so f
     echo -n "$((user + nice + system + irq + softirq + steal)) $((irq + softirq)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
     read -r _ user nice system idle iowait irq softirq steal _ < <(grep '^cpu ' /proc/stat)
     echo " $steal $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
+pool_threads() { # pid: the .NET thread pool's worker threads now
+    local t n=0 comm
+    for t in /proc/$1/task/*; do
+        comm=$(<"$t/comm") 2>/dev/null || continue
+        [[ $comm == ".NET TP Worker"* ]] && n=$((n + 1))
+    done
+    echo "$n"
 }
 rss_kib() { sed -n "s/^${2:-VmRSS}:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$1/status"; }   # pid [field, e.g. VmHWM]
 sockets_open() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }   # fds may close mid-listing
@@ -418,6 +493,9 @@ DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ 
     echo "kernel: $(uname -r); .NET $DOTNET_VERSION; $(dpkg -s liburing-dev | sed -n 's/^Version: /liburing /p'); $({ wrk -v 2>&1 || true; } | head -1 | cut -d' ' -f1-2)"
     echo "command: $COMMAND"
     echo "generator: $GENERATOR; open files limit $(ulimit -n)"
+    if ((COLD_CACHE)); then
+        echo "page cache: cold cache (COLD_CACHE=1: the static and file scenarios' rounds start after a drop of the page cache$( ((COLD_CACHE_EVERY > 0)) && echo ", and their file is evicted every $COLD_CACHE_EVERY s during the window"))"
+    fi
     # runtime settings the servers inherit (e.g. DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0): part of what was measured
     env | grep -E '^(DOTNET|COMPlus)_' | grep -vE '^DOTNET_(CLI_|NOLOGO|GENERATE_)' | sort | sed 's/^/environment: /' || true
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -428,7 +506,8 @@ CLK_TCK=$(getconf CLK_TCK)
 TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
     rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches \
-    rss_after_kib rss_hwm_kib sockets_after after_s   # the last four: memory scenarios only
+    rss_after_kib rss_hwm_kib sockets_after after_s \
+    pool_threads cache   # rss_after_kib..after_s: memory scenarios only; pool_threads, cache: load scenarios only
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -459,7 +538,7 @@ load_scenario() {
     local scen=$1 servers=() name i out probe order
     declare -A PROBE
     for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
-    echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN"
+    echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN$( ((COLD_CACHE)) && [[ $S_FILE ]] && echo ", cold cache")"
     i=0
     for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
     local ok=()
@@ -493,18 +572,27 @@ load_scenario() {
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"
-            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1
+            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1 w0 w1 w2 evictor="" cache=hot
+            if ((COLD_CACHE)) && [[ $S_FILE ]]; then   # the window starts with the file on disk
+                drop_page_cache || { echo "  could not drop the page cache"; exit 1; }
+                cache=cold
+                if ((COLD_CACHE_EVERY > 0)); then   # and it goes back there every COLD_CACHE_EVERY s
+                    (taskset -pc 1 "$BASHPID" >/dev/null; while sleep "$COLD_CACHE_EVERY"; do evict_file "$STATIC_ROOT/$S_FILE"; done) &
+                    evictor=$!; LIVE[$evictor]=1
+                fi
+            fi
             a0=$(allocated "$name")
             local th0 th1 i0 i1 x0 x1
-            i0=$(pool_items "$name"); x0=$(ctx_switches "$p")
+            i0=$(pool_items "$name"); x0=$(ctx_switches "$p"); w0=$(pool_threads "$p")
             th0=$(thread_ticks "$p")
             c0=$(cpu_ticks_of_machine); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
             start_generator "$name" "$DURATION" "$out"
             sleep "$(echo "$DURATION / 2" | bc -l)"
-            rss=$(rss_kib "$p")   # in the middle of the window, every connection open
+            rss=$(rss_kib "$p"); w1=$(pool_threads "$p")   # in the middle of the window, every connection open
             finish_generator
             s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
-            th1=$(thread_ticks "$p")
+            [[ $evictor ]] && reap "$evictor"
+            th1=$(thread_ticks "$p"); w2=$(pool_threads "$p")
             x1=$(ctx_switches "$p"); i1=$(pool_items "$name")
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
@@ -512,7 +600,7 @@ load_scenario() {
                 "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
                 "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)" \
                 "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')" \
-                "$i0/$i1" "$x0/$x1"
+                "$i0/$i1" "$x0/$x1" - - - - "$w0/$w1/$w2" "$cache"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
                 "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
                 "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"

@@ -5,11 +5,13 @@
 
 Sends DEPTH requests for PATH in one write (as the generator does), reads DEPTH responses and checks each: status
 200, a Content-Length or chunked body equal to the expected one (/plaintext, /json, /download?size=N; /upload?size=N
-is a POST of N bytes to /upload, answered with N), and with
+is a POST of N bytes to /upload, answered with N; /static/NAME and /file/NAME: the file NAME of the directory in the
+environment variable STATIC_ROOT, the sample's --static-root), and with
 "close" a Connection: close header followed by the server closing the connection. Prints "ok BYTES" (bytes per
 response, headers included, which the report compares with the generator's bytes read per request) or "error ..."
 with exit code 1. "s" speaks TLS (the certificate is not checked: the harness made it).
 """
+import os
 import re
 import socket
 import ssl
@@ -24,6 +26,13 @@ def expected_body(path):
     m = re.fullmatch(r"/upload\?size=(\d+)", path)
     if m:
         return m.group(1).encode()
+    m = re.fullmatch(r"/(?:static|file)/([^/]+)", path)
+    if m:
+        root = os.environ.get("STATIC_ROOT")
+        if not root:
+            raise SystemExit(f"error: {path} needs STATIC_ROOT, the directory the server serves")
+        with open(os.path.join(root, m.group(1)), "rb") as f:
+            return f.read()
     m = re.fullmatch(r"/download\?size=(\d+)", path)
     if m:
         chunk = bytes(ord("a") + i % 26 for i in range(64 * 1024))  # the sample's Download.Chunk, repeated
@@ -34,7 +43,7 @@ def expected_body(path):
 
 class Reader:
     def __init__(self, sock):
-        self.sock, self.buf = sock, b""
+        self.sock, self.buf = sock, bytearray()  # appended in place: a 16 MiB body comes in hundreds of pieces
 
     def fill(self):
         data = self.sock.recv(1 << 20)
@@ -45,13 +54,16 @@ class Reader:
     def until(self, marker):
         while marker not in self.buf:
             self.fill()
-        head, self.buf = self.buf.split(marker, 1)
+        end = self.buf.index(marker)
+        head = bytes(self.buf[:end])
+        del self.buf[:end + len(marker)]
         return head
 
     def exactly(self, n):
         while len(self.buf) < n:
             self.fill()
-        data, self.buf = self.buf[:n], self.buf[n:]
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
         return data
 
 

@@ -22,6 +22,8 @@ SCENARIO_TEXT = {
     "pipelined": "GET /plaintext, 16 requests per write (TechEmpower plaintext)",
     "json": "GET /json",
     "download": "GET /download?size=N, 64 connections",
+    "static": "GET /static/fN.bin: UseStaticFiles over an N-byte file of random bytes (SendFileAsync), 64 connections, 16 for 16m",
+    "file": "GET /file/fN.bin: Results.File over an N-byte file of random bytes (SendFileAsync), 64 connections",
     "upload": "POST /upload with an N-byte body the app reads to its end, 64 connections",
     "churn": "GET /plaintext with `Connection: close`: one connection per request",
     "churnidle": "churn with 64 connections while N idle keep-alive connections stay open on the server",
@@ -264,6 +266,12 @@ def main():
                 pair = (row.get(column) or "").split("/")
                 d[key] = ((number(pair[1]) - number(pair[0])) / requests
                           if len(pair) == 2 and requests else NAN)
+            # the thread pool's workers at the window's start, middle and end ("-" from older runs), and whether the
+            # window started from a dropped page cache (COLD_CACHE=1)
+            threads = (row.get("pool_threads") or "").split("/")
+            d["pool_threads"] = max(number(t) for t in threads[1:]) if len(threads) == 3 else NAN
+            d["pool_threads_added"] = d["pool_threads"] - number(threads[0]) if len(threads) == 3 else NAN
+            d["cache"] = row.get("cache") or ""
             d["cpu0_other"] = max(0.0, number(row["cpu0_busy"]) - d["util"])
             d["cpu0_softirq"] = number(row["cpu0_softirq"])
             d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
@@ -273,7 +281,7 @@ def main():
         rounds.append(d)
 
     columns = ["scenario", "round", "server", "generator", "connections", "depth", "path", "target_rate", "requests", "rps", "per_cpu",
-               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "pool_items", "ctxsw", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
+               "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "pool_items", "pool_threads", "pool_threads_added", "cache", "ctxsw", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s",
                # memory scenarios: connections at the peak and sockets still open after (server sockets above those before)
                "conns_peak", "sockets_after", "after_s"] + MEMORY_MIB + ["zc_sends", "zc_copied", "out"]
@@ -314,17 +322,19 @@ def main():
     rated = [s for s in scenarios if s.startswith("rate-")]
     idle = [s for s in scenarios if s.startswith("idle-")]
     medians = []
+    cold = any(d.get("cache") == "cold" for d in rounds)
     if load:
-        table_start("Under load", ["scenario", "server", "req/s", "req per server CPU-s", "vs sockets", "per round", "p50 ms", "p99 ms",
-                    "p99 vs sockets", "server CPU", "CPU 0 other", "generator-bound", "pool items/req", "alloc B/req",
-                    "RSS MiB", "bytes/resp", "errors", "server fail logs"])
+        table_start("Under load" + (" (cold cache: the static and file scenarios' rounds started from a dropped page cache)" if cold else ""),
+                    ["scenario", "server", "req/s", "req per server CPU-s", "vs sockets", "per round", "p50 ms", "p99 ms",
+                    "p99 vs sockets", "server CPU", "CPU 0 other", "generator-bound", "pool items/req", "pool threads (added)",
+                    "alloc B/req", "RSS MiB", "bytes/resp", "errors", "server fail logs"])
         for scen in load:
             base = by.get((scen, "sockets"))
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
                     note = f"wrong response: {failed[(scen, s)]}" if (scen, s) in failed else "—"
-                    print(f"| {scen} | {s} | {note} |" + " — |" * 15)
+                    print(f"| {scen} | {s} | {note} |" + " — |" * 16)
                     continue
                 per_cpu, p99 = med("per_cpu", xs), med("p99", xs)
                 vs = per_cpu / med("per_cpu", base) if base else NAN
@@ -332,9 +342,12 @@ def main():
                 bound = sum(x["bound"] for x in xs)
                 spread = per_round(xs, base, "per_cpu", s)
                 sizes = "" if all(x["size_ok"] for x in xs) else " (size mismatch!)"
-                print(f"| {scen} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
+                threads = med("pool_threads", xs)
+                threads = "—" if threads != threads else f"{threads:.0f} (+{med('pool_threads_added', xs):.0f})"
+                label = f"{scen} (cold cache)" if any(x["cache"] == "cold" for x in xs) else scen
+                print(f"| {label} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
-                      f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('pool_items', xs), '.2f')} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
+                      f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('pool_items', xs), '.2f')} | {threads} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
                       f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
                 medians.append((scen, s, per_cpu, bound, len(xs)))
         print()
@@ -351,7 +364,11 @@ def main():
         print("**generator-bound**: rounds where the server stayed under 90% of one CPU (the generator, or the machine's")
         print("other load, was the limit, so req/s understates the server). **pool items/req**: thread-pool work items")
         print("completed in the window (`ThreadPool.CompletedWorkItemCount`, the sample's `--stats` endpoint) / requests: the")
-        print("hops to and from the thread pool (results.tsv also has context switches per request). **alloc B/req**: difference of")
+        print("hops to and from the thread pool (results.tsv also has context switches per request). **pool threads (added)**: the")
+        print("thread pool's worker threads (`.NET TP Worker` in `/proc/PID/task/*/comm`) in the middle or at the end of the window,")
+        print("whichever is more, and how many more than at its start (threads blocked in file reads make the pool add")
+        print("threads). **cold cache**: with `COLD_CACHE=1` the static and file scenarios' windows start after a drop of the")
+        print("page cache (`/proc/sys/vm/drop_caches`), so their first reads come from disk. **alloc B/req**: difference of")
         print("`GC.GetTotalAllocatedBytes(precise: true)` (the sample's `--stats` endpoint) across the window / requests.")
         print("**RSS**: VmRSS in the middle of the window. **bytes/resp**: generator bytes read / requests, checked against")
         print("the probe's response size. **errors**: the generator's socket errors + non-2xx responses, all rounds.")
@@ -420,7 +437,9 @@ def main():
     print("Servers: **iouring** = `samples/KestrelSample --transport iouring` (`UseIoUring()`), **sockets** = Kestrel's")
     print("Sockets transport, **-inline** = `UnsafePreferInlineScheduling` on that transport (for Sockets also")
     print("`DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1`, as TechEmpower runs it), **-nospin** = that transport with")
-    print("`DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0` (idle thread-pool workers do not spin), **c** = `benchmarks/c/plaintext_server`")
+    print("`DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0` (idle thread-pool workers do not spin), **iouring-nofiles** = io_uring with")
+    print("`--no-loop-files` (`ReadFilesOnLoops = false`: SendFileAsync is Kestrel's own copy on the thread pool; measured on its")
+    print("own, its ratios against the `sockets` rounds), **c** = `benchmarks/c/plaintext_server`")
     print("(liburing, one thread, canned responses; plaintext, json and idle only).")
     print()
     if load:

@@ -193,6 +193,76 @@ public sealed class FileReadTests : IDisposable
         }
     }
 
+    // Review: ValueTask<int>.Result on an IValueTaskSource calls GetResult directly. FileRead.GetResult resets the
+    // source and pools it in a finally, also when GetResult throws (not completed yet, or a token already taken).
+    [Fact]
+    public async Task Result_of_a_pending_read_does_not_hand_its_source_to_the_next_read()
+    {
+        using var loop = new EventLoop();
+        (SafeFileHandle r1, SafeFileHandle w1) = Pipe();
+        (SafeFileHandle r2, SafeFileHandle w2) = Pipe();
+        using (r1) using (w1) using (r2) using (w2)
+        {
+            var buffer1 = new byte[64];
+            var buffer2 = new byte[64];
+            ValueTask<int> first = loop.ReadAsync(r1, buffer1, 0);
+            await Task.Delay(50);
+            Assert.ThrowsAny<InvalidOperationException>(() => first.Result); // misuse: not completed yet
+            ValueTask<int> second = loop.ReadAsync(r2, buffer2, 0);
+            await Task.Delay(50);
+            WriteTo(w1, "hello"u8);
+            await Task.Delay(200);
+            // Nothing was written to the second read's pipe: it must still wait (its buffer pinned, its file held).
+            Assert.False(second.IsCompleted, "the second read completed with the first read's bytes");
+            WriteTo(w2, "x"u8);
+        }
+    }
+
+    [Fact]
+    public async Task A_result_taken_twice_does_not_pool_the_source_twice()
+    {
+        using var loop = new EventLoop();
+        using SafeFileHandle file = File.OpenHandle(_path);
+        ValueTask<int> done = loop.ReadAsync(file, new byte[16], 0);
+        Assert.Equal(16, await done);
+        Assert.ThrowsAny<InvalidOperationException>(() => done.Result); // misuse: the result was taken
+        (SafeFileHandle r1, SafeFileHandle w1) = Pipe();
+        (SafeFileHandle r2, SafeFileHandle w2) = Pipe();
+        using (r1) using (w1) using (r2) using (w2)
+        {
+            ValueTask<int> first = loop.ReadAsync(r1, new byte[64], 0);
+            await Task.Delay(50);
+            ValueTask<int> second = loop.ReadAsync(r2, new byte[64], 0);
+            await Task.Delay(50);
+            WriteTo(w1, "hello"u8);
+            await Task.Delay(200);
+            Assert.False(second.IsCompleted, "two reads in flight share one pooled source");
+            WriteTo(w2, "x"u8);
+        }
+    }
+
+    [Fact]
+    public async Task A_first_read_that_reaches_a_stopping_loop_leaves_no_owner_behind()
+    {
+        var loop = new EventLoop();
+        using var hold = new ManualResetEventSlim();
+        loop.Schedule(_ => hold.Wait(), null); // the loop thread waits here
+        Task stopped = loop.StopAsync();        // BeginStop is queued after it
+        using SafeFileHandle file = File.OpenHandle(_path);
+        ValueTask<int> read = loop.ReadAsync(file, new byte[16], 0); // the submit is queued after the stop
+        hold.Set();
+        await Assert.ThrowsAsync<ObjectDisposedException>(async () => await read);
+        await stopped;
+        Assert.Equal(0, loop.LiveOwners); // FileReads made during the stop subscribed to Stopping too late
+    }
+
+    private static void WriteTo(SafeFileHandle pipe, ReadOnlySpan<byte> bytes)
+    {
+        using var writer = new FileStream(new SafeFileHandle(pipe.DangerousGetHandle(), ownsHandle: false),
+            FileAccess.Write, bufferSize: 0);
+        writer.Write(bytes);
+    }
+
     private static unsafe (SafeFileHandle Read, SafeFileHandle Write) Pipe()
     {
         int* fds = stackalloc int[2];

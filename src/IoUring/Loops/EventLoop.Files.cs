@@ -10,7 +10,7 @@ public sealed partial class EventLoop
     private const int MaxPooledFileReads = 256;
 
     private static readonly Action<object?> s_submitFileRead
-        = static s => { var read = (FileRead)s!; read.Loop.FileReadsOnLoop().Submit(read); };
+        = static s => { var read = (FileRead)s!; read.Loop.SubmitFileRead(read); };
 
     private readonly ConcurrentQueue<FileRead> _fileReadPool = new();
     private int _pooledFileReads;
@@ -33,6 +33,9 @@ public sealed partial class EventLoop
     /// <para>On Linux a read of a regular file from the page cache completes when it is submitted; one that needs the
     /// disk is waited for by the kernel (its asynchronous buffered reads, or an io-wq worker), not by a .NET
     /// thread.</para>
+    /// <para>The loop's stop cancels the reads in flight (they fail with <see cref="ObjectDisposedException"/>). A read
+    /// the kernel cannot cancel that outlives the stop's deadline (10 s; a hung network file system) never completes:
+    /// its buffer stays pinned and its file referenced, as the kernel may still write.</para>
     /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="file"/> is null.</exception>
     /// <exception cref="ArgumentException"><paramref name="file"/> is invalid.</exception>
@@ -74,7 +77,7 @@ public sealed partial class EventLoop
         short version = read.Version;
         if (IsOnLoopThread)
         {
-            FileReadsOnLoop().Submit(read);
+            SubmitFileRead(read);
         }
         else
         {
@@ -111,9 +114,9 @@ public sealed partial class EventLoop
             Post(static s =>
             {
                 var (read, version) = ((FileRead, short))s!;
-                if (read.Loop.IsOnLoopThread)
+                if (read.Loop.IsOnLoopThread && !read.Loop._stopping)
                 {
-                    read.Loop.FileReadsOnLoop().Cancel(read, version);
+                    read.Loop.FileReadsOnLoop().Cancel(read, version); // stopping: the stop cancels it
                 }
             }, (read, version));
         }
@@ -123,5 +126,19 @@ public sealed partial class EventLoop
         }
     }
 
+    /// <summary>Wherever a posted read runs: on the loop before its stop it is submitted, else it fails as
+    /// disposed.</summary>
+    private void SubmitFileRead(FileRead read)
+    {
+        if (!IsOnLoopThread || _stopping)
+        {
+            read.Complete(0, FileReads.Stopped());
+            return;
+        }
+        FileReadsOnLoop().Submit(read);
+    }
+
+    /// <summary>Loop thread, before the stop: made then, it is released by the stop (it listens to
+    /// <see cref="Stopping"/>).</summary>
     private FileReads FileReadsOnLoop() => _fileReads ??= new FileReads(this);
 }

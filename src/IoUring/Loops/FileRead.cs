@@ -11,8 +11,9 @@ namespace IoUring.Loops;
 /// </summary>
 /// <remarks>
 /// <para>Set up on the caller's thread before it is posted, then the loop's until the result is set; the caller gets
-/// it back in <see cref="GetResult"/> and returns it to the pool there. A cancel posted by the token carries
-/// <see cref="Version"/>: one that arrives after the read was reused finds another version and does nothing.</para>
+/// it back in <see cref="GetResult"/> and returns it to the pool there, unless the token's callback ran: a cancel it
+/// posted may still be on its way, so that read is left to the GC rather than reused (the version a cancel carries
+/// guards the rest: a read reset since has another).</para>
 /// <para>The buffer stays pinned and the file referenced (its fd number cannot be reused) until the read's final
 /// completion, also when the token or the loop's stop cancelled it.</para>
 /// </remarks>
@@ -23,6 +24,10 @@ internal sealed class FileRead : IValueTaskSource<int>
     private SafeFileHandle? _file;
     private MemoryHandle _pin;
     private CancellationTokenRegistration _registration;
+    private bool _registered;
+    // The token's callback ran, or runs now: a cancel it posted may still reach the loop and find this object, so it
+    // is not reused (a reused one would take that cancel as its own).
+    private bool _cancelMayArrive;
 
     public FileRead(EventLoop loop) => Loop = loop;
 
@@ -54,7 +59,8 @@ internal sealed class FileRead : IValueTaskSource<int>
         Offset = offset;
         Token = token;
         CancelRequested = false;
-        if (token.CanBeCanceled)
+        _registered = token.CanBeCanceled;
+        if (_registered)
         {
             _registration = token.UnsafeRegister(static (s, _) =>
             {
@@ -71,8 +77,10 @@ internal sealed class FileRead : IValueTaskSource<int>
     /// kernel. Unpins, releases the file, completes the awaiter.</summary>
     public void Complete(int bytes, Exception? error)
     {
-        _registration.Unregister(); // not Dispose: that would wait here for a callback running on another thread
+        // Not Dispose: that would wait here for a callback running on another thread. False: it ran or runs.
+        _cancelMayArrive = _registered && !_registration.Unregister();
         _registration = default;
+        _registered = false;
         _pin.Dispose();
         _pin = default;
         Buffer = default;
@@ -91,6 +99,12 @@ internal sealed class FileRead : IValueTaskSource<int>
 
     public int GetResult(short token)
     {
+        // A stale token throws here, and so does a read not completed (ValueTask.Result on a pending read): before
+        // anything is reset, so a read in the kernel is never handed to the next caller.
+        if (_source.GetStatus(token) == ValueTaskSourceStatus.Pending)
+        {
+            throw new InvalidOperationException("The file read has not completed: await it before taking its result.");
+        }
         try
         {
             return _source.GetResult(token);
@@ -98,8 +112,11 @@ internal sealed class FileRead : IValueTaskSource<int>
         finally
         {
             Token = default;
-            _source.Reset();
-            Loop.ReturnFileRead(this);
+            if (!_cancelMayArrive)
+            {
+                _source.Reset();
+                Loop.ReturnFileRead(this);
+            }
         }
     }
 

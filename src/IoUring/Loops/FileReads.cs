@@ -123,7 +123,7 @@ internal sealed unsafe class FileReads : RingOwner
             $"{IoUringException.ErrnoName(errno)} ({Marshal.GetPInvokeErrorMessage(errno)}).", -errno),
     };
 
-    private static ObjectDisposedException Stopped()
+    internal static ObjectDisposedException Stopped()
         => new(nameof(EventLoop), "The event loop stopped before the file read completed.");
 
     private int RentSlot(FileRead read)

@@ -97,6 +97,17 @@ public sealed class StaticFileTests(ITestOutputHelper output) : IDisposable
     [Theory]
     [InlineData(TransportKind.Sockets)]
     [InlineData(TransportKind.IoUring)]
+    public async Task SendFileAsync_without_a_count_sends_to_the_end_even_where_the_size_says_zero(TransportKind kind)
+    {
+        Assert.Equal(0, new FileInfo("/proc/version").Length);
+        await using TestServer server = await StartAsync(kind, "http1");
+        using HttpClient client = server.CreateClient();
+        Assert.Equal(File.ReadAllText("/proc/version"), await client.GetStringAsync("proc-version"));
+    }
+
+    [Theory]
+    [InlineData(TransportKind.Sockets)]
+    [InlineData(TransportKind.IoUring)]
     public async Task Ranges_single_suffix_and_past_the_end_answer_as_kestrel_does(TransportKind kind)
     {
         const int Size = 200_000;
@@ -272,6 +283,7 @@ public sealed class StaticFileTests(ITestOutputHelper output) : IDisposable
             });
             app.MapGet("/file/{name}", (string name) => Results.File(Path.Combine(_root, name),
                 "application/octet-stream", enableRangeProcessing: true));
+            app.MapGet("/proc-version", (HttpContext context) => context.Response.SendFileAsync("/proc/version", 0, null));
             // No Content-Length: HTTP/1.1 answers chunked.
             app.MapGet("/sendfile/{name}", (HttpContext context, string name, long? offset, long? count)
                 => context.Response.SendFileAsync(Path.Combine(_root, name), offset ?? 0, count));

@@ -60,8 +60,10 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
         }
         cancellationToken.ThrowIfCancellationRequested();
 
+        // Without a count the file is sent to its end as it is then (Kestrel's copy does the same): a file that grew
+        // meanwhile goes whole, and one whose size says 0 (/proc, /sys) still sends what it holds.
         PipeWriter writer = inner.Writer;
-        long remaining = count ?? length - offset;
+        long remaining = count ?? long.MaxValue;
         while (remaining > 0)
         {
             Memory<byte> memory = writer.GetMemory((int)Math.Min(remaining, ChunkSize));
@@ -72,6 +74,10 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
             int read = await loop.ReadAsync(file, memory, offset, cancellationToken).ConfigureAwait(false);
             if (read == 0)
             {
+                if (count is null)
+                {
+                    return;
+                }
                 throw new IOException(
                     $"'{path}' ended at byte {offset}, {remaining} bytes short of the range being sent: it was " +
                     "truncated while being sent.");

@@ -360,6 +360,7 @@ static void constants(void)
 	/* opcodes (enum io_uring_op) */
 	CONST(IORING_OP_NOP);
 	CONST(IORING_OP_READV);
+	CONST(IORING_OP_READ_FIXED);
 	CONST(IORING_OP_WRITEV);
 	CONST(IORING_OP_POLL_ADD);
 	CONST(IORING_OP_POLL_REMOVE);

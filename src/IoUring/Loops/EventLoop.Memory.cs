@@ -22,6 +22,34 @@ public sealed unsafe partial class EventLoop
     /// <summary>The pool, if anything used it yet (null otherwise): tests and metrics read its counts.</summary>
     internal PinnedBlockMemoryPool? MemoryPoolIfCreated => Volatile.Read(ref _memoryPool);
 
+    /// <summary>Bytes per block of <see cref="LargeBlockPool"/>.</summary>
+    internal const int LargeBlockSize = 64 * 1024;
+
+    private PinnedBlockMemoryPool? _largeBlockPool;
+
+    /// <summary>
+    /// Blocks of <see cref="LargeBlockSize"/> for a connection's writes that ask for more than
+    /// <see cref="MemoryPool"/>'s blocks hold (Kestrel's SendFileAsync on the loop reads 64 KiB at a time): pinned,
+    /// trimmed when idle as the main pool is, not registered. Without it such writes rented ArrayPool arrays, and 64
+    /// connections sending files outran ArrayPool's per-core store: every response allocated (and zeroed) new arrays.
+    /// </summary>
+    internal PinnedBlockMemoryPool LargeBlockPool => Volatile.Read(ref _largeBlockPool) ?? CreateLargeBlockPool();
+
+    private PinnedBlockMemoryPool CreateLargeBlockPool()
+    {
+        var pool = new PinnedBlockMemoryPool(registrar: null,
+            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: LargeBlockSize)
+        {
+            OwnedByLoop = true,
+        };
+        if (Interlocked.CompareExchange(ref _largeBlockPool, pool, null) is { } existing)
+        {
+            pool.Shutdown();
+            return existing;
+        }
+        return pool;
+    }
+
     /// <summary>The ring's registered-buffer table (null before start).</summary>
     internal RegisteredBufferTable? BufferTable => _bufferTable;
 

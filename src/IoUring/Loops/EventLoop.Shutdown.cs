@@ -171,6 +171,7 @@ public sealed unsafe partial class EventLoop
         // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
         // pool's blocks stay valid GC memory for whoever still holds one.
         _memoryPool?.Shutdown();
+        _largeBlockPool?.Shutdown();
         _bufferTable = null; // the ring's table goes with it (counters report nothing registered)
         _ring.Dispose();
     }

@@ -112,7 +112,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
-        MemoryPoolRentedBytes = _memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0,
+        MemoryPoolRentedBytes = (_memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0)
+            + (_largeBlockPool is { } large ? (long)large.RentedBlocks * large.BlockBytes : 0),
         RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
         Wakeups = Interlocked.Read(ref _wakeups),

@@ -2,6 +2,9 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.InteropServices;
+using IoUring.Buffers;
+using IoUring.Loops;
 using IoUring.Net;
 using IoUring.Tests.Support;
 using static IoUring.Tests.Support.TestBytes;
@@ -404,6 +407,34 @@ public sealed class OutputTests : IAsyncLifetime
             cancellation.Cancel();
             await Assert.ThrowsAnyAsync<OperationCanceledException>(() => flushed.WaitAsync(TimeSpan.FromSeconds(5)));
             await Assert.ThrowsAnyAsync<OperationCanceledException>(() => second.AsTask().WaitAsync(TimeSpan.FromSeconds(5)));
+        }
+    }
+
+    [Fact]
+    public async Task A_write_larger_than_a_block_gets_a_pinned_large_block_of_the_loop_given_back_once_sent()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        await using (server)
+        {
+            // Kestrel's SendFileAsync on the loop asks for 64 KiB: an ArrayPool array before, which 64 connections
+            // sending files outran (each response allocated new arrays); now a block of the loop's large pool.
+            Memory<byte> memory = server.Output.GetMemory(40_000);
+            Assert.True(MemoryMarshal.TryGetMemoryManager<byte, PinnedBlockMemoryPool.Block>(memory, out PinnedBlockMemoryPool.Block? block));
+            Assert.Same(server.Loop.LargeBlockPool, block!.Region.Pool);
+            Assert.Equal(EventLoop.LargeBlockSize, memory.Length);
+            byte[] sent = Pattern(memory.Length, seed: 7);
+            sent.CopyTo(memory);
+            server.Output.Advance(sent.Length);
+            await server.Output.FlushAsync();
+            var received = new byte[sent.Length];
+            int total = 0;
+            while (total < sent.Length)
+            {
+                total += await client.ReceiveAsync(received.AsMemory(total));
+            }
+            Assert.Equal(sent, received);
+            await Eventually.WaitForAsync(() => server.Loop.LargeBlockPool.RentedBlocks == 0);
         }
     }
 

@@ -10,7 +10,7 @@ internal sealed partial class ConnectionOutput
     public sealed class Segment
     {
         private IMemoryOwner<byte>? _owner; // a pool's block
-        private byte[]? _array;             // or, for a write larger than the pool's blocks, an ArrayPool array
+        private byte[]? _array;             // or, for a write larger than any pooled block, an ArrayPool array
 
         /// <summary>The memory is a caller's (a borrowed write): never written to, given back to no pool.</summary>
         public bool IsBorrowed { get; private set; }
@@ -28,11 +28,18 @@ internal sealed partial class ConnectionOutput
 
         public Segment? Next { get; set; }
 
-        public void Rent(MemoryPool<byte> pool, int minimumSize, long runningIndex)
+        /// <summary>A block of <paramref name="pool"/>, or where it is too small of <paramref name="largePool"/> (when
+        /// given), else an ArrayPool array.</summary>
+        public void Rent(MemoryPool<byte> pool, int minimumSize, long runningIndex, MemoryPool<byte>? largePool = null)
         {
             if (minimumSize <= pool.MaxBufferSize)
             {
                 _owner = pool.Rent(minimumSize);
+                Memory = _owner.Memory;
+            }
+            else if (largePool is not null && minimumSize <= largePool.MaxBufferSize)
+            {
+                _owner = largePool.Rent(minimumSize);
                 Memory = _owner.Memory;
             }
             else

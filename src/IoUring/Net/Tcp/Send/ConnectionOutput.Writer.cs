@@ -182,8 +182,10 @@ internal sealed partial class ConnectionOutput
             if (tail is null || tail.Memory.Length - tail.Written < needed)
             {
                 Segment segment = _segments.Rent();
-                segment.Rent(_pool, Math.Max(needed, _minimumSegment),
-                    runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written);
+                int size = Math.Max(needed, _minimumSegment);
+                bool large = size > _pool.MaxBufferSize && size <= Loops.EventLoop.LargeBlockSize;
+                segment.Rent(_pool, size, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written,
+                    largePool: large ? _loop.LargeBlockPool : null);
                 if (tail is null)
                 {
                     _head = segment;

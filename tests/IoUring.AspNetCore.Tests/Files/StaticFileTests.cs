@@ -16,8 +16,8 @@ using Xunit.Abstractions;
 namespace IoUring.AspNetCore.Tests.Files;
 
 /// <summary>
-/// Files served through StaticFileMiddleware and Results.File (Kestrel's SendFileAsync): with UseIoUring() the file is
-/// read on the connection's loop (the loops' file-read counters show every byte), and what the client gets is exactly
+/// Files served through StaticFileMiddleware and Results.File (Kestrel's SendFileAsync): with UseIoUring() a file
+/// larger than one 64 KiB read is read on the connection's loop (the loops' file-read counters show every byte), and what the client gets is exactly
 /// what Kestrel's Sockets transport sends: sizes around the chunk and block edges, HTTP/1.1, h2c and TLS h2, ranges, a
 /// file truncated or deleted while it is sent, a client that aborts or stops reading, 200 downloads at once, and the
 /// option switched off. After each, no fd of the test's files is left open.
@@ -51,7 +51,9 @@ public sealed class StaticFileTests(ITestOutputHelper output) : IDisposable
     {
         var files = s_sizes.Select(size => (Name: $"f{size}.bin", Hash: WriteFile($"f{size}.bin", size))).ToList();
         files.Add(($"large.bin", WriteFile("large.bin", LargeSize)));
-        long total = 2 * (s_sizes.Sum(s => (long)s) + LargeSize);
+        // Ranges of one read (64 KiB) or less go through Kestrel's own copy (measured cheaper): the rest is read on
+        // the loops.
+        long total = 2 * (s_sizes.Where(s => s > Chunk).Sum(s => (long)s) + LargeSize);
 
         await using TestServer server = await StartAsync(kind, protocol);
         EventLoopCounters before = Totals(server);

@@ -44,8 +44,21 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
     /// <exception cref="ArgumentOutOfRangeException">The range is not inside the file.</exception>
     /// <exception cref="IOException">The file ended early (truncated while being sent), or a read failed.</exception>
     /// <exception cref="OperationCanceledException">The token was cancelled.</exception>
-    public async Task SendFileAsync(string path, long offset, long? count,
+    public Task SendFileAsync(string path, long offset, long? count,
         CancellationToken cancellationToken = default)
+    {
+        if (count <= ChunkSize)
+        {
+            // One read's worth: Kestrel's copy costs less CPU here (static-64k: 1.44x Sockets against 1.38x through
+            // the loop, 1.40x against 1.28x from a cold cache; docs/benchmarks.md, "Files"). Decided before opening
+            // the file: opening it twice cost more still (1.29x). Without a count the file's length decides, below
+            // (an empty one, as /proc's say they are, is read to its end on the loop).
+            return inner.SendFileAsync(path, offset, count, cancellationToken);
+        }
+        return SendOnLoopAsync(path, offset, count, cancellationToken);
+    }
+
+    private async Task SendOnLoopAsync(string path, long offset, long? count, CancellationToken cancellationToken)
     {
         using SafeFileHandle file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite,
             FileOptions.SequentialScan);
@@ -60,11 +73,8 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
                 $"'{path}' is {length} bytes: at most {length - offset} from offset {offset}.");
         }
         cancellationToken.ThrowIfCancellationRequested();
-        if ((count ?? length - offset) <= ChunkSize && length > 0)
+        if (count is null && length - offset <= ChunkSize && length > 0)
         {
-            // One read's worth: Kestrel's copy costs less CPU here (static-64k: 1.44x Sockets against 1.38x through
-            // the loop, 1.40x against 1.28x from a cold cache; docs/benchmarks.md, "Files"). An empty file (/proc's
-            // say 0) is read to its end below.
             file.Dispose();
             await inner.SendFileAsync(path, offset, count, cancellationToken).ConfigureAwait(false);
             return;

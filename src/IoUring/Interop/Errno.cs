@@ -11,6 +11,8 @@ public static class Errno
     public const int ENOENT = 2;
     /// <summary>Interrupted system call.</summary>
     public const int EINTR = 4;
+    /// <summary>I/O error (UDP: the route's device cannot segment a UDP_SEGMENT send).</summary>
+    public const int EIO = 5;
     /// <summary>Bad file descriptor.</summary>
     public const int EBADF = 9;
     /// <summary>Try again.</summary>

@@ -17,6 +17,8 @@ internal static unsafe partial class Libc
     public const uint MSG_TRUNC = 0x20;
     public const int MSG_DONTWAIT = 0x40;
     public const int SHUT_WR = 1;
+    public const int SOL_UDP = 17;
+    public const int UDP_SEGMENT = 103; // a send's segment size (GSO): a u16 cmsg at level SOL_UDP
 
     [StructLayout(LayoutKind.Sequential)]
     public struct linger
@@ -36,6 +38,15 @@ internal static unsafe partial class Libc
         public void* msg_control;
         public nuint msg_controllen;
         public int msg_flags;
+    }
+
+    /// <summary>struct cmsghdr (16 bytes on 64-bit Linux); its data follows, aligned to 8 bytes.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct cmsghdr
+    {
+        public nuint cmsg_len;
+        public int cmsg_level;
+        public int cmsg_type;
     }
 
     [LibraryImport(LibcName, SetLastError = true)]

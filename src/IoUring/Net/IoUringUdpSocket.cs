@@ -208,6 +208,65 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
         => _sender.SendAsync(buffer, null, cancellationToken);
 
+    /// <summary>The most datagrams one segmented send makes: the kernel's UDP_MAX_SEGMENTS (64; newer kernels take
+    /// more, older ones refuse more).</summary>
+    public const int MaxSegments = 64;
+
+    /// <summary>
+    /// Sends <paramref name="buffer"/> to <paramref name="remoteAddress"/> as datagrams of
+    /// <paramref name="segmentSize"/> bytes each, the last one shorter if the length is not a multiple: with one
+    /// SENDMSG
+    /// carrying UDP_SEGMENT, which the kernel (or the network card) cuts into the datagrams (segmentation offload,
+    /// GSO).
+    /// Each arrives as a datagram of its own. The bytes are copied, as with
+    /// <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>.
+    /// </summary>
+    /// <remarks>
+    /// Where the kernel refuses to segment (EIO: a device that cannot, remembered for the socket; EINVAL: e.g. a
+    /// segment
+    /// larger than the route's MTU allows, or UDP checksums switched off) the same bytes go one datagram per SENDMSG:
+    /// the peer receives the same datagrams either way. <see cref="SegmentOffloads"/> counts the sends segmented by the
+    /// kernel.
+    /// </remarks>
+    /// <returns>The bytes sent: <paramref name="buffer"/>'s length.</returns>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to
+    /// <see cref="IoUringUdpOptions.LargestDatagram"/>, or the buffer makes more than <see cref="MaxSegments"/>
+    /// datagrams.</exception>
+    /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
+    public ValueTask<int> SendSegmentsToAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
+        SocketAddress remoteAddress, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(remoteAddress);
+        CheckSegments(buffer.Length, segmentSize);
+        return _sender.SendAsync(buffer, remoteAddress, cancellationToken, segmentSize);
+    }
+
+    /// <summary>As <see cref="SendSegmentsToAsync"/>, to the connected peer (see <see cref="Connect"/>).</summary>
+    /// <inheritdoc cref="SendSegmentsToAsync" path="/exception"/>
+    public ValueTask<int> SendSegmentsAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
+        CancellationToken cancellationToken = default)
+    {
+        CheckSegments(buffer.Length, segmentSize);
+        return _sender.SendAsync(buffer, null, cancellationToken, segmentSize);
+    }
+
+    /// <summary>Segmented sends the kernel took with UDP_SEGMENT: one SENDMSG for all their datagrams (the rest went
+    /// one datagram at a time; see <see cref="SendSegmentsToAsync"/>).</summary>
+    public long SegmentOffloads => _sender.SegmentOffloads;
+
+    private static void CheckSegments(int length, int segmentSize)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(segmentSize, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(segmentSize, IoUringUdpOptions.LargestDatagram);
+        int segments = (length + segmentSize - 1) / segmentSize;
+        if (segments > MaxSegments)
+        {
+            throw new ArgumentOutOfRangeException(nameof(segmentSize), segmentSize,
+                $"{length} bytes in segments of {segmentSize} make {segments} datagrams; one send makes at most " +
+                $"{MaxSegments}.");
+        }
+    }
+
     /// <summary>
     /// Closes the socket: waiting receives fail, the RECVMSG is cancelled, sends already queued still go out; completes
     /// when every request on the socket has ended and its fd is closed.

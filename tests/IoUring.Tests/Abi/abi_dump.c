@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <netinet/udp.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -257,6 +258,10 @@ static void structs(void)
 	FIELD(msghdr, msg_control);
 	FIELD(msghdr, msg_controllen);
 	FIELD(msghdr, msg_flags);
+	SIZE(cmsghdr);
+	FIELD(cmsghdr, cmsg_len);
+	FIELD(cmsghdr, cmsg_level);
+	FIELD(cmsghdr, cmsg_type);
 	SIZE(linger);
 	FIELD(linger, l_onoff);
 	FIELD(linger, l_linger);
@@ -519,6 +524,8 @@ static void constants(void)
 	CONST(SOCK_CLOEXEC);
 	CONST(SOCK_NONBLOCK);
 	CONST(SOL_SOCKET);
+	CONST(SOL_UDP);
+	CONST(UDP_SEGMENT);
 	CONST(SO_LINGER);
 	CONST(IPPROTO_TCP);
 	CONST(TCP_NODELAY);
@@ -536,6 +543,7 @@ static void constants(void)
 	CONST(EPERM);
 	CONST(ENOENT);
 	CONST(EINTR);
+	CONST(EIO);
 	CONST(EBADF);
 	CONST(EAGAIN);
 	CONST(ENOMEM);

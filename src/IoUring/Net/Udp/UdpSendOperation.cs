@@ -12,14 +12,19 @@ namespace IoUring.Net;
 /// Pooled by the <see cref="UdpSender"/> and reused: steady-state sends allocate nothing.
 /// </summary>
 /// <remarks>
-/// The copy is what lets a send complete at once: the caller's memory is free as soon as the call returns. A caller
-/// who waits for the kernel (<see cref="Awaited"/>: too many sends in flight) is completed on the thread pool (this is
-/// the work item) with the SENDMSG's result.
+/// <para>The copy is what lets a send complete at once: the caller's memory is free as soon as the call returns. A
+/// caller who waits for the kernel (<see cref="Awaited"/>: too many sends in flight) is completed on the thread pool
+/// (this is the work item) with the SENDMSG's result.</para>
+/// <para>A segmented send (<see cref="SegmentSize"/>) carries a UDP_SEGMENT control message: the kernel cuts the
+/// payload into datagrams of that size (GSO). Where it refuses, the same copy goes out one segment per SENDMSG
+/// (<see cref="SendOneByOne"/>, <see cref="NextSegment"/>).</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private const int NameSpace = 128; // sizeof(struct sockaddr_storage)
+    // CMSG_SPACE(sizeof(u16)): the header, then the segment size padded to 8 bytes
+    private static readonly int s_controlSpace = sizeof(Libc.cmsghdr) + sizeof(ulong);
 
     private readonly UdpSender _sender;
     private ManualResetValueTaskSourceCore<int> _core; // mutable struct: never readonly
@@ -32,7 +37,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     {
         _sender = sender;
         Index = index;
-        _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + sizeof(iovec) + NameSpace));
+        _message = (Libc.msghdr*)NativeMemory.AllocZeroed(
+            (nuint)(sizeof(Libc.msghdr) + sizeof(iovec) + NameSpace + s_controlSpace));
         _message->msg_iov = (iovec*)(_message + 1);
         _message->msg_iovlen = 1;
     }
@@ -49,10 +55,25 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public Libc.msghdr* Message => _message;
 
+    /// <summary>The datagrams' size of a segmented send, 0 for one datagram.</summary>
+    public int SegmentSize { get; private set; }
+
+    /// <summary>The payload's length (all segments).</summary>
+    public int Length { get; private set; }
+
+    /// <summary>The SENDMSG carries UDP_SEGMENT (else a segmented send goes one segment at a time).</summary>
+    public bool UsesSegmentOffload => _message->msg_control != null;
+
+    /// <summary>Datagrams the payload makes.</summary>
+    public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
+
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram and its destination (none on a connected socket).</summary>
-    public void Prepare(ReadOnlySpan<byte> payload, SocketAddress? to, bool awaited)
+    /// <summary>Copies the datagram and its destination (none on a connected socket). With
+    /// <paramref name="segmentSize"/> (a payload longer than it), the payload is that many bytes per datagram: with
+    /// UDP_SEGMENT when <paramref name="offload"/>, else one segment at a time.</summary>
+    public void Prepare(ReadOnlySpan<byte> payload, SocketAddress? to, bool awaited, int segmentSize = 0,
+        bool offload = true)
     {
         _core.Reset();
         Awaited = awaited;
@@ -63,9 +84,12 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
             _capacity = capacity;
         }
         payload.CopyTo(new Span<byte>(_data, payload.Length));
+        Length = payload.Length;
+        SegmentSize = segmentSize > 0 && payload.Length > segmentSize ? segmentSize : 0;
         iovec* iov = _message->msg_iov;
         iov->iov_base = (nuint)_data;
         iov->iov_len = (nuint)payload.Length;
+        byte* name = (byte*)(iov + 1);
         if (to is null)
         {
             _message->msg_name = null;
@@ -73,11 +97,53 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
         else
         {
-            byte* name = (byte*)(iov + 1);
             to.Buffer.Span[..to.Size].CopyTo(new Span<byte>(name, NameSpace));
             _message->msg_name = name;
             _message->msg_namelen = (uint)to.Size;
         }
+        _message->msg_control = null;
+        _message->msg_controllen = 0;
+        if (SegmentSize > 0)
+        {
+            if (offload)
+            {
+                var control = (Libc.cmsghdr*)(name + NameSpace);
+                control->cmsg_len = (nuint)(sizeof(Libc.cmsghdr) + sizeof(ushort));
+                control->cmsg_level = Libc.SOL_UDP;
+                control->cmsg_type = Libc.UDP_SEGMENT;
+                *(ushort*)(control + 1) = (ushort)SegmentSize;
+                _message->msg_control = control;
+                _message->msg_controllen = (nuint)s_controlSpace;
+            }
+            else
+            {
+                SendOneByOne();
+            }
+        }
+    }
+
+    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment.</summary>
+    public void SendOneByOne()
+    {
+        _message->msg_control = null;
+        _message->msg_controllen = 0;
+        iovec* iov = _message->msg_iov;
+        iov->iov_base = (nuint)_data;
+        iov->iov_len = (nuint)Math.Min(SegmentSize, Length);
+    }
+
+    /// <summary>One by one: moves to the segment after the one just sent; false when that was the last.</summary>
+    public bool NextSegment()
+    {
+        iovec* iov = _message->msg_iov;
+        long next = (long)(iov->iov_base - (nuint)_data) + SegmentSize;
+        if (next >= Length)
+        {
+            return false;
+        }
+        iov->iov_base = (nuint)(_data + next);
+        iov->iov_len = (nuint)Math.Min(SegmentSize, Length - (int)next);
+        return true;
     }
 
     /// <summary>Gives the kernel's result to the waiting caller, on the thread pool.</summary>

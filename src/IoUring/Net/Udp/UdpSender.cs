@@ -42,6 +42,9 @@ internal sealed unsafe class UdpSender
     private long _sent;
     // a send nobody awaited failed for its own reasons: the next send reports it
     private SocketException? _pendingSendError;
+    // the kernel said EIO to a UDP_SEGMENT send: the route's device cannot segment, so segmented sends go one by one
+    private volatile bool _segmentOffloadRefused;
+    private long _segmentOffloads;  // loop thread: segmented sends the kernel took with UDP_SEGMENT
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
     {
@@ -52,6 +55,13 @@ internal sealed unsafe class UdpSender
     }
 
     public long Sent => Volatile.Read(ref _sent);
+
+    /// <summary>Segmented sends that went out with UDP_SEGMENT (one SENDMSG for all their datagrams).</summary>
+    public long SegmentOffloads => Volatile.Read(ref _segmentOffloads);
+
+    /// <summary>Whether the kernel refused UDP_SEGMENT for this socket (EIO: its route's device cannot segment), so
+    /// that segmented sends go one datagram per SENDMSG.</summary>
+    public bool SegmentOffloadRefused => _segmentOffloadRefused;
 
     /// <summary>Sends rented and not yet returned (their native copies not back in the pool).</summary>
     public int Pending
@@ -66,7 +76,7 @@ internal sealed unsafe class UdpSender
     }
 
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to,
-        CancellationToken cancellationToken)
+        CancellationToken cancellationToken, int segmentSize = 0)
     {
         if (cancellationToken.IsCancellationRequested)
         {
@@ -112,7 +122,7 @@ internal sealed unsafe class UdpSender
             }
             awaited = ++_pending > _maxPending;
         }
-        operation.Prepare(payload.Span, to, awaited);
+        operation.Prepare(payload.Span, to, awaited, segmentSize, offload: !_segmentOffloadRefused);
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {
@@ -239,11 +249,44 @@ internal sealed unsafe class UdpSender
         sqe->msg_flags = Libc.MSG_NOSIGNAL;
     }
 
-    /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). Loop thread.</summary>
+    /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). A segmented send the kernel would not
+    /// segment (EIO: the device cannot; EINVAL: e.g. a segment larger than the route's MTU, or checksums switched off)
+    /// goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
     public void OnSendCompleted(uint tag, int result)
     {
         UdpSendOperation operation = _inFlight[tag]!;
         _inFlight[tag] = null;
+        if (operation.SegmentSize > 0)
+        {
+            if (operation.UsesSegmentOffload && result is -Errno.EIO or -Errno.EINVAL)
+            {
+                _segmentOffloadRefused |= result == -Errno.EIO; // EINVAL may be this send's own (its segment size)
+                operation.SendOneByOne();
+                Submit(operation);
+                return;
+            }
+            if (result >= 0)
+            {
+                _owner.Loop.OnBytesSent(result);
+                if (operation.UsesSegmentOffload)
+                {
+                    _sent += operation.SegmentCount;
+                    _segmentOffloads++;
+                    Complete(operation, operation.Length);
+                    return;
+                }
+                _sent++;
+                if (operation.NextSegment())
+                {
+                    Submit(operation);
+                    return;
+                }
+                Complete(operation, operation.Length);
+                return;
+            }
+            Complete(operation, result);
+            return;
+        }
         if (result >= 0)
         {
             _sent++;

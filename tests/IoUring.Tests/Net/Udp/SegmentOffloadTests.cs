@@ -1,0 +1,139 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Security.Cryptography;
+using IoUring.Net;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// Segmented UDP sends (<see cref="IoUringUdpSocket.SendSegmentsToAsync"/>, UDP_SEGMENT): a System.Net.Sockets peer
+/// receives exactly the datagrams the buffer makes, one by one, in order, for 1 to 64 segments and a short last one;
+/// where the kernel refuses to segment (UDP checksums switched off: EINVAL) the same datagrams arrive one SENDMSG each;
+/// bad segment sizes are refused before anything is sent; a close with segmented sends in flight loses nothing queued.
+/// </summary>
+public sealed class SegmentOffloadTests : IAsyncLifetime
+{
+    private const int SolSocket = 1;  // SOL_SOCKET (SocketOptionLevel.Socket is Windows' 0xffff)
+    private const int SoNoCheck = 11; // SO_NO_CHECK: the kernel refuses UDP_SEGMENT on such a socket (EINVAL)
+    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
+    private IoUringNetwork _network = null!;
+
+    public Task InitializeAsync()
+    {
+        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        return Task.CompletedTask;
+    }
+
+    public async Task DisposeAsync() => await _network.DisposeAsync();
+
+    [Theory]
+    [InlineData(1200, 1, 0)]
+    [InlineData(1200, 2, 0)]
+    [InlineData(1200, 10, 17)]     // a short last segment
+    [InlineData(1450, 44, 1)]      // 63,801 B: near the 64 KiB limit
+    [InlineData(1000, 64, 0)]      // the most segments one send makes
+    [InlineData(1, 64, 0)]
+    public async Task The_peer_receives_each_segment_as_a_datagram_in_order(int segmentSize, int fullSegments,
+        int lastLength)
+    {
+        using Socket peer = BoundPeer();
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        byte[] payload = RandomNumberGenerator.GetBytes(segmentSize * fullSegments + lastLength);
+
+        int sent = await sender.SendSegmentsToAsync(payload, segmentSize, peer.LocalEndPoint!.Serialize());
+
+        Assert.Equal(payload.Length, sent);
+        await AssertReceivedAsync(peer, payload, segmentSize);
+        Assert.Equal(fullSegments + (lastLength > 0 ? 1 : 0) > 1 ? 1 : 0, sender.SegmentOffloads);
+        Assert.Equal(fullSegments + (lastLength > 0 ? 1 : 0), sender.DatagramsSent);
+    }
+
+    [Fact]
+    public async Task Where_the_kernel_refuses_to_segment_the_same_datagrams_go_one_by_one()
+    {
+        using Socket peer = BoundPeer();
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        // Checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.
+        using (var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false)))
+        {
+            handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));
+        }
+        for (int round = 0; round < 3; round++)
+        {
+            byte[] payload = RandomNumberGenerator.GetBytes(1200 * 7 + 300);
+            Assert.Equal(payload.Length, await sender.SendSegmentsToAsync(payload, 1200, peer.LocalEndPoint!.Serialize()));
+            await AssertReceivedAsync(peer, payload, 1200);
+        }
+        Assert.Equal(0, sender.SegmentOffloads);
+        Assert.Equal(3 * 8, sender.DatagramsSent);
+    }
+
+    [Fact]
+    public async Task A_connected_socket_sends_segments_to_its_peer()
+    {
+        using Socket peer = BoundPeer();
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        sender.Connect(peer.LocalEndPoint!);
+        byte[] payload = RandomNumberGenerator.GetBytes(1400 * 20);
+        Assert.Equal(payload.Length, await sender.SendSegmentsAsync(payload, 1400));
+        await AssertReceivedAsync(peer, payload, 1400);
+    }
+
+    [Fact]
+    public async Task Bad_segment_sizes_are_refused_before_anything_is_sent()
+    {
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = new IPEndPoint(IPAddress.Loopback, 9).Serialize();
+        Assert.Throws<ArgumentOutOfRangeException>(() => sender.SendSegmentsToAsync(new byte[100], 0, to));
+        Assert.Throws<ArgumentOutOfRangeException>(() => sender.SendSegmentsToAsync(new byte[100], 70_000, to));
+        ArgumentOutOfRangeException tooMany = Assert.Throws<ArgumentOutOfRangeException>(
+            () => sender.SendSegmentsToAsync(new byte[65 * 100], 100, to));
+        Assert.Contains("65 datagrams", tooMany.Message, StringComparison.Ordinal);
+        Assert.Equal(0, sender.DatagramsSent);
+    }
+
+    [Fact]
+    public async Task A_close_with_segmented_sends_queued_delivers_them_and_frees_everything()
+    {
+        using Socket peer = BoundPeer();
+        peer.ReceiveBufferSize = 4 * 1024 * 1024;
+        IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        byte[] payload = RandomNumberGenerator.GetBytes(1200 * 40);
+        var sends = new List<ValueTask<int>>();
+        for (int i = 0; i < 20; i++)
+        {
+            sends.Add(sender.SendSegmentsToAsync(payload, 1200, to));
+        }
+        await sender.DisposeAsync();
+        foreach (ValueTask<int> send in sends)
+        {
+            Assert.Equal(payload.Length, await send);
+        }
+        Assert.Equal(20 * 40, sender.DatagramsSent);
+        Assert.Equal(0, sender.Sender.Pending);
+    }
+
+    private static Socket BoundPeer()
+    {
+        var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        return peer;
+    }
+
+    /// <summary>The peer gets <paramref name="payload"/> cut into datagrams of <paramref name="segmentSize"/>, in
+    /// order, each compared byte for byte.</summary>
+    private static async Task AssertReceivedAsync(Socket peer, byte[] payload, int segmentSize)
+    {
+        var buffer = new byte[70_000];
+        for (int offset = 0; offset < payload.Length; offset += segmentSize)
+        {
+            int expected = Math.Min(segmentSize, payload.Length - offset);
+            int received = await peer.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(Timeout);
+            Assert.Equal(expected, received);
+            Assert.True(payload.AsSpan(offset, expected).SequenceEqual(buffer.AsSpan(0, received)),
+                $"the datagram at offset {offset}");
+        }
+        Assert.Equal(0, peer.Available);
+    }
+}

@@ -38,6 +38,15 @@ public static class Program
             case "--udp-server":
                 Net.UdpResponder.Serve(args[1]);
                 return;
+            case "--udp-bulk":
+                Net.UdpBulkSend.Run(args[1..]);
+                return;
+            case "--udp-drain":
+                Net.UdpBulkSend.Drain();
+                return;
+            case "--udp-blast":
+                Net.UdpBulkSend.Blast(args[1], int.Parse(args[2], CultureInfo.InvariantCulture), int.Parse(args[3], CultureInfo.InvariantCulture), int.Parse(args[4], CultureInfo.InvariantCulture));
+                return;
             case "--udp-load":
                 Net.UdpResponder.Load(int.Parse(args[1], CultureInfo.InvariantCulture), int.Parse(args[2], CultureInfo.InvariantCulture), int.Parse(args[3], CultureInfo.InvariantCulture));
                 return;

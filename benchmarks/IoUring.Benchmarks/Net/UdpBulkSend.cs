@@ -56,8 +56,8 @@ public static class UdpBulkSend
             {
                 double[] ratios = perCpuSecond[s].Zip(perCpuSecond[0], (a, b) => a / b).ToArray();
                 Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"{size,5} B  {Senders[s],-12} {Median(perCpuSecond[s]) / 1e6,8:F1} MB/CPU-s  ratio {Median(ratios):F2} " +
-                    $"(min {ratios.Min():F2}, max {ratios.Max():F2})  {Median(perSecond[s]),10:N0} datagrams/s"));
+                    $"{size,5} B  {Senders[s],-12} {UdpResponder.Median(perCpuSecond[s]) / 1e6,8:F1} MB/CPU-s  ratio {UdpResponder.Median(ratios):F2} " +
+                    $"(min {ratios.Min():F2}, max {ratios.Max():F2})  {UdpResponder.Median(perSecond[s]),10:N0} datagrams/s"));
             }
         }
     }
@@ -167,11 +167,5 @@ public static class UdpBulkSend
             await network.DisposeAsync().ConfigureAwait(false);
         }
         stop.Dispose();
-    }
-
-    private static double Median(IEnumerable<double> values)
-    {
-        double[] sorted = [.. values.Order()];
-        return sorted.Length % 2 == 1 ? sorted[sorted.Length / 2] : (sorted[sorted.Length / 2 - 1] + sorted[sorted.Length / 2]) / 2;
     }
 }

@@ -90,7 +90,8 @@ public static class UdpResponder
         return (answers, cpu, wall);
     }
 
-    private static double Median(IEnumerable<double> values)
+    /// <summary>The median of <paramref name="values"/> (the UDP benchmarks' rounds).</summary>
+    internal static double Median(IEnumerable<double> values)
     {
         double[] sorted = [.. values.Order()];
         return sorted.Length % 2 == 1 ? sorted[sorted.Length / 2] : (sorted[sorted.Length / 2 - 1] + sorted[sorted.Length / 2]) / 2;

@@ -114,6 +114,26 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         Assert.Equal(0, sender.Sender.Pending);
     }
 
+    [Fact]
+    public async Task A_close_while_refused_sends_go_one_by_one_still_delivers_every_datagram()
+    {
+        using Socket peer = BoundPeer();
+        peer.ReceiveBufferSize = 4 * 1024 * 1024;
+        IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using (var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false)))
+        {
+            handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));
+        }
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        byte[] payload = RandomNumberGenerator.GetBytes(1200 * 8);
+        for (int i = 0; i < 10; i++)
+        {
+            Assert.Equal(payload.Length, await sender.SendSegmentsToAsync(payload, 1200, to)); // reported sent
+        }
+        await sender.DisposeAsync(); // "sends already queued still complete"
+        Assert.Equal(10 * 8, sender.DatagramsSent);
+    }
+
     private static Socket BoundPeer()
     {
         var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);

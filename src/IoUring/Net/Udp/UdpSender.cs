@@ -224,9 +224,12 @@ internal sealed unsafe class UdpSender
 
     /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop
     /// thread.</summary>
-    private void Submit(UdpSendOperation operation)
+    /// <param name="operation">The send.</param>
+    /// <param name="continuing">The next SENDMSG of a segmented send going one datagram at a time: the send was taken
+    /// before any close, so a closing socket still sends it (only the loop's stop refuses it).</param>
+    private void Submit(UdpSendOperation operation, bool continuing = false)
     {
-        if (_closing || _owner.Loop.IsStopping)
+        if ((_closing && !continuing) || _owner.Loop.IsStopping)
         {
             Complete(operation, -Errno.EBADF);
             return;
@@ -262,7 +265,7 @@ internal sealed unsafe class UdpSender
             {
                 _segmentOffloadRefused |= result == -Errno.EIO; // EINVAL may be this send's own (its segment size)
                 operation.SendOneByOne();
-                Submit(operation);
+                Submit(operation, continuing: true);
                 return;
             }
             if (result >= 0)
@@ -278,7 +281,7 @@ internal sealed unsafe class UdpSender
                 _sent++;
                 if (operation.NextSegment())
                 {
-                    Submit(operation);
+                    Submit(operation, continuing: true);
                     return;
                 }
                 Complete(operation, operation.Length);

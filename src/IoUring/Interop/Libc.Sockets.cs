@@ -19,6 +19,7 @@ internal static unsafe partial class Libc
     public const int SHUT_WR = 1;
     public const int SOL_UDP = 17;
     public const int UDP_SEGMENT = 103; // a send's segment size (GSO): a u16 cmsg at level SOL_UDP
+    public const int UDP_GRO = 104;     // socket option: coalesced receives; each reports its segment size (int cmsg)
 
     [StructLayout(LayoutKind.Sequential)]
     public struct linger

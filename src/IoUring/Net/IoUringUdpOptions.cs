@@ -44,6 +44,16 @@ public sealed class IoUringUdpOptions
     /// <remarks>Defaults to 1,024.</remarks>
     public int MaxPendingSends { get; set; } = 1024;
 
+    /// <summary>
+    /// Ask the kernel for coalesced receives (UDP_GRO): a burst of equal-size datagrams from one source (a peer's
+    /// segmented send, or a network card's receive offload) arrives in one buffer, which the socket splits back into
+    /// the datagrams, each with its source address, so receives and batches see exactly what was sent.
+    /// </summary>
+    /// <remarks>Defaults to false. When true, each receive buffer holds a whole coalesced burst (64 KiB) whatever
+    /// <see cref="MaxDatagramSize"/> says; datagrams longer than <see cref="MaxDatagramSize"/> are still cut and
+    /// reported.</remarks>
+    public bool ReceiveCoalesced { get; set; }
+
     internal void Validate()
     {
         if (MaxDatagramSize is < 1 or > LargestDatagram)

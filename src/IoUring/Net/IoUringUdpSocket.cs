@@ -94,6 +94,10 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <summary>Datagrams the kernel has sent so far.</summary>
     public long DatagramsSent => _sender.Sent;
 
+    /// <summary>Receives that held a coalesced burst (UDP_GRO, <see cref="IoUringUdpOptions.ReceiveCoalesced"/>),
+    /// split back into its datagrams (each counted in <see cref="DatagramsReceived"/>).</summary>
+    public long CoalescedReceives => _receiver.CoalescedReceives;
+
     /// <summary>Completes when the socket is closed: every request on it ended and its fd released.</summary>
     public Task Closed => _closed.Task;
 

@@ -79,8 +79,15 @@ internal static class Datagrams
     /// is 28 bytes.</summary>
     public const int NameSpace = 32;
 
-    /// <summary>Where the payload starts in a buffer: no control data is asked for (msg_controllen 0).</summary>
+    /// <summary>Where the payload starts in a buffer when no control data is asked for (msg_controllen 0).</summary>
     public const int PayloadOffset = HeaderSize + NameSpace;
+
+    /// <summary>The room for control data with coalesced receives: one cmsghdr and the UDP_GRO segment size (an int,
+    /// padded to 8 bytes).</summary>
+    public const int CoalescedControlSpace = 16 + 8;
+
+    /// <summary>The largest coalesced burst: a GRO packet is at most 64 KiB.</summary>
+    public const int LargestCoalesced = 65_535;
 
     /// <summary>Copies a datagram into a caller's buffer (cut if it does not fit: the result says so) and its source
     /// into <paramref name="from"/>.</summary>

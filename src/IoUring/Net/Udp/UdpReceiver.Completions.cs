@@ -32,7 +32,8 @@ internal sealed unsafe partial class UdpReceiver
 
     private void OnDatagram(ReadOnlySpan<byte> buffer)
     {
-        if (buffer.Length < Datagrams.PayloadOffset)
+        int payloadOffset = Datagrams.PayloadOffset + _controlSpace;
+        if (buffer.Length < payloadOffset)
         {
             return; // the kernel always writes the header and the name area; nothing else can be read from this
         }
@@ -40,9 +41,55 @@ internal sealed unsafe partial class UdpReceiver
         // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
         ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize,
             (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
-        ReadOnlySpan<byte> payload = buffer[Datagrams.PayloadOffset..];
+        ReadOnlySpan<byte> payload = buffer[payloadOffset..];
         // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
         int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
+        int segmentSize = _controlSpace > 0
+            ? CoalescedSegmentSize(buffer.Slice(Datagrams.PayloadOffset,
+                (int)Math.Min(header.controllen, (uint)_controlSpace)))
+            : 0;
+        if (segmentSize > 0 && datagramLength > segmentSize)
+        {
+            // A coalesced burst (UDP_GRO): equal datagrams of segmentSize, the last one maybe shorter.
+            _coalescedReceives++;
+            for (int offset = 0; offset < datagramLength; offset += segmentSize)
+            {
+                int length = Math.Min(segmentSize, datagramLength - offset);
+                ReadOnlySpan<byte> segment = offset < payload.Length
+                    ? payload.Slice(offset, Math.Min(length, payload.Length - offset))
+                    : default;
+                Deliver(segment, length, name);
+            }
+            return;
+        }
+        Deliver(payload, datagramLength, name);
+    }
+
+    /// <summary>The UDP_GRO segment size in a coalesced receive's control data, or 0 (not coalesced).</summary>
+    private static int CoalescedSegmentSize(ReadOnlySpan<byte> control)
+    {
+        int headerSize = sizeof(Libc.cmsghdr);
+        while (control.Length >= headerSize)
+        {
+            Libc.cmsghdr cmsg = MemoryMarshal.Read<Libc.cmsghdr>(control);
+            if (cmsg.cmsg_len < (nuint)headerSize || cmsg.cmsg_len > (nuint)control.Length)
+            {
+                return 0;
+            }
+            if (cmsg.cmsg_level == Libc.SOL_UDP && cmsg.cmsg_type == Libc.UDP_GRO
+                && cmsg.cmsg_len >= (nuint)(headerSize + sizeof(int)))
+            {
+                return MemoryMarshal.Read<int>(control[headerSize..]);
+            }
+            int next = ((int)cmsg.cmsg_len + 7) & ~7; // CMSG_ALIGN
+            control = next < control.Length ? control[next..] : default;
+        }
+        return 0;
+    }
+
+    /// <summary>One datagram: to the oldest waiting receive (or a batch still filling), else the queue.</summary>
+    private void Deliver(ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
+    {
         _received++;
         _owner.Loop.OnBytesReceived(payload.Length);
 

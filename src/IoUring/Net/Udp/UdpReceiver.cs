@@ -46,6 +46,8 @@ internal sealed unsafe partial class UdpReceiver
     private ReceiveBuffers? _buffers;
     // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
     private Libc.msghdr* _message;
+    private int _controlSpace;          // set at start: the control room in each buffer (coalesced receives), else 0
+    private long _coalescedReceives;
     private bool _armed;
     private bool _paused;
     private bool _backingOff;
@@ -67,14 +69,30 @@ internal sealed unsafe partial class UdpReceiver
 
     public long Dropped => Volatile.Read(ref _dropped);
 
+    /// <summary>Receives that held a coalesced burst of several datagrams (UDP_GRO), each split back out.</summary>
+    public long CoalescedReceives => Volatile.Read(ref _coalescedReceives);
+
+    /// <summary>Whether the kernel took UDP_GRO for this socket (see <see
+    /// cref="IoUringUdpOptions.ReceiveCoalesced"/>).</summary>
+    public bool IsCoalescing => _controlSpace > 0;
+
     public long Exhaustions => _buffers?.Exhaustions ?? 0;
 
 
     /// <summary>Registers the socket's buffer group and arms the RECVMSG. Loop thread.</summary>
     public void Start()
     {
+        // Coalesced receives: the kernel reports each burst's segment size in a control message after the name, and a
+        // burst takes up to 64 KiB whatever the largest datagram is.
+        if (_options.ReceiveCoalesced && Libc.SetIntOption(_fd, Libc.SOL_UDP, Libc.UDP_GRO, 1) == 0)
+        {
+            _controlSpace = Datagrams.CoalescedControlSpace;
+        }
+        int payloadRoom = _controlSpace > 0
+            ? Math.Max(_options.MaxDatagramSize, Datagrams.LargestCoalesced)
+            : _options.MaxDatagramSize;
         _buffers = new ReceiveBuffers(_owner.Loop.Ring, _options.ReceiveBufferCount,
-            Datagrams.PayloadOffset + _options.MaxDatagramSize);
+            Datagrams.PayloadOffset + _controlSpace + payloadRoom);
         _owner.OwnReceiveBuffers = _buffers;
         _owner.Loop.AddOwnerReceiveBuffers(_buffers);
         // The kernel reads only the name and control sizes of a multishot RECVMSG's msghdr (and needs msg_name non-null
@@ -82,6 +100,7 @@ internal sealed unsafe partial class UdpReceiver
         _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + Datagrams.NameSpace));
         _message->msg_name = _message + 1;
         _message->msg_namelen = Datagrams.NameSpace;
+        _message->msg_controllen = (nuint)_controlSpace;
         MaybeRearm();
     }
 

@@ -41,6 +41,12 @@ public static class Program
             case "--udp-bulk":
                 Net.UdpBulkSend.Run(args[1..]);
                 return;
+            case "--udp-bulk-receive":
+                Net.UdpBulkReceive.Run(args[1..]);
+                return;
+            case "--udp-sink":
+                Net.UdpBulkReceive.Sink(args[1]);
+                return;
             case "--udp-drain":
                 Net.UdpBulkSend.Drain();
                 return;

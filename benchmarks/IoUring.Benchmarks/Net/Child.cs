@@ -42,6 +42,13 @@ internal sealed class Child : IDisposable
         throw new InvalidOperationException($"child {_process.Id} ended before printing '{prefix}'");
     }
 
+    /// <summary>Writes one line to the child's stdin.</summary>
+    public void WriteLine(string line)
+    {
+        _process.StandardInput.WriteLine(line);
+        _process.StandardInput.Flush();
+    }
+
     /// <summary>utime + stime of the process so far (taskset execs the program, so the pid is the program's).</summary>
     public TimeSpan CpuTime()
     {

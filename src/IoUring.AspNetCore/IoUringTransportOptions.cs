@@ -97,9 +97,8 @@ public sealed class IoUringTransportOptions
 
     /// <summary>
     /// Serve <c>IHttpResponseBodyFeature.SendFileAsync</c> (static files, <c>Results.File</c>, range requests) by
-    /// reading
-    /// the file on the connection's loop (io_uring READ) straight into the response's memory, instead of Kestrel's
-    /// FileStream copy on the thread pool.
+    /// reading the file on the connection's loop (io_uring READ) straight into the response's memory, instead of
+    /// Kestrel's FileStream copy on the thread pool.
     /// </summary>
     /// <remarks>
     /// Defaults to true. Kestrel still writes the headers, frames (HTTP/2), encrypts (TLS) and paces the body; only

@@ -20,8 +20,7 @@ public sealed partial class EventLoop
     /// Reads up to <paramref name="buffer"/>'s length from <paramref name="file"/> at <paramref name="fileOffset"/>, as
     /// <see cref="RandomAccess.ReadAsync(SafeFileHandle, Memory{byte}, long, CancellationToken)"/> does, with the read
     /// submitted on this loop's ring: no thread waits for it. Returns the bytes read: fewer at the end of the file, 0
-    /// at
-    /// or past it. Any thread.
+    /// at or past it. Any thread.
     /// </summary>
     /// <remarks>
     /// <para>The buffer is pinned and the file handle referenced until the kernel's completion, also when the read is

@@ -26,8 +26,7 @@ internal sealed unsafe class FileReads : RingOwner
     public FileReads(EventLoop loop) : base(loop) => loop.Stopping += Release;
 
     /// <summary>Queues the read's SQE (READ, or READ_FIXED into a block of the loop's registered pool), or ends the
-    /// read
-    /// when it cannot go to the kernel.</summary>
+    /// read when it cannot go to the kernel.</summary>
     public void Submit(FileRead read)
     {
         if (!Loop.IsOnLoopThread || Loop.IsStopping || IsReleased)
@@ -72,8 +71,8 @@ internal sealed unsafe class FileReads : RingOwner
     }
 
     /// <summary>The token of <paramref name="read"/> (at <paramref name="version"/>) was cancelled: a read not
-    /// submitted
-    /// yet is not submitted, one in flight is cancelled (a read the kernel already runs may still complete).</summary>
+    /// submitted yet is not submitted, one in flight is cancelled (a read the kernel already runs may still
+    /// complete).</summary>
     public void Cancel(FileRead read, short version)
     {
         if (read.Version != version || IsReleased)

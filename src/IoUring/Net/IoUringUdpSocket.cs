@@ -219,18 +219,16 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <summary>
     /// Sends <paramref name="buffer"/> to <paramref name="remoteAddress"/> as datagrams of
     /// <paramref name="segmentSize"/> bytes each, the last one shorter if the length is not a multiple: with one
-    /// SENDMSG
-    /// carrying UDP_SEGMENT, which the kernel (or the network card) cuts into the datagrams (segmentation offload,
-    /// GSO).
+    /// SENDMSG carrying UDP_SEGMENT, which the kernel (or the network card) cuts into the datagrams (segmentation
+    /// offload, GSO).
     /// Each arrives as a datagram of its own. The bytes are copied, as with
     /// <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>.
     /// </summary>
     /// <remarks>
     /// Where the kernel refuses to segment (EIO: a device that cannot, remembered for the socket; EINVAL: e.g. a
-    /// segment
-    /// larger than the route's MTU allows, or UDP checksums switched off) the same bytes go one datagram per SENDMSG:
-    /// the peer receives the same datagrams either way. <see cref="SegmentOffloads"/> counts the sends segmented by the
-    /// kernel.
+    /// segment larger than the route's MTU allows, or UDP checksums switched off) the same bytes go one datagram per
+    /// SENDMSG: the peer receives the same datagrams either way. <see cref="SegmentOffloads"/> counts the sends
+    /// segmented by the kernel.
     /// </remarks>
     /// <returns>The bytes sent: <paramref name="buffer"/>'s length.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to

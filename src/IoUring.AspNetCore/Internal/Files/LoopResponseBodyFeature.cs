@@ -49,10 +49,9 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
     {
         if (count <= ChunkSize)
         {
-            // One read's worth: Kestrel's copy costs less CPU here (static-64k: 1.44x Sockets against 1.38x through
-            // the loop, 1.40x against 1.28x from a cold cache; docs/benchmarks.md, "Files"). Decided before opening
-            // the file: opening it twice cost more still (1.29x). Without a count the file's length decides, below
-            // (an empty one, as /proc's say they are, is read to its end on the loop).
+            // One read's worth: Kestrel's copy measured cheaper here, hot cache and cold (docs/benchmarks.md,
+            // "Files"). Decided before opening the file: opening it twice cost more still. Without a count the file's
+            // length decides, below (an empty one, as /proc's say they are, is read to its end on the loop).
             return inner.SendFileAsync(path, offset, count, cancellationToken);
         }
         return SendOnLoopAsync(path, offset, count, cancellationToken);

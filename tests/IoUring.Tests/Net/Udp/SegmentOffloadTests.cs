@@ -2,6 +2,7 @@ using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
 using IoUring.Net;
+using IoUring.Tests.Support;
 
 namespace IoUring.Tests.Net;
 
@@ -44,6 +45,10 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
 
         Assert.Equal(payload.Length, sent);
         await AssertReceivedAsync(peer, payload, segmentSize);
+        // The send completed when it was queued, and the peer may have the datagrams before the loop has handled the
+        // SENDMSG's completion, where it counts: wait for that.
+        int datagrams = fullSegments + (lastLength > 0 ? 1 : 0);
+        await Eventually.WaitForAsync(() => sender.DatagramsSent == datagrams);
         Assert.Equal(fullSegments + (lastLength > 0 ? 1 : 0) > 1 ? 1 : 0, sender.SegmentOffloads);
         Assert.Equal(fullSegments + (lastLength > 0 ? 1 : 0), sender.DatagramsSent);
     }
@@ -64,6 +69,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
             Assert.Equal(payload.Length, await sender.SendSegmentsToAsync(payload, 1200, peer.LocalEndPoint!.Serialize()));
             await AssertReceivedAsync(peer, payload, 1200);
         }
+        await Eventually.WaitForAsync(() => sender.DatagramsSent == 3 * 8); // counted at each completion, on the loop
         Assert.Equal(0, sender.SegmentOffloads);
         Assert.Equal(3 * 8, sender.DatagramsSent);
     }

@@ -20,6 +20,11 @@ internal static unsafe partial class Libc
     public const int SOL_UDP = 17;
     public const int UDP_SEGMENT = 103; // a send's segment size (GSO): a u16 cmsg at level SOL_UDP
     public const int UDP_GRO = 104;     // socket option: coalesced receives; each reports its segment size (int cmsg)
+    public const int SOL_IP = 0;
+    public const int IP_PKTINFO = 8;        // option: report datagrams' local addresses; cmsg: choose a send's source
+    public const int SOL_IPV6 = 41;
+    public const int IPV6_RECVPKTINFO = 49; // option: report each datagram's local address (an IPV6_PKTINFO cmsg)
+    public const int IPV6_PKTINFO = 50;     // cmsg: a datagram's local address and interface
 
     [StructLayout(LayoutKind.Sequential)]
     public struct linger
@@ -48,6 +53,23 @@ internal static unsafe partial class Libc
         public nuint cmsg_len;
         public int cmsg_level;
         public int cmsg_type;
+    }
+
+    /// <summary>struct in_pktinfo: an IPv4 datagram's interface and addresses (IP_PKTINFO).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct in_pktinfo
+    {
+        public int ipi_ifindex;
+        public uint ipi_spec_dst; // sending: the source address; received: the local address routing chose
+        public uint ipi_addr;     // received: the header's destination address
+    }
+
+    /// <summary>struct in6_pktinfo: an IPv6 datagram's local address and interface (IPV6_PKTINFO).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct in6_pktinfo
+    {
+        public fixed byte ipi6_addr[16];
+        public int ipi6_ifindex;
     }
 
     [LibraryImport(LibcName, SetLastError = true)]

@@ -12,4 +12,8 @@ public readonly record struct DatagramResult(int BytesReceived, int DatagramLeng
 {
     /// <summary>The datagram was longer than what was received of it (MSG_TRUNC).</summary>
     public bool Truncated => BytesReceived < DatagramLength;
+
+    /// <summary>The index of the network interface the datagram came in on (as <c>if_nametoindex</c> numbers them),
+    /// when the socket reports local addresses (<see cref="IoUringUdpOptions.ReceiveLocalAddress"/>); else 0.</summary>
+    public int InterfaceIndex { get; init; }
 }

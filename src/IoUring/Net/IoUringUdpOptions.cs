@@ -54,6 +54,17 @@ public sealed class IoUringUdpOptions
     /// reported.</remarks>
     public bool ReceiveCoalesced { get; set; }
 
+    /// <summary>
+    /// Ask the kernel for each datagram's local address (IP_PKTINFO, IPV6_RECVPKTINFO): the address it was sent to and
+    /// the interface it came in on, for a socket bound to a wildcard address on a host with several addresses, which
+    /// must answer from the address the peer used
+    /// (<see cref="IoUringUdpSocket.ReceiveMessageFromAsync"/>, <see cref="UdpDatagramBatch.GetLocalAddress"/>, then
+    /// <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, System.Net.SocketAddress,
+    /// System.Net.SocketAddress, CancellationToken)"/>).
+    /// </summary>
+    /// <remarks>Defaults to false. Sending from a chosen local address needs no option.</remarks>
+    public bool ReceiveLocalAddress { get; set; }
+
     internal void Validate()
     {
         if (MaxDatagramSize is < 1 or > LargestDatagram)

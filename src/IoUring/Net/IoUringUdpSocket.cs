@@ -1,5 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.CompilerServices;
 using System.Runtime.Versioning;
 using IoUring.Loops;
 
@@ -47,6 +48,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     private readonly UdpSender _sender;
     private readonly int _addressSize;
     private readonly bool _dualMode;
+    private readonly bool _receivesLocalAddresses;
     private readonly Action<IoUringUdpSocket>? _onClosed;
     private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private SocketException? _pendingError;
@@ -65,6 +67,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         FileDescriptor = (int)socket.Handle;
         LocalEndPoint = socket.LocalEndPoint!;
         _dualMode = socket.AddressFamily == AddressFamily.InterNetworkV6 && socket.DualMode;
+        _receivesLocalAddresses = options.ReceiveLocalAddress;
         _addressSize = SocketAddress.GetMaximumAddressSize(socket.AddressFamily);
         _owner = new UdpRingOwner(loop, this);
         _receiver = new UdpReceiver(this, _owner, FileDescriptor, options);
@@ -143,20 +146,55 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     public ValueTask<DatagramResult> ReceiveFromAsync(Memory<byte> buffer, SocketAddress remoteAddress,
         CancellationToken cancellationToken = default)
     {
-        ArgumentNullException.ThrowIfNull(remoteAddress);
-        if (remoteAddress.Buffer.Length < _addressSize)
+        CheckRoom(remoteAddress);
+        return _receiver.ReceiveAsync(buffer, remoteAddress, null, cancellationToken);
+    }
+
+    /// <summary>
+    /// As <see cref="ReceiveFromAsync"/>, and the local address the datagram was sent to into
+    /// <paramref name="localAddress"/>: for a socket bound to a wildcard address on a host with several, the address
+    /// the peer used, to answer from (<see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, SocketAddress,
+    /// CancellationToken)"/>). The interface it came in on is <see cref="DatagramResult.InterfaceIndex"/>.
+    /// </summary>
+    /// <param name="buffer">Where the datagram goes; a longer one is cut and reported.</param>
+    /// <param name="remoteAddress">Filled with the source address, as with <see cref="ReceiveFromAsync"/>.</param>
+    /// <param name="localAddress">Filled with the datagram's destination address and the socket's port, of the socket's
+    /// family: on a dual-mode socket IPv4 ones come IPv4-mapped; an IPv6 link-local one names its interface in its
+    /// scope id. For a broadcast or multicast datagram it is the broadcast or group address: answer those without a
+    /// local address.</param>
+    /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
+    /// <exception cref="InvalidOperationException">The socket does not report local addresses: set
+    /// <see cref="IoUringUdpOptions.ReceiveLocalAddress"/>.</exception>
+    /// <inheritdoc cref="ReceiveFromAsync" path="/exception"/>
+    public ValueTask<DatagramResult> ReceiveMessageFromAsync(Memory<byte> buffer, SocketAddress remoteAddress,
+        SocketAddress localAddress, CancellationToken cancellationToken = default)
+    {
+        CheckRoom(remoteAddress);
+        CheckRoom(localAddress);
+        if (!_receivesLocalAddresses)
+        {
+            throw new InvalidOperationException(
+                $"The socket does not report local addresses: set {nameof(IoUringUdpOptions)}." +
+                $"{nameof(IoUringUdpOptions.ReceiveLocalAddress)}.");
+        }
+        return _receiver.ReceiveAsync(buffer, remoteAddress, localAddress, cancellationToken);
+    }
+
+    private void CheckRoom(SocketAddress address, [CallerArgumentExpression(nameof(address))] string? name = null)
+    {
+        ArgumentNullException.ThrowIfNull(address, name);
+        if (address.Buffer.Length < _addressSize)
         {
             throw new ArgumentException(
-                $"The socket address holds {remoteAddress.Buffer.Length} bytes; this socket's addresses take " +
-                $"{_addressSize}.", nameof(remoteAddress));
+                $"The socket address holds {address.Buffer.Length} bytes; this socket's addresses take " +
+                $"{_addressSize}.", name);
         }
-        return _receiver.ReceiveAsync(buffer, remoteAddress, cancellationToken);
     }
 
     /// <summary>Receives one datagram into <paramref name="buffer"/> (on a connected socket: from its peer).</summary>
     /// <inheritdoc cref="ReceiveFromAsync" path="/exception"/>
     public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, CancellationToken cancellationToken = default)
-        => _receiver.ReceiveAsync(buffer, null, cancellationToken);
+        => _receiver.ReceiveAsync(buffer, null, null, cancellationToken);
 
     /// <summary>
     /// Waits for at least one datagram, then fills <paramref name="batch"/> with as many as are there (up to its
@@ -180,14 +218,51 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <see cref="IoUringUdpOptions.MaxPendingSends"/>), or <see cref="SocketError.MessageSize"/>: longer than a UDP
     /// datagram can be.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
-    // RS0026: the two SendToAsync overloads differ in the destination's type, as Socket.SendToAsync's do: no call is
-    // ambiguous.
+    // RS0026: the SendToAsync overloads differ in the destination's type, as Socket.SendToAsync's do, or add a source
+    // address: no call is ambiguous.
 #pragma warning disable RS0026
     public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress,
         CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(remoteAddress);
-        return _sender.SendAsync(buffer, remoteAddress, cancellationToken);
+        return _sender.SendAsync(buffer, remoteAddress, null, cancellationToken);
+    }
+
+    /// <summary>
+    /// As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>, leaving from
+    /// <paramref name="localAddress"/> (IP_PKTINFO, IPV6_PKTINFO) rather than the address routing would choose:
+    /// answer a datagram from the address it was sent to (<see cref="ReceiveMessageFromAsync"/>).
+    /// </summary>
+    /// <param name="buffer">The datagram.</param>
+    /// <param name="remoteAddress">Where it goes.</param>
+    /// <param name="localAddress">The source address: one of this host's, of the socket's family (on a dual-mode socket
+    /// an IPv4 one IPv4-mapped); its port is ignored (the socket's is used); an IPv6 one's scope id, if any, is the
+    /// interface to leave by. The unspecified address (0.0.0.0, ::) lets routing choose. An address the host does not
+    /// have is refused by the kernel (ENETUNREACH, reported as for any failed send).</param>
+    /// <param name="cancellationToken">Cancels a send that waits for room.</param>
+    /// <exception cref="ArgumentException"><paramref name="localAddress"/> is not of the socket's family.</exception>
+    /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
+    public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress,
+        SocketAddress localAddress, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(remoteAddress);
+        CheckLocalAddress(localAddress);
+        return _sender.SendAsync(buffer, remoteAddress, localAddress, cancellationToken);
+    }
+
+    private void CheckLocalAddress(SocketAddress localAddress)
+    {
+        ArgumentNullException.ThrowIfNull(localAddress);
+        AddressFamily family = LocalEndPoint.AddressFamily;
+        int size = family == AddressFamily.InterNetworkV6
+            ? LocalAddressFormat.IPv6NameSize
+            : LocalAddressFormat.IPv4NameSize;
+        if (localAddress.Family != family || localAddress.Size < size)
+        {
+            throw new ArgumentException(
+                $"The local address is {localAddress.Family} of {localAddress.Size} bytes; this socket sends from " +
+                $"{family} addresses" + (_dualMode ? " (IPv4 ones IPv4-mapped)." : "."), nameof(localAddress));
+        }
     }
 
     /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to an endpoint
@@ -203,14 +278,14 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
             // as Socket.SendTo does on a dual-mode socket
             remoteEndPoint = new IPEndPoint(ipv4.Address.MapToIPv6(), ipv4.Port);
         }
-        return _sender.SendAsync(buffer, remoteEndPoint.Serialize(), cancellationToken);
+        return _sender.SendAsync(buffer, remoteEndPoint.Serialize(), null, cancellationToken);
     }
 
     /// <summary>Sends <paramref name="buffer"/> as one datagram to the connected peer (see
     /// <see cref="Connect"/>).</summary>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
-        => _sender.SendAsync(buffer, null, cancellationToken);
+        => _sender.SendAsync(buffer, null, null, cancellationToken);
 
     /// <summary>The most datagrams one segmented send makes: the kernel's UDP_MAX_SEGMENTS (64; newer kernels take
     /// more, older ones refuse more).</summary>
@@ -235,25 +310,46 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <see cref="IoUringUdpOptions.LargestDatagram"/>, or the buffer makes more than <see cref="MaxSegments"/>
     /// datagrams.</exception>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
+    // RS0026: the overload with a source address adds a parameter: no call is ambiguous.
+#pragma warning disable RS0026
     public ValueTask<int> SendSegmentsToAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
         SocketAddress remoteAddress, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(remoteAddress);
         CheckSegments(buffer.Length, segmentSize);
-        return _sender.SendAsync(buffer, remoteAddress, cancellationToken, segmentSize);
+        return _sender.SendAsync(buffer, remoteAddress, null, cancellationToken, segmentSize);
     }
 
-    /// <summary>As <see cref="SendSegmentsToAsync"/>, to the connected peer (see <see cref="Connect"/>).</summary>
-    /// <inheritdoc cref="SendSegmentsToAsync" path="/exception"/>
+    /// <summary>As <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/>,
+    /// leaving from <paramref name="localAddress"/> (see <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress,
+    /// SocketAddress, CancellationToken)"/>).</summary>
+    /// <exception cref="ArgumentException"><paramref name="localAddress"/> is not of the socket's family.</exception>
+    /// <inheritdoc cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"
+    ///     path="/exception"/>
+    public ValueTask<int> SendSegmentsToAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
+        SocketAddress remoteAddress, SocketAddress localAddress, CancellationToken cancellationToken = default)
+#pragma warning restore RS0026
+    {
+        ArgumentNullException.ThrowIfNull(remoteAddress);
+        CheckLocalAddress(localAddress);
+        CheckSegments(buffer.Length, segmentSize);
+        return _sender.SendAsync(buffer, remoteAddress, localAddress, cancellationToken, segmentSize);
+    }
+
+    /// <summary>As <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/>,
+    /// to the connected peer (see <see cref="Connect"/>).</summary>
+    /// <inheritdoc cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"
+    ///     path="/exception"/>
     public ValueTask<int> SendSegmentsAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
         CancellationToken cancellationToken = default)
     {
         CheckSegments(buffer.Length, segmentSize);
-        return _sender.SendAsync(buffer, null, cancellationToken, segmentSize);
+        return _sender.SendAsync(buffer, null, null, cancellationToken, segmentSize);
     }
 
     /// <summary>Segmented sends the kernel took with UDP_SEGMENT: one SENDMSG for all their datagrams (the rest went
-    /// one datagram at a time; see <see cref="SendSegmentsToAsync"/>).</summary>
+    /// one datagram at a time; see
+    /// <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/>).</summary>
     public long SegmentOffloads => _sender.SegmentOffloads;
 
     private static void CheckSegments(int length, int segmentSize)

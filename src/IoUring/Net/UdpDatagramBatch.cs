@@ -24,7 +24,9 @@ public sealed class UdpDatagramBatch
 {
     private readonly byte[] _memory;
     private readonly SocketAddress[] _addresses;
+    private readonly SocketAddress[] _localAddresses;
     private readonly DatagramResult[] _results;
+    private bool _hasLocalAddresses; // the last receive came from a socket that reports local addresses
 
     /// <summary>A batch of <paramref name="capacity"/> slots of <paramref name="bufferSize"/> bytes each.</summary>
     public UdpDatagramBatch(int capacity, int bufferSize)
@@ -35,9 +37,11 @@ public sealed class UdpDatagramBatch
         BufferSize = bufferSize;
         _memory = GC.AllocateUninitializedArray<byte>(checked(capacity * bufferSize));
         _addresses = new SocketAddress[capacity];
+        _localAddresses = new SocketAddress[capacity];
         for (int i = 0; i < capacity; i++)
         {
             _addresses[i] = new SocketAddress(AddressFamily.InterNetworkV6); // room for either family's address
+            _localAddresses[i] = new SocketAddress(AddressFamily.InterNetworkV6);
         }
         _results = new DatagramResult[capacity];
     }
@@ -63,14 +67,38 @@ public sealed class UdpDatagramBatch
     /// answer).</summary>
     public SocketAddress GetAddress(int index) => _addresses[CheckIndex(index)];
 
+    /// <summary>Slot <paramref name="index"/>'s local address: the one its datagram was sent to, with the socket's
+    /// port (pass it to <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, SocketAddress,
+    /// CancellationToken)"/> to answer from it).</summary>
+    /// <exception cref="InvalidOperationException">The socket does not report local addresses (see
+    /// <see cref="IoUringUdpOptions.ReceiveLocalAddress"/>).</exception>
+    public SocketAddress GetLocalAddress(int index)
+    {
+        SocketAddress local = _localAddresses[CheckIndex(index)];
+        if (!_hasLocalAddresses)
+        {
+            throw new InvalidOperationException(
+                $"The socket does not report local addresses: set {nameof(IoUringUdpOptions)}." +
+                $"{nameof(IoUringUdpOptions.ReceiveLocalAddress)}.");
+        }
+        return local;
+    }
+
     internal bool IsFull => Count == Capacity;
 
-    internal void Clear() => Count = 0;
+    /// <summary>Empties the batch for a receive from a socket that does or does not report local addresses.</summary>
+    internal void Clear(bool localAddresses)
+    {
+        Count = 0;
+        _hasLocalAddresses = localAddresses;
+    }
 
     /// <summary>The next free slot's buffer and address; <see cref="Commit"/> makes it count.</summary>
     internal Span<byte> NextBuffer => _memory.AsSpan(Count * BufferSize, BufferSize);
 
     internal SocketAddress NextAddress => _addresses[Count];
+
+    internal SocketAddress NextLocalAddress => _localAddresses[Count];
 
     internal void Commit(DatagramResult result) => _results[Count++] = result;
 

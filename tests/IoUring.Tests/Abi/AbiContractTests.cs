@@ -219,6 +219,7 @@ public sealed class AbiContractTests(AbiDumpFixture dump, ITestOutputHelper outp
         typeof(io_uring_rsrc_register), typeof(io_uring_rsrc_update2),
         typeof(io_uring_getevents_arg), typeof(__kernel_timespec), typeof(io_uring_probe), typeof(io_uring_probe_op),
         typeof(io_uring_recvmsg_out), typeof(iovec), typeof(Libc.msghdr), typeof(Libc.cmsghdr), typeof(Libc.linger),
+        typeof(Libc.in_pktinfo), typeof(Libc.in6_pktinfo),
     ];
 
     [Fact]

@@ -262,6 +262,13 @@ static void structs(void)
 	FIELD(cmsghdr, cmsg_len);
 	FIELD(cmsghdr, cmsg_level);
 	FIELD(cmsghdr, cmsg_type);
+	SIZE(in_pktinfo);
+	FIELD(in_pktinfo, ipi_ifindex);
+	FIELD(in_pktinfo, ipi_spec_dst);
+	FIELD(in_pktinfo, ipi_addr);
+	SIZE(in6_pktinfo);
+	FIELD(in6_pktinfo, ipi6_addr);
+	FIELD(in6_pktinfo, ipi6_ifindex);
 	SIZE(linger);
 	FIELD(linger, l_onoff);
 	FIELD(linger, l_linger);
@@ -527,6 +534,11 @@ static void constants(void)
 	CONST(SOL_UDP);
 	CONST(UDP_SEGMENT);
 	CONST(UDP_GRO);
+	CONST(SOL_IP);
+	CONST(IP_PKTINFO);
+	CONST(SOL_IPV6);
+	CONST(IPV6_RECVPKTINFO);
+	CONST(IPV6_PKTINFO);
 	CONST(SO_LINGER);
 	CONST(IPPROTO_TCP);
 	CONST(TCP_NODELAY);

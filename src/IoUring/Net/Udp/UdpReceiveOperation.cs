@@ -24,6 +24,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
 
     public Memory<byte> Buffer;
     public SocketAddress? From;
+    public SocketAddress? Local;
     public UdpDatagramBatch? Batch;
     public CancellationToken Token;
     public bool Completed;           // a result or an error is set (or on its way): no one else may complete it
@@ -31,11 +32,13 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
 
     public short Version => _core.Version;
 
-    public void Prepare(Memory<byte> buffer, SocketAddress? from, UdpDatagramBatch? batch, CancellationToken token)
+    public void Prepare(Memory<byte> buffer, SocketAddress? from, SocketAddress? local, UdpDatagramBatch? batch,
+        CancellationToken token)
     {
         _core.Reset();
         Buffer = buffer;
         From = from;
+        Local = local;
         Batch = batch;
         Token = token;
         Completed = false;
@@ -92,6 +95,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
             _cancellation = default;
             Buffer = default;
             From = null;
+            Local = null;
             Batch = null;
             receiver.Return(this);
         }

@@ -44,10 +44,19 @@ internal sealed unsafe partial class UdpReceiver
         ReadOnlySpan<byte> payload = buffer[payloadOffset..];
         // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
         int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
-        int segmentSize = _controlSpace > 0
-            ? CoalescedSegmentSize(buffer.Slice(Datagrams.PayloadOffset,
-                (int)Math.Min(header.controllen, (uint)_controlSpace)))
-            : 0;
+        int segmentSize = 0, interfaceIndex = 0, localLength = 0;
+        Span<byte> localName = stackalloc byte[LocalAddressFormat.IPv6NameSize];
+        if (_controlSpace > 0)
+        {
+            localLength = ControlMessages.Read(
+                buffer.Slice(Datagrams.PayloadOffset, (int)Math.Min(header.controllen, (uint)_controlSpace)),
+                _localFormat, localName, out segmentSize, out interfaceIndex);
+            if (localLength == 0 && _options.ReceiveLocalAddress)
+            {
+                localLength = _localFormat.WriteUnspecified(localName); // none reported: "any", not a stale one
+            }
+        }
+        var datagram = new ReceivedDatagram(payload, datagramLength, name, localName[..localLength], interfaceIndex);
         if (segmentSize > 0 && datagramLength > segmentSize)
         {
             // A coalesced burst (UDP_GRO): equal datagrams of segmentSize, the last one maybe shorter.
@@ -58,40 +67,18 @@ internal sealed unsafe partial class UdpReceiver
                 ReadOnlySpan<byte> segment = offset < payload.Length
                     ? payload.Slice(offset, Math.Min(length, payload.Length - offset))
                     : default;
-                Deliver(segment, length, name);
+                Deliver(datagram with { Payload = segment, Length = length });
             }
             return;
         }
-        Deliver(payload, datagramLength, name);
-    }
-
-    /// <summary>The UDP_GRO segment size in a coalesced receive's control data, or 0 (not coalesced).</summary>
-    private static int CoalescedSegmentSize(ReadOnlySpan<byte> control)
-    {
-        int headerSize = sizeof(Libc.cmsghdr);
-        while (control.Length >= headerSize)
-        {
-            Libc.cmsghdr cmsg = MemoryMarshal.Read<Libc.cmsghdr>(control);
-            if (cmsg.cmsg_len < (nuint)headerSize || cmsg.cmsg_len > (nuint)control.Length)
-            {
-                return 0;
-            }
-            if (cmsg.cmsg_level == Libc.SOL_UDP && cmsg.cmsg_type == Libc.UDP_GRO
-                && cmsg.cmsg_len >= (nuint)(headerSize + sizeof(int)))
-            {
-                return MemoryMarshal.Read<int>(control[headerSize..]);
-            }
-            int next = ((int)cmsg.cmsg_len + 7) & ~7; // CMSG_ALIGN
-            control = next < control.Length ? control[next..] : default;
-        }
-        return 0;
+        Deliver(datagram);
     }
 
     /// <summary>One datagram: to the oldest waiting receive (or a batch still filling), else the queue.</summary>
-    private void Deliver(ReadOnlySpan<byte> payload, int datagramLength, ReadOnlySpan<byte> name)
+    private void Deliver(in ReceivedDatagram datagram)
     {
         _received++;
-        _owner.Loop.OnBytesReceived(payload.Length);
+        _owner.Loop.OnBytesReceived(datagram.Payload.Length);
 
         UdpReceiveOperation? completed = null;
         Exception? error = null;
@@ -100,7 +87,7 @@ internal sealed unsafe partial class UdpReceiver
         {
             if (_filling is { } filling)
             {
-                Append(filling.Batch!, payload, datagramLength, name);
+                Append(filling.Batch!, datagram);
                 if (filling.Batch!.IsFull)
                 {
                     _filling = null;
@@ -116,7 +103,7 @@ internal sealed unsafe partial class UdpReceiver
                 {
                     try
                     {
-                        Append(batch, payload, datagramLength, name);
+                        Append(batch, datagram);
                     }
                     catch (Exception ex)
                     {
@@ -126,7 +113,7 @@ internal sealed unsafe partial class UdpReceiver
                     _filling = error is null && !batch.IsFull ? waiting : null;
                 }
             }
-            else if (!_queue.TryEnqueue(payload, datagramLength, name))
+            else if (!_queue.TryEnqueue(datagram))
             {
                 _dropped++;
             }
@@ -143,7 +130,7 @@ internal sealed unsafe partial class UdpReceiver
             {
                 if (completed.Batch is null)
                 {
-                    result = Datagrams.CopyOut(payload, datagramLength, name, completed.Buffer.Span, completed.From);
+                    result = Datagrams.CopyOut(datagram, completed.Buffer.Span, completed.From, completed.Local);
                 }
             }
             catch (Exception ex)
@@ -159,8 +146,7 @@ internal sealed unsafe partial class UdpReceiver
         }
     }
 
-    private static void Append(UdpDatagramBatch batch, ReadOnlySpan<byte> payload, int datagramLength,
-        ReadOnlySpan<byte> name)
+    private static void Append(UdpDatagramBatch batch, in ReceivedDatagram datagram)
     {
         if (batch.IsFull)
         {
@@ -169,7 +155,7 @@ internal sealed unsafe partial class UdpReceiver
                 "The batch is full: another receive that has not completed was given it too. Give each waiting " +
                 "receive its own batch.");
         }
-        batch.Commit(Datagrams.CopyOut(payload, datagramLength, name, batch.NextBuffer, batch.NextAddress));
+        batch.Commit(Datagrams.CopyOut(datagram, batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress));
     }
 
     /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>

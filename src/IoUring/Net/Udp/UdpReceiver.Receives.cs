@@ -6,7 +6,7 @@ namespace IoUring.Net;
 // the list of waiting receives, their cancellation and the operation pool, all under the lock.
 internal sealed unsafe partial class UdpReceiver
 {
-    public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, SocketAddress? from,
+    public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, SocketAddress? from, SocketAddress? local,
         CancellationToken cancellationToken)
     {
         if (cancellationToken.IsCancellationRequested)
@@ -20,12 +20,12 @@ internal sealed unsafe partial class UdpReceiver
             {
                 return ValueTask.FromException<DatagramResult>(failure);
             }
-            if (_queue.TryDequeue(buffer.Span, from, out DatagramResult result))
+            if (_queue.TryDequeue(buffer.Span, from, local, out DatagramResult result))
             {
                 MadeRoom();
                 return new ValueTask<DatagramResult>(result);
             }
-            operation = Wait(buffer, from, batch: null, cancellationToken);
+            operation = Wait(buffer, from, local, batch: null, cancellationToken);
         }
         operation.RegisterCancellation();
         return new ValueTask<DatagramResult>(operation, operation.Version);
@@ -37,7 +37,7 @@ internal sealed unsafe partial class UdpReceiver
         {
             return ValueTask.FromCanceled<int>(cancellationToken);
         }
-        batch.Clear();
+        batch.Clear(localAddresses: _options.ReceiveLocalAddress);
         UdpReceiveOperation operation;
         lock (_gate)
         {
@@ -50,7 +50,7 @@ internal sealed unsafe partial class UdpReceiver
             {
                 return new ValueTask<int>(batch.Count);
             }
-            operation = Wait(Memory<byte>.Empty, from: null, batch, cancellationToken);
+            operation = Wait(Memory<byte>.Empty, from: null, local: null, batch, cancellationToken);
         }
         operation.RegisterCancellation();
         return new ValueTask<int>(operation, operation.Version);
@@ -67,12 +67,12 @@ internal sealed unsafe partial class UdpReceiver
     }
 
     // Under the lock.
-    private UdpReceiveOperation Wait(Memory<byte> buffer, SocketAddress? from, UdpDatagramBatch? batch,
-        CancellationToken cancellationToken)
+    private UdpReceiveOperation Wait(Memory<byte> buffer, SocketAddress? from, SocketAddress? local,
+        UdpDatagramBatch? batch, CancellationToken cancellationToken)
     {
         UdpReceiveOperation operation =
             _pool.TryPop(out UdpReceiveOperation? pooled) ? pooled : new UdpReceiveOperation(this);
-        operation.Prepare(buffer, from, batch, cancellationToken);
+        operation.Prepare(buffer, from, local, batch, cancellationToken);
         operation.Previous = _lastWaiting;
         operation.Next = null;
         if (_lastWaiting is null)
@@ -112,7 +112,8 @@ internal sealed unsafe partial class UdpReceiver
     // Under the lock.
     private void FillFromQueue(UdpDatagramBatch batch)
     {
-        while (!batch.IsFull && _queue.TryDequeue(batch.NextBuffer, batch.NextAddress, out DatagramResult result))
+        while (!batch.IsFull && _queue.TryDequeue(batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress,
+            out DatagramResult result))
         {
             batch.Commit(result);
         }

@@ -1,3 +1,4 @@
+using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
@@ -46,7 +47,9 @@ internal sealed unsafe partial class UdpReceiver
     private ReceiveBuffers? _buffers;
     // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
     private Libc.msghdr* _message;
-    private int _controlSpace;          // set at start: the control room in each buffer (coalesced receives), else 0
+    // set at start: the control room in each buffer (coalesced receives, local addresses), else 0
+    private int _controlSpace;
+    private LocalAddressFormat _localFormat;
     private long _coalescedReceives;
     private bool _armed;
     private bool _paused;
@@ -83,10 +86,15 @@ internal sealed unsafe partial class UdpReceiver
     public void Start()
     {
         // Coalesced receives: the kernel reports each burst's segment size in a control message after the name, and a
-        // burst takes up to 64 KiB whatever the largest datagram is.
+        // burst takes up to 64 KiB whatever the largest datagram is. Without UDP_GRO (refused) datagrams come one by
+        // one, as they would anyway.
         if (_options.ReceiveCoalesced && Libc.SetIntOption(_fd, Libc.SOL_UDP, Libc.UDP_GRO, 1) == 0)
         {
-            _controlSpace = Datagrams.CoalescedControlSpace;
+            _controlSpace = ControlMessages.SegmentSizeSpace;
+        }
+        if (_options.ReceiveLocalAddress)
+        {
+            EnableLocalAddresses();
         }
         int payloadRoom = _controlSpace > 0
             ? Math.Max(_options.MaxDatagramSize, Datagrams.LargestCoalesced)
@@ -102,6 +110,23 @@ internal sealed unsafe partial class UdpReceiver
         _message->msg_namelen = Datagrams.NameSpace;
         _message->msg_controllen = (nuint)_controlSpace;
         MaybeRearm();
+    }
+
+    /// <summary>Asks the kernel for each datagram's local address (IPV6_RECVPKTINFO on an IPv6 socket, which reports
+    /// a dual-mode socket's IPv4 datagrams too, IPv4-mapped; IP_PKTINFO on an IPv4 one).</summary>
+    private void EnableLocalAddresses()
+    {
+        var local = (IPEndPoint)_socket.LocalEndPoint;
+        bool ipv6 = local.AddressFamily == AddressFamily.InterNetworkV6;
+        int result = ipv6
+            ? Libc.SetIntOption(_fd, Libc.SOL_IPV6, Libc.IPV6_RECVPKTINFO, 1)
+            : Libc.SetIntOption(_fd, Libc.SOL_IP, Libc.IP_PKTINFO, 1);
+        if (result != 0)
+        {
+            throw SocketErrors.FromErrno(Marshal.GetLastPInvokeError());
+        }
+        _localFormat = new LocalAddressFormat(ipv6, local.Port);
+        _controlSpace += ControlMessages.LocalAddressSpace;
     }
 
     /// <summary>The socket is closing: waiting receives fail, the RECVMSG is cancelled. Loop thread.</summary>

@@ -17,14 +17,14 @@ namespace IoUring.Net;
 /// (this is the work item) with the SENDMSG's result.</para>
 /// <para>A segmented send (<see cref="SegmentSize"/>) carries a UDP_SEGMENT control message: the kernel cuts the
 /// payload into datagrams of that size (GSO). Where it refuses, the same copy goes out one segment per SENDMSG
-/// (<see cref="SendOneByOne"/>, <see cref="NextSegment"/>).</para>
+/// (<see cref="SendOneByOne"/>, <see cref="NextSegment"/>). A send from a chosen local address carries IP_PKTINFO or
+/// IPV6_PKTINFO, first, so that it stays when UDP_SEGMENT goes.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private const int NameSpace = 128; // sizeof(struct sockaddr_storage)
-    // CMSG_SPACE(sizeof(u16)): the header, then the segment size padded to 8 bytes
-    private static readonly int s_controlSpace = sizeof(Libc.cmsghdr) + sizeof(ulong);
+    private static readonly int s_controlSpace = ControlMessages.LocalAddressSpace + ControlMessages.SegmentSpace;
 
     private readonly UdpSender _sender;
     private ManualResetValueTaskSourceCore<int> _core; // mutable struct: never readonly
@@ -32,6 +32,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private byte* _data;
     private int _capacity;
     private int _result;
+    private int _localAddressSpace; // the control room the source address takes (0: routing chooses it)
+    private bool _offloading;
 
     public UdpSendOperation(UdpSender sender, ushort index)
     {
@@ -62,18 +64,19 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     public int Length { get; private set; }
 
     /// <summary>The SENDMSG carries UDP_SEGMENT (else a segmented send goes one segment at a time).</summary>
-    public bool UsesSegmentOffload => _message->msg_control != null;
+    public bool UsesSegmentOffload => _offloading;
 
     /// <summary>Datagrams the payload makes.</summary>
     public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
 
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram and its destination (none on a connected socket). With
-    /// <paramref name="segmentSize"/> (a payload longer than it), the payload is that many bytes per datagram: with
-    /// UDP_SEGMENT when <paramref name="offload"/>, else one segment at a time.</summary>
-    public void Prepare(ReadOnlySpan<byte> payload, SocketAddress? to, bool awaited, int segmentSize = 0,
-        bool offload = true)
+    /// <summary>Copies the datagram, its destination (none on a connected socket) and its source
+    /// (<paramref name="from"/>; none: routing chooses). With <paramref name="segmentSize"/> (a payload longer than
+    /// it), the payload is that many bytes per datagram: with UDP_SEGMENT when <paramref name="offload"/>, else one
+    /// segment at a time.</summary>
+    public void Prepare(ReadOnlySpan<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
+        int segmentSize = 0, bool offload = true)
     {
         _core.Reset();
         Awaited = awaited;
@@ -101,35 +104,36 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
             _message->msg_name = name;
             _message->msg_namelen = (uint)to.Size;
         }
-        _message->msg_control = null;
-        _message->msg_controllen = 0;
-        if (SegmentSize > 0)
+        byte* control = name + NameSpace;
+        _localAddressSpace = from is null
+            ? 0
+            : ControlMessages.WriteLocalAddress(control, from.Buffer.Span[..from.Size]);
+        _offloading = SegmentSize > 0 && offload;
+        int segmentSpace = _offloading
+            ? ControlMessages.WriteSegmentSize(control + _localAddressSpace, SegmentSize)
+            : 0;
+        SetControl(_localAddressSpace + segmentSpace);
+        if (SegmentSize > 0 && !offload)
         {
-            if (offload)
-            {
-                var control = (Libc.cmsghdr*)(name + NameSpace);
-                control->cmsg_len = (nuint)(sizeof(Libc.cmsghdr) + sizeof(ushort));
-                control->cmsg_level = Libc.SOL_UDP;
-                control->cmsg_type = Libc.UDP_SEGMENT;
-                *(ushort*)(control + 1) = (ushort)SegmentSize;
-                _message->msg_control = control;
-                _message->msg_controllen = (nuint)s_controlSpace;
-            }
-            else
-            {
-                SendOneByOne();
-            }
+            SendOneByOne();
         }
     }
 
-    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment.</summary>
+    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment (still from its
+    /// chosen source).</summary>
     public void SendOneByOne()
     {
-        _message->msg_control = null;
-        _message->msg_controllen = 0;
+        _offloading = false;
+        SetControl(_localAddressSpace);
         iovec* iov = _message->msg_iov;
         iov->iov_base = (nuint)_data;
         iov->iov_len = (nuint)Math.Min(SegmentSize, Length);
+    }
+
+    private void SetControl(int length)
+    {
+        _message->msg_control = length == 0 ? null : (byte*)(_message->msg_iov + 1) + NameSpace;
+        _message->msg_controllen = (nuint)length;
     }
 
     /// <summary>One by one: moves to the segment after the one just sent; false when that was the last.</summary>

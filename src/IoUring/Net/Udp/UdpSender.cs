@@ -75,7 +75,7 @@ internal sealed unsafe class UdpSender
         }
     }
 
-    public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to,
+    public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from,
         CancellationToken cancellationToken, int segmentSize = 0)
     {
         if (cancellationToken.IsCancellationRequested)
@@ -122,7 +122,7 @@ internal sealed unsafe class UdpSender
             }
             awaited = ++_pending > _maxPending;
         }
-        operation.Prepare(payload.Span, to, awaited, segmentSize, offload: !_segmentOffloadRefused);
+        operation.Prepare(payload.Span, to, from, awaited, segmentSize, offload: !_segmentOffloadRefused);
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {

@@ -147,13 +147,7 @@ public sealed class UdpLifetimeTests
             }
         }
 
-        // A hang guard, not a timing goal: 8,000 round trips take ~1 s here, much longer under qemu's emulation.
-        TimeSpan guard = TimeSpan.FromSeconds(120);
-        await Task.Run(() => RoundTripsAsync(3000)).WaitAsync(guard); // warm up: pools, queues, tiered JIT
-        const int Measured = 5000;
-        long before = GC.GetTotalAllocatedBytes(precise: true);
-        await Task.Run(() => RoundTripsAsync(Measured)).WaitAsync(guard);
-        long perRoundTrip = (GC.GetTotalAllocatedBytes(precise: true) - before) / Measured;
+        long perRoundTrip = await Allocations.PerIterationAsync(RoundTripsAsync);
         // Four operations per round trip (both ends are io_uring sockets): one object per operation anywhere (a task, a
         // closure, an endpoint: 24 bytes at the least) would be 96 bytes or more. What is allowed is the runtime's own
         // queues: the thread pool's global queue (each receive completion is a work item, as each Sockets completion is)

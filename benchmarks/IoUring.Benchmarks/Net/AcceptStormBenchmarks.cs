@@ -5,6 +5,7 @@ using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using BenchmarkDotNet.Attributes;
+using IoUring.Benchmarks.Support;
 using IoUring.Net;
 
 namespace IoUring.Benchmarks.Net;
@@ -75,11 +76,10 @@ public class AcceptStormBenchmarks
     [GlobalSetup(Target = nameof(CServer))]
     public void SetupCServer()
     {
-        string directory = Path.Combine(FindRepoRoot(), "benchmarks", "c");
-        string program = Path.Combine(directory, "echo_server");
+        string program = Path.Combine(CPrograms.Directory, "echo_server");
         if (!File.Exists(program))
         {
-            BuildCServer(directory);
+            CPrograms.Make("echo_server", "gcc and liburing-dev (apt-get install build-essential liburing-dev)");
         }
         var start = new ProcessStartInfo(program);
         start.ArgumentList.Add("0");
@@ -218,47 +218,6 @@ public class AcceptStormBenchmarks
         if (await Task.WhenAny(served, Task.Delay(TimeSpan.FromSeconds(30))).ConfigureAwait(false) != served)
         {
             throw new TimeoutException($"The server closed {Volatile.Read(ref _served)} of {Clients} connections.");
-        }
-    }
-
-    private static string FindRepoRoot()
-    {
-        // BenchmarkDotNet runs this from a generated project's output folder, which is inside the repository.
-        for (DirectoryInfo? dir = new(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "IoUring.sln")))
-            {
-                return dir.FullName;
-            }
-        }
-        throw new DirectoryNotFoundException($"No IoUring.sln above {AppContext.BaseDirectory}: the C floor needs the repository's benchmarks/c.");
-    }
-
-    private static void BuildCServer(string directory)
-    {
-        var start = new ProcessStartInfo("make") { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
-        start.ArgumentList.Add("-C");
-        start.ArgumentList.Add(directory);
-        start.ArgumentList.Add("echo_server");
-        string errors;
-        int exitCode;
-        try
-        {
-            using Process make = Process.Start(start)!;
-            Task<string> output = make.StandardOutput.ReadToEndAsync();
-            errors = make.StandardError.ReadToEnd();
-            make.WaitForExit();
-            output.Wait();
-            exitCode = make.ExitCode;
-        }
-        catch (System.ComponentModel.Win32Exception ex)
-        {
-            throw new InvalidOperationException("Building benchmarks/c/echo_server needs make and gcc (apt-get install build-essential liburing-dev).", ex);
-        }
-        if (exitCode != 0)
-        {
-            throw new InvalidOperationException(
-                $"make -C {directory} echo_server failed ({exitCode}); it needs gcc and liburing-dev (apt-get install liburing-dev): {errors.Trim()}");
         }
     }
 

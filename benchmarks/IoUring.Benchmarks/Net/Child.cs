@@ -10,18 +10,28 @@ internal sealed class Child : IDisposable
 
     private Child(Process process) => _process = process;
 
+    /// <summary>This benchmark program with <paramref name="args"/>, pinned to <paramref name="cpu"/>.</summary>
     public static Child Start(int cpu, params string[] args)
     {
         // Under `dotnet IoUring.Benchmarks.dll` the process path is the host: name the assembly too.
         string self = Environment.ProcessPath!;
-        var start = new ProcessStartInfo("taskset") { RedirectStandardInput = true, RedirectStandardOutput = true, UseShellExecute = false };
+        return Path.GetFileNameWithoutExtension(self) == "dotnet"
+            ? StartProgram(cpu, self, [typeof(Child).Assembly.Location, .. args])
+            : StartProgram(cpu, self, args);
+    }
+
+    /// <summary><paramref name="program"/> (e.g. one of benchmarks/c) pinned to <paramref name="cpu"/>.</summary>
+    public static Child StartProgram(int cpu, string program, params string[] args)
+    {
+        var start = new ProcessStartInfo("taskset")
+        {
+            RedirectStandardInput = true,
+            RedirectStandardOutput = true,
+            UseShellExecute = false,
+        };
         start.ArgumentList.Add("-c");
         start.ArgumentList.Add(cpu.ToString(CultureInfo.InvariantCulture));
-        start.ArgumentList.Add(self);
-        if (Path.GetFileNameWithoutExtension(self) == "dotnet")
-        {
-            start.ArgumentList.Add(typeof(Child).Assembly.Location);
-        }
+        start.ArgumentList.Add(program);
         foreach (string arg in args)
         {
             start.ArgumentList.Add(arg);
@@ -54,6 +64,28 @@ internal sealed class Child : IDisposable
     {
         _process.Refresh();
         return _process.TotalProcessorTime;
+    }
+
+    /// <summary>Gives a bulk UDP child a line ("count", "pause", "go"); returns the counters it answers with.</summary>
+    public ChildCounters Count(string command = "count")
+    {
+        WriteLine(command);
+        return ChildCounters.Parse(ReadLine("count "));
+    }
+
+    /// <summary>The peak resident set size of the process so far (VmHWM of /proc/PID/status), in bytes.</summary>
+    public long PeakRss()
+    {
+        foreach (string line in File.ReadLines($"/proc/{_process.Id}/status"))
+        {
+            if (line.StartsWith("VmHWM:", StringComparison.Ordinal))
+            {
+                // "VmHWM:     12345 kB"
+                string kilobytes = line["VmHWM:".Length..].Trim().Split(' ')[0];
+                return long.Parse(kilobytes, CultureInfo.InvariantCulture) * 1024;
+            }
+        }
+        throw new InvalidOperationException($"no VmHWM in /proc/{_process.Id}/status (has the child ended?)");
     }
 
     public void Dispose()

@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
@@ -8,63 +7,69 @@ namespace IoUring.Benchmarks.Net;
 
 /// <summary>
 /// A one-way bulk UDP stream measured on the <b>receive side</b> in <b>bytes per receiver CPU-second</b>: the receiver
-/// under test runs in its own process pinned to CPU 0; a segmented IoUring sender pinned to CPU 1 sends datagrams of one
-/// size flat out (faster than any receiver takes them: the socket's queue stays full and the surplus is dropped by the
-/// kernel, on the sender's CPU); the receiver's utime + stime over the window divides the bytes it received.
-/// Receivers: System.Net.Sockets (<c>ReceiveFromAsync(Memory, SocketFlags, SocketAddress)</c>), IoUring
-/// <c>ReceiveFromAsync</c>, IoUring <c>ReceiveBatchAsync</c>, and IoUring <c>ReceiveBatchAsync</c> with
-/// <see cref="IoUringUdpOptions.ReceiveCoalesced"/> (GRO).
+/// under test runs in its own process pinned to CPU 0; a segmented IoUring sender pinned to CPU 1 sends datagrams of
+/// one size flat out (faster than any receiver takes them: the socket's queue stays full and the surplus is dropped by
+/// the kernel, on the sender's CPU; the "CPU" column near 100% shows the receiver was the one short of time); the
+/// receiver's utime + stime over the window divides the bytes it received. Receivers: System.Net.Sockets
+/// (<c>ReceiveFromAsync(Memory, SocketFlags, SocketAddress)</c>), IoUring <c>ReceiveFromAsync</c>, IoUring
+/// <c>ReceiveBatchAsync</c>, IoUring <c>ReceiveBatchAsync</c> with <see cref="IoUringUdpOptions.ReceiveCoalesced"/>
+/// (GRO), and the ceiling of this machine's kernel: benchmarks/c/udp_bulk with recvmmsg(2) of 64 x 2,048 B
+/// ("c-recvmmsg") and with UDP_GRO and recvmsg(2) of 64 KiB ("c-gro"), skipped with a line saying why when it cannot be
+/// built. Each receiver is one process for all the rounds of a size, with a sender of its own that is paused but in the
+/// receiver's windows; both are warmed past the JIT's tiers first, as in <see cref="UdpBulkSend"/>, whose notes on the
+/// "jitted" column and the memory columns hold here too.
 /// <code>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --udp-bulk-receive [rounds] [seconds] [sizes]</code>
 /// (defaults 5 rounds of 3 s, sizes 1200,1450).
 /// </summary>
 public static class UdpBulkReceive
 {
-    private static readonly string[] Receivers = ["sockets", "iouring", "iouring-batch", "iouring-gro"];
-
     public static void Run(string[] args)
     {
-        int Arg(int index, int fallback) => args.Length > index ? int.Parse(args[index], CultureInfo.InvariantCulture) : fallback;
-        int rounds = Arg(0, 5), seconds = Arg(1, 3);
-        int[] sizes = args.Length > 2 ? args[2].Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray() : [1200, 1450];
-        Console.WriteLine($"UDP bulk receive: {rounds} rounds of {seconds} s per receiver and size; receivers on CPU 0, the sender on CPU 1");
+        (int rounds, int seconds, int[] sizes) = UdpBulkHarness.ParseArguments(args, defaultRounds: 5);
+        string[] receivers = ["sockets", "iouring", "iouring-batch", "iouring-gro", "c-recvmmsg", "c-gro"];
+        string? cProgram = UdpBulkHarness.BuildCProgram(ref receivers);
+        Console.WriteLine($"UDP bulk receive: {rounds} rounds of {seconds} s per receiver and size after each one's " +
+            "warm-up; receivers on CPU 0, the sender on CPU 1");
+        UdpBulkHarness.PrintHeader("receiver");
         foreach (int size in sizes)
         {
-            var perCpuSecond = Receivers.Select(_ => new List<double>()).ToArray();
-            for (int round = -1; round < rounds; round++)
+            // A sender of its own for each receiver, paused but in the receiver's windows.
+            var pairs = new List<(Child Receiver, Child Sender)>();
+            try
             {
-                for (int r = 0; r < Receivers.Length; r++)
+                foreach (string kind in receivers)
                 {
-                    using Child receiver = Child.Start(0, "--udp-sink", Receivers[r]);
+                    Child receiver = UdpBulkHarness.StartRow(kind, "--udp-sink", cProgram, "recv");
                     string port = receiver.ReadLine("port ");
-                    using Child sender = Child.Start(1, "--udp-blast", "iouring-gso", port,
-                        size.ToString(CultureInfo.InvariantCulture), (seconds + 2).ToString(CultureInfo.InvariantCulture));
-                    sender.ReadLine("start");
-                    receiver.WriteLine("count");
-                    long before = long.Parse(receiver.ReadLine("bytes "), CultureInfo.InvariantCulture);
-                    TimeSpan cpuBefore = receiver.CpuTime();
-                    Thread.Sleep(TimeSpan.FromSeconds(seconds));
-                    receiver.WriteLine("count");
-                    long after = long.Parse(receiver.ReadLine("bytes "), CultureInfo.InvariantCulture);
-                    TimeSpan cpu = receiver.CpuTime() - cpuBefore;
-                    if (round >= 0)
-                    {
-                        perCpuSecond[r].Add((after - before) / cpu.TotalSeconds);
-                    }
-                    sender.ReadLine("bytes ");
+                    Child sender = Child.Start(1, "--udp-blast", "iouring-gso", port,
+                        size.ToString(CultureInfo.InvariantCulture));
+                    pairs.Add((receiver, sender));
+                    UdpBulkHarness.WarmUp(receiver, sender);
+                    sender.Count("pause");
                 }
+                var samples = receivers.Select(_ => new List<BulkSample>()).ToArray();
+                for (int round = 0; round < rounds; round++)
+                {
+                    for (int r = 0; r < receivers.Length; r++)
+                    {
+                        samples[r].Add(UdpBulkHarness.Window(pairs[r].Sender, pairs[r].Receiver, size, seconds));
+                    }
+                }
+                UdpBulkHarness.PrintRows(size, receivers, samples);
             }
-            for (int r = 0; r < Receivers.Length; r++)
+            finally
             {
-                double[] ratios = perCpuSecond[r].Zip(perCpuSecond[0], (a, b) => a / b).ToArray();
-                Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"{size,5} B  {Receivers[r],-14} {UdpResponder.Median(perCpuSecond[r]) / 1e6,8:F1} MB/CPU-s  ratio " +
-                    $"{UdpResponder.Median(ratios):F2} (min {ratios.Min():F2}, max {ratios.Max():F2})"));
+                pairs.ForEach(pair =>
+                {
+                    pair.Sender.Dispose();
+                    pair.Receiver.Dispose();
+                });
             }
         }
     }
 
-    /// <summary><c>--udp-sink KIND</c>: prints "port N", receives and counts bytes; answers each stdin line with
-    /// "bytes N" (so far); ends with its stdin.</summary>
+    /// <summary><c>--udp-sink KIND</c>: prints "port N", receives and counts bytes, answering stdin lines with its
+    /// counters (<see cref="ChildCounters"/>) until its stdin ends.</summary>
     public static void Sink(string kind)
     {
         long bytes = 0;
@@ -119,10 +124,7 @@ public static class UdpBulkReceive
                 }
             });
         }
-        while (Console.In.ReadLine() is not null)
-        {
-            Console.WriteLine($"bytes {Interlocked.Read(ref bytes)}");
-        }
+        ChildCounters.AnswerUntilStdinEnds(() => Interlocked.Read(ref bytes));
         Environment.Exit(0); // the receive loop blocks in a receive: the process just ends
     }
 }

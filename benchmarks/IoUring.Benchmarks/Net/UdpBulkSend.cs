@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
@@ -7,62 +6,76 @@ using IoUring.Net;
 namespace IoUring.Benchmarks.Net;
 
 /// <summary>
-/// A one-way bulk UDP stream measured on the <b>send side</b> in <b>bytes per sender CPU-second</b>: each sender runs in
-/// its own process pinned to CPU 0 (taskset) and sends datagrams of one size flat out for a window to a
-/// System.Net.Sockets receiver pinned to CPU 1 that only drains; the sender's utime + stime over the window (which on
-/// loopback includes the kernel's delivery to the receiving socket) divides the bytes the kernel took. Senders:
-/// System.Net.Sockets (<c>SendToAsync(ReadOnlyMemory, SocketFlags, SocketAddress)</c>, its best), IoUring one datagram per
-/// <c>SendToAsync</c>, and IoUring with segmentation offload (<c>SendSegmentsToAsync</c>: as many datagrams per send as
-/// fit in 64 KiB, at most 64). Windows alternate between the senders, round after round; ratios are medians of rounds.
+/// A one-way bulk UDP stream measured on the <b>send side</b> in <b>bytes per sender CPU-second</b>: each sender runs
+/// in its own process pinned to CPU 0 (taskset) and sends datagrams of one size flat out to a System.Net.Sockets
+/// receiver pinned to CPU 1 that only drains; the sender's utime + stime over the window (which on loopback includes
+/// the kernel's delivery to the receiving socket) divides the bytes the kernel took. Senders: System.Net.Sockets
+/// (<c>SendToAsync(ReadOnlyMemory, SocketFlags, SocketAddress)</c>, its best), IoUring one datagram per
+/// <c>SendToAsync</c>, IoUring with segmentation offload (<c>SendSegmentsToAsync</c>: as many datagrams per send as fit
+/// in 65,000 B, at most 64), and the ceiling of this machine's kernel: benchmarks/c/udp_bulk with one sendto(2) per
+/// datagram ("c-sendto") and with sendmsg(2) carrying UDP_SEGMENT, segmented as IoUring's ("c-gso"), skipped with a
+/// line saying why when it cannot be built (it needs gcc). If c-gso's ratio to Sockets is below a goal, no .NET sender
+/// can reach it on this machine. Windows alternate between the senders, round after round; ratios to Sockets are
+/// medians of rounds.
+/// <para>Each sender is one process for all the rounds of a size: the harness starts it, lets it send until it is past
+/// the JIT's tiers (<see cref="UdpBulkHarness.WarmUp"/>), and keeps it paused between its windows, as <see
+/// cref="UdpResponder"/> keeps its servers. The "jitted" column counts the methods compiled inside the windows (the
+/// most of any round). Checked: with the default tiers a fresh sender went on compiling methods for several seconds
+/// (batches a second or more apart, the single-CPU delay) and a window started after a fixed second of sending compiled
+/// hundreds; after this warm-up the windows compiled none or one, as with every method fully optimized from its first
+/// call (<c>DOTNET_TieredCompilation=0 DOTNET_ReadyToRun=0</c>, which the children take from the parent's environment:
+/// the run to compare the rates with).</para>
+/// <para>Beside the CPU: the share of the sent bytes the receiver got ("delivered": on loopback a datagram that the
+/// full receive queue drops costs the sender less than one delivered, so a sender the receiver cannot keep up with pays
+/// less per byte; read the ratios with it), the sender's peak RSS (VmHWM) and, for the .NET senders, the bytes
+/// allocated inside the window and the GC heap at its end.</para>
 /// <code>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --udp-bulk [rounds] [seconds] [sizes]</code>
 /// (defaults 7 rounds of 3 s, sizes 1200,1450).
 /// </summary>
 public static class UdpBulkSend
 {
-    private static readonly string[] Senders = ["sockets", "iouring", "iouring-gso"];
-
     public static void Run(string[] args)
     {
-        int Arg(int index, int fallback) => args.Length > index ? int.Parse(args[index], CultureInfo.InvariantCulture) : fallback;
-        int rounds = Arg(0, 7), seconds = Arg(1, 3);
-        int[] sizes = args.Length > 2 ? args[2].Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray() : [1200, 1450];
-        Console.WriteLine($"UDP bulk send: {rounds} rounds of {seconds} s per sender and size; senders on CPU 0, the receiver on CPU 1");
+        (int rounds, int seconds, int[] sizes) = UdpBulkHarness.ParseArguments(args, defaultRounds: 7);
+        string[] senders = ["sockets", "iouring", "iouring-gso", "c-sendto", "c-gso"];
+        string? cProgram = UdpBulkHarness.BuildCProgram(ref senders);
+        Console.WriteLine($"UDP bulk send: {rounds} rounds of {seconds} s per sender and size after each one's " +
+            "warm-up; senders on CPU 0, the receiver on CPU 1");
+        UdpBulkHarness.PrintHeader("sender");
         foreach (int size in sizes)
         {
             using Child receiver = Child.Start(1, "--udp-drain");
-            int port = int.Parse(receiver.ReadLine("port "), CultureInfo.InvariantCulture);
-            var perCpuSecond = Senders.Select(_ => new List<double>()).ToArray();
-            var perSecond = Senders.Select(_ => new List<double>()).ToArray();
-            for (int round = -1; round < rounds; round++) // round -1 warms up (a fresh process each window: JIT included)
+            string port = receiver.ReadLine("port ");
+            var started = new List<Child>();
+            try
             {
-                for (int s = 0; s < Senders.Length; s++)
+                foreach (string kind in senders) // one at a time: each warms up alone, then waits paused
                 {
-                    using Child sender = Child.Start(0, "--udp-blast", Senders[s], port.ToString(CultureInfo.InvariantCulture),
-                        size.ToString(CultureInfo.InvariantCulture), seconds.ToString(CultureInfo.InvariantCulture));
-                    sender.ReadLine("start");
-                    TimeSpan cpuBefore = sender.CpuTime();
-                    long startTicks = Stopwatch.GetTimestamp();
-                    long bytes = long.Parse(sender.ReadLine("bytes "), CultureInfo.InvariantCulture);
-                    TimeSpan wall = Stopwatch.GetElapsedTime(startTicks);
-                    TimeSpan cpu = sender.CpuTime() - cpuBefore;
-                    if (round >= 0)
+                    Child sender = UdpBulkHarness.StartRow(kind, "--udp-blast", cProgram, "send", port,
+                        size.ToString(CultureInfo.InvariantCulture));
+                    started.Add(sender);
+                    UdpBulkHarness.WarmUp(sender, receiver);
+                    sender.Count("pause");
+                }
+                var samples = senders.Select(_ => new List<BulkSample>()).ToArray();
+                for (int round = 0; round < rounds; round++)
+                {
+                    for (int s = 0; s < senders.Length; s++)
                     {
-                        perCpuSecond[s].Add(bytes / cpu.TotalSeconds);
-                        perSecond[s].Add(bytes / wall.TotalSeconds / size);
+                        samples[s].Add(UdpBulkHarness.Window(started[s], started[s], size, seconds, receiver));
                     }
                 }
+                UdpBulkHarness.PrintRows(size, senders, samples);
             }
-            for (int s = 0; s < Senders.Length; s++)
+            finally
             {
-                double[] ratios = perCpuSecond[s].Zip(perCpuSecond[0], (a, b) => a / b).ToArray();
-                Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"{size,5} B  {Senders[s],-12} {UdpResponder.Median(perCpuSecond[s]) / 1e6,8:F1} MB/CPU-s  ratio {UdpResponder.Median(ratios):F2} " +
-                    $"(min {ratios.Min():F2}, max {ratios.Max():F2})  {UdpResponder.Median(perSecond[s]),10:N0} datagrams/s"));
+                started.ForEach(sender => sender.Dispose());
             }
         }
     }
 
-    /// <summary><c>--udp-drain</c>: prints "port N", receives and drops everything until its stdin closes.</summary>
+    /// <summary><c>--udp-drain</c>: prints "port N", receives and drops everything, answering stdin lines with its
+    /// counters (<see cref="ChildCounters"/>) until its stdin ends.</summary>
     public static void Drain()
     {
         using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp)
@@ -71,6 +84,7 @@ public static class UdpBulkSend
         };
         socket.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         Console.WriteLine($"port {((IPEndPoint)socket.LocalEndPoint!).Port}");
+        long received = 0; // written by the draining thread only
         var draining = new Thread(() =>
         {
             var buffer = new byte[65536];
@@ -78,7 +92,7 @@ public static class UdpBulkSend
             {
                 while (true)
                 {
-                    socket.Receive(buffer);
+                    received += socket.Receive(buffer);
                 }
             }
             catch (SocketException)
@@ -89,41 +103,40 @@ public static class UdpBulkSend
             }
         }) { IsBackground = true };
         draining.Start();
-        _ = Console.In.ReadToEnd();
+        ChildCounters.AnswerUntilStdinEnds(() => Volatile.Read(ref received));
     }
 
-    /// <summary><c>--udp-blast KIND PORT SIZE SECONDS</c>: one second of warm-up, prints "start", sends for SECONDS,
-    /// prints "bytes N" (what the kernel took).</summary>
-    public static void Blast(string kind, int port, int size, int seconds)
-        => BlastAsync(kind, port, size, seconds).GetAwaiter().GetResult();
-
-    private static async Task BlastAsync(string kind, int port, int size, int seconds)
+    /// <summary><c>--udp-blast KIND PORT SIZE</c>: sends to 127.0.0.1:PORT flat out (but between "pause" and "go"),
+    /// answering stdin lines with its counters (<see cref="ChildCounters"/>: the bytes the kernel took) until its
+    /// stdin ends.</summary>
+    public static void Blast(string kind, int port, int size)
     {
         SocketAddress to = new IPEndPoint(IPAddress.Loopback, port).Serialize();
         int segments = Math.Min(IoUringUdpSocket.MaxSegments, 65_000 / size);
         byte[] payload = new byte[size * segments];
         new Random(size).NextBytes(payload);
-        long bytes = 0;
-        bool counting = false;
-        var stop = new CancellationTokenSource();
-        Func<Task> loop;
-        Socket? plain = null;
+        long bytes = 0; // written by the sending loop only
+        TaskCompletionSource? paused = null; // while paused: what the sending loop awaits
+        using var stop = new CancellationTokenSource();
+        using Socket? plain = kind == "sockets"
+            ? new(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp)
+            : null;
         IoUringNetwork? network = null;
         IoUringUdpSocket? udp = null;
-        if (kind == "sockets")
+        Func<Task> loop;
+        if (plain is not null)
         {
-            plain = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
             plain.Bind(new IPEndPoint(IPAddress.Loopback, 0));
             loop = async () =>
             {
                 ReadOnlyMemory<byte> datagram = payload.AsMemory(0, size);
                 while (!stop.IsCancellationRequested)
                 {
-                    int sent = await plain.SendToAsync(datagram, SocketFlags.None, to).ConfigureAwait(false);
-                    if (Volatile.Read(ref counting))
+                    if (Volatile.Read(ref paused) is { } gate)
                     {
-                        bytes += sent;
+                        await gate.Task.ConfigureAwait(false);
                     }
+                    bytes += await plain.SendToAsync(datagram, SocketFlags.None, to).ConfigureAwait(false);
                 }
             };
         }
@@ -137,35 +150,34 @@ public static class UdpBulkSend
                 ReadOnlyMemory<byte> datagram = payload.AsMemory(0, size);
                 while (!stop.IsCancellationRequested)
                 {
-                    int sent = gso
+                    if (Volatile.Read(ref paused) is { } gate)
+                    {
+                        await gate.Task.ConfigureAwait(false);
+                    }
+                    bytes += gso
                         ? await udp.SendSegmentsToAsync(payload, size, to).ConfigureAwait(false)
                         : await udp.SendToAsync(datagram, to).ConfigureAwait(false);
-                    if (Volatile.Read(ref counting))
-                    {
-                        bytes += sent;
-                    }
                 }
             };
         }
         Task running = Task.Run(loop);
-        await Task.Delay(TimeSpan.FromSeconds(1)).ConfigureAwait(false);
-        Console.WriteLine("start");
-        Volatile.Write(ref counting, true);
-        await Task.Delay(TimeSpan.FromSeconds(seconds)).ConfigureAwait(false);
-        Volatile.Write(ref counting, false);
-        long counted = Volatile.Read(ref bytes);
-        Console.WriteLine($"bytes {counted}");
-        await stop.CancelAsync().ConfigureAwait(false);
-        await running.ConfigureAwait(false);
-        plain?.Dispose();
-        if (udp is not null)
+        void Pause(bool pause)
         {
-            await udp.DisposeAsync().ConfigureAwait(false);
+            if (pause)
+            {
+                var gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+                Volatile.Write(ref paused, gate);
+            }
+            else
+            {
+                Interlocked.Exchange(ref paused, null)?.SetResult();
+            }
         }
-        if (network is not null)
-        {
-            await network.DisposeAsync().ConfigureAwait(false);
-        }
-        stop.Dispose();
+        ChildCounters.AnswerUntilStdinEnds(() => Volatile.Read(ref bytes), Pause);
+        stop.Cancel();
+        Pause(false);
+        running.GetAwaiter().GetResult();
+        udp?.DisposeAsync().AsTask().GetAwaiter().GetResult();
+        network?.DisposeAsync().AsTask().GetAwaiter().GetResult();
     }
 }

@@ -36,10 +36,11 @@ public sealed class IoUringUdpOptions
     public int ReceiveQueueCapacity { get; set; } = 256;
 
     /// <summary>
-    /// Sends that may be in the kernel's hands at once while their callers already went on: a send copies the datagram
-    /// and completes at once, and an error the kernel reports for it surfaces on the socket's next operation (as ICMP
-    /// errors do). Past this many, a send completes only when the kernel is done with it, which slows a sender down to
-    /// what the socket can send.
+    /// Datagrams that may be in the kernel's hands at once while their callers already went on: a send copies the
+    /// datagram and completes at once, and an error the kernel reports for it surfaces on the socket's next operation
+    /// (as ICMP errors do). Past this many, a send completes only when the kernel is done with it, which slows a sender
+    /// down to what the socket can send. A segmented send counts its datagrams, so the copies held stay about this many
+    /// datagrams' worth whichever way a sender sends.
     /// </summary>
     /// <remarks>Defaults to 1,024.</remarks>
     public int MaxPendingSends { get; set; } = 1024;

@@ -84,6 +84,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         {
             int capacity = Math.Max(payload.Length, Math.Max(256, 2 * _capacity));
             _data = (byte*)NativeMemory.Realloc(_data, (nuint)capacity);
+            _sender.OnCopyResized(capacity - _capacity);
             _capacity = capacity;
         }
         payload.CopyTo(new Span<byte>(_data, payload.Length));
@@ -194,6 +195,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         NativeMemory.Free(_message);
         _data = null;
         _message = null;
+        _sender.OnCopyResized(-_capacity);
         _capacity = 0;
     }
 }

@@ -14,10 +14,10 @@ namespace IoUring.Net;
 /// </summary>
 /// <remarks>
 /// <para>A send completes as soon as its copy is queued while fewer than
-/// <see cref="IoUringUdpOptions.MaxPendingSends"/> are in flight (as sendto(2) returns once the kernel has the
-/// datagram); an error the kernel reports for it then goes to the socket's next operation if the network answered it
-/// (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result: a
-/// sender faster than the socket is slowed down rather than buffered without bound.</para>
+/// <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight (as sendto(2) returns once the kernel has
+/// the datagram); an error the kernel reports for it then goes to the socket's next operation if the network answered
+/// it (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result:
+/// a sender faster than the socket is slowed down rather than buffered without bound.</para>
 /// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
 /// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
 /// </remarks>
@@ -31,7 +31,8 @@ internal sealed unsafe class UdpSender
     private readonly Lock _gate = new();
     private readonly Stack<UdpSendOperation> _pool = new();
     private int _created;
-    private int _pending;           // rented and not yet returned
+    private long _copyBytes;        // the native copies' capacity, over every operation (pooled or in flight)
+    private int _pending;           // datagrams of the sends rented and not returned (a segmented send: its segments)
     private bool _closed;           // under the lock: no new sends; operations coming back are freed
     private bool _closing;          // loop thread: sends reaching the loop from now on are refused
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
@@ -63,7 +64,15 @@ internal sealed unsafe class UdpSender
     /// that segmented sends go one datagram per SENDMSG.</summary>
     public bool SegmentOffloadRefused => _segmentOffloadRefused;
 
-    /// <summary>Sends rented and not yet returned (their native copies not back in the pool).</summary>
+    /// <summary>Bytes of native memory the send copies hold (every operation's payload capacity): what the socket's
+    /// sends cost beyond the caller's buffers.</summary>
+    public long CopyBytes => Interlocked.Read(ref _copyBytes);
+
+    /// <summary>An operation's copy grew (or was freed: negative).</summary>
+    public void OnCopyResized(long delta) => Interlocked.Add(ref _copyBytes, delta);
+
+    /// <summary>Datagrams of the sends rented and not yet returned (their native copies not back in the
+    /// pool).</summary>
     public int Pending
     {
         get
@@ -120,7 +129,11 @@ internal sealed unsafe class UdpSender
                 return ValueTask.FromException<int>(
                     new InvalidOperationException("65,536 sends are in flight on this socket."));
             }
-            awaited = ++_pending > _maxPending;
+            // Counted in datagrams, so that segmented sends (up to 64 KiB of copy each) hold no more than single ones.
+            _pending += segmentSize > 0 && payload.Length > segmentSize
+                ? (payload.Length + segmentSize - 1) / segmentSize
+                : 1;
+            awaited = _pending > _maxPending;
         }
         operation.Prepare(payload.Span, to, from, awaited, segmentSize, offload: !_segmentOffloadRefused);
         EventLoop loop = _owner.Loop;
@@ -336,7 +349,7 @@ internal sealed unsafe class UdpSender
     {
         lock (_gate)
         {
-            _pending--;
+            _pending -= operation.SegmentCount;
             if (_closed)
             {
                 operation.Free();

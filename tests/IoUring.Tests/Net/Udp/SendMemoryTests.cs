@@ -1,0 +1,41 @@
+using System.Net;
+using System.Net.Sockets;
+using IoUring.Net;
+
+namespace IoUring.Tests.Net;
+
+/// <summary>
+/// What a socket's sends hold: each send is a native copy that completes at once while fewer than
+/// <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight, so a sender faster than the kernel holds at
+/// most that many datagrams' copies, segmented sends (64 KiB each) included.
+/// </summary>
+public sealed class SendMemoryTests
+{
+    [Fact]
+    public async Task A_segmented_sender_faster_than_the_socket_holds_about_MaxPendingSends_datagrams_of_copies()
+    {
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        var options = new IoUringUdpOptions { MaxPendingSends = 1024 };
+        await using IoUringUdpSocket sender = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        const int SegmentSize = 1200, Segments = 54; // 64,800 bytes per send
+        var burst = new byte[SegmentSize * Segments];
+
+        // Off the loop and off xunit's context: each send copies and returns at once until the bound is reached.
+        await Task.Run(async () =>
+        {
+            for (int i = 0; i < 2000; i++)
+            {
+                await sender.SendSegmentsToAsync(burst, SegmentSize, to);
+            }
+        }).WaitAsync(TimeSpan.FromSeconds(60));
+
+        // 1,024 datagrams are 19 segmented sends of 54; each copy is one send's bytes. (Counting sends rather than
+        // datagrams, 1,024 sends of 64 KiB each were held: 66 MB.)
+        long bound = (options.MaxPendingSends / Segments + 2) * (long)burst.Length;
+        Assert.True(sender.Sender.CopyBytes <= bound,
+            $"{sender.Sender.CopyBytes:N0} bytes of send copies, more than {bound:N0}");
+    }
+}

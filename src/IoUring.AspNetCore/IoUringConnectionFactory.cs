@@ -43,8 +43,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(loggerFactory);
         options.Value.Validate();
-        _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory,
-            IoUringMetrics.For(meterFactory));
+        _transport = new LazyTransport(this, options.Value, loggerFactory, memoryPoolFactory, meterFactory);
         _logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
     }
 

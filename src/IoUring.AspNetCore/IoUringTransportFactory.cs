@@ -58,8 +58,7 @@ public sealed class IoUringTransportFactory
         _options.Validate();
         _loggerFactory = loggerFactory;
         _socketOptionsFactory = socketOptionsFactory;
-        _transport = new LazyTransport(this, _options, loggerFactory, memoryPoolFactory,
-            IoUringMetrics.For(meterFactory));
+        _transport = new LazyTransport(this, _options, loggerFactory, memoryPoolFactory, meterFactory);
     }
 
     /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>

@@ -7,6 +7,7 @@ using System.Text;
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
 using IoUring.Buffers;
+using IoUring.Diagnostics;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;

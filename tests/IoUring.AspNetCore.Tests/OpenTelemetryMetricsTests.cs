@@ -1,6 +1,7 @@
 using System.Diagnostics.Metrics;
 using IoUring.AspNetCore.Internal;
 using IoUring.AspNetCore.Tests.Support;
+using IoUring.Diagnostics;
 using Microsoft.Extensions.DependencyInjection;
 using OpenTelemetry.Metrics;
 

@@ -1,7 +1,9 @@
 using System.Buffers;
+using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
+using IoUring.Diagnostics;
 using IoUring.Net;
 using IoUring.Rings;
 using Microsoft.AspNetCore.Connections;
@@ -11,8 +13,8 @@ namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
 /// One <see cref="IoUringNetwork"/> (its loops) as Kestrel uses it: Kestrel's memory pool, Kestrel's exception
-/// types for resets and aborts, loop errors logged, counters on the meter. Listeners and outbound connections
-/// of one factory share it.
+/// types for resets and aborts, loop errors logged, the host's meter (where the network publishes its loops' counters
+/// and the transport its connections). Listeners and outbound connections of one factory share it.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class IoUringTransport : IAsyncDisposable
@@ -27,7 +29,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
         _ownedPool = ownedPool;
         Logger = logger;
         Metrics = metrics;
-        metrics.Register(network);
         IoUringTransportLog.TransportStarted(logger, network.Loops.Count, network.Loops[0].SetupFlags);
         if (network.Loops[0].BatchSchedulingError != 0)
         {
@@ -45,7 +46,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
     public static IoUringTransport Create(IoUringTransportOptions options, ILoggerFactory loggerFactory,
-        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IMeterFactory? meterFactory)
     {
         ILogger logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
         IoUringNetworkOptions networkOptions =
@@ -59,8 +60,11 @@ internal sealed class IoUringTransport : IAsyncDisposable
         try
         {
             networkOptions.MemoryPool = pool;
+            // The network registers its loops with the host's meter; the transport adds its connections there.
+            networkOptions.MeterFactory = meterFactory;
             UseKestrelExceptions(networkOptions);
-            return new IoUringTransport(new IoUringNetwork(networkOptions), pool, logger, metrics);
+            return new IoUringTransport(new IoUringNetwork(networkOptions), pool, logger,
+                IoUringMetrics.For(meterFactory));
         }
         catch
         {
@@ -128,7 +132,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         await _network.DisposeAsync().ConfigureAwait(false);
-        Metrics.Retire(_network);
         _ownedPool?.Dispose();
     }
 }

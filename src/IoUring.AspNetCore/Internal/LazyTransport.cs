@@ -1,4 +1,5 @@
 using System.Diagnostics.CodeAnalysis;
+using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Runtime.Versioning;
@@ -29,21 +30,21 @@ internal sealed class LazyTransport
     private bool _disposed;
 
     public LazyTransport(object owner, IoUringTransportOptions options, ILoggerFactory loggerFactory,
-        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IMeterFactory? meterFactory)
     {
         _owner = owner;
         lock (s_tableLock)
         {
             s_byOptions.TryGetValue(options, out SharedTransport? found);
             // The same options object given to factories of another host (other services) gets loops of its own.
-            bool otherHost = found is not null && !found.ServesFor(loggerFactory, memoryPoolFactory, metrics);
+            bool otherHost = found is not null && !found.ServesFor(loggerFactory, memoryPoolFactory, meterFactory);
             if (found is not null && !otherHost && found.TryHold())
             {
                 _shared = found;
                 return;
             }
             // None yet, one that stopped (its holders all disposed, it cannot start again), or another host's.
-            _shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, metrics);
+            _shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, meterFactory);
             _shared.TryHold();
             if (!otherHost)
             {
@@ -103,7 +104,7 @@ internal sealed class LazyTransport
 
     /// <summary>The transport of one options object and how many factories hold it.</summary>
     private sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory,
-        IMemoryPoolFactory<byte>? memoryPoolFactory, IoUringMetrics metrics)
+        IMemoryPoolFactory<byte>? memoryPoolFactory, IMeterFactory? meterFactory)
     {
         private readonly Lock _lock = new();
         private IoUringTransport? _transport;
@@ -115,8 +116,8 @@ internal sealed class LazyTransport
         public IoUringTransport? Current => Volatile.Read(ref _transport);
 
         /// <summary>Made with these services (a service provider's factories get the same ones).</summary>
-        public bool ServesFor(ILoggerFactory loggers, IMemoryPoolFactory<byte>? pools, IoUringMetrics meter)
-            => loggers == loggerFactory && pools == memoryPoolFactory && meter == metrics;
+        public bool ServesFor(ILoggerFactory loggers, IMemoryPoolFactory<byte>? pools, IMeterFactory? meters)
+            => loggers == loggerFactory && pools == memoryPoolFactory && meters == meterFactory;
 
         public bool TryHold()
         {
@@ -149,7 +150,7 @@ internal sealed class LazyTransport
                         else
                         {
                             Volatile.Write(ref _transport,
-                                IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, metrics));
+                                IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, meterFactory));
                         }
                     }
                     catch (IoUringException ex)

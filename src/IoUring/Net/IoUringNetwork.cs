@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
+using IoUring.Diagnostics;
 using IoUring.Loops;
 using IoUring.Rings;
 
@@ -32,6 +33,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     private readonly EventLoop[] _loops;
     private readonly IoUringNetworkOptions _options;
     private readonly ConnectionRegistry _registry = new();
+    private readonly IoUringMetrics _metrics;
     private readonly System.Collections.Concurrent.ConcurrentDictionary<IoUringUdpSocket, byte> _udpSockets = new();
     private int _nextConnectLoop;
     private int _disposed;
@@ -73,6 +75,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             }
             throw;
         }
+        _metrics = IoUringMetrics.For(_options.MeterFactory);
+        _metrics.Register(this);
     }
 
     /// <summary>The loops, one per thread.</summary>
@@ -277,6 +281,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             loop.Dispose();
         }
+        _metrics.Retire(this); // the loops' counts are final: they stay in the meter
         // Every connection's fd is closed now (a stopping loop closes its own) and each tells its application on the
         // thread pool (ConnectionClosed, Closed): return once all have.
         await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);

@@ -1,4 +1,6 @@
+using System.Diagnostics.Metrics;
 using IoUring.Loops;
+
 namespace IoUring.Net;
 
 /// <summary>Settings of an <see cref="IoUringNetwork"/>: its loops and the connections it makes.</summary>
@@ -101,6 +103,15 @@ public sealed class IoUringNetworkOptions
     /// ConnectionAbortedException.
     /// </remarks>
     public Func<string, Exception>? CreateAbortedException { get; set; }
+
+    /// <summary>Makes the "IoUring" meter on which the network's loops publish what they do (docs/metrics.md), or null
+    /// for the process-wide meter of that name.</summary>
+    /// <remarks>
+    /// Defaults to null. In a host, pass its <see cref="IMeterFactory"/> (from dependency injection) so that the meter
+    /// is the host's, as Kestrel's transport does. Networks of one factory share one meter, where loop i's series adds
+    /// up their loops i; the counts of a disposed network stay in it for as long as the meter lives.
+    /// </remarks>
+    public IMeterFactory? MeterFactory { get; set; }
 
     /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid setting.</summary>
     public void Validate()

@@ -5,22 +5,21 @@ using System.Runtime.Versioning;
 using IoUring.Loops;
 using IoUring.Net;
 
-namespace IoUring.AspNetCore.Internal;
+namespace IoUring.Diagnostics;
 
 /// <summary>
 /// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
-/// exhaustions, read from each loop's counters when observed) and the connections and bytes of the transport (bytes
-/// counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every
-/// instrument. One per <see cref="IMeterFactory"/> (so per service provider), shared by every factory of the transport,
-/// so each instrument exists once; every network registers its loops here.
+/// exhaustions, read from each loop's counters when observed), the connections and bytes of the Kestrel transport
+/// (bytes counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every
+/// instrument. One per <see cref="IMeterFactory"/> (so per service provider), or one process-wide without a factory,
+/// so each instrument exists once; every <see cref="IoUringNetwork"/> registers its loops with the one of its
+/// <see cref="IoUringNetworkOptions.MeterFactory"/>.
 /// </summary>
 /// <remarks>
 /// Every instrument reports one series per loop, tagged <see cref="LoopIdTag"/> with the loop's index in its network.
 /// The observable ones read the loops' counters only when collected; the two synchronous ones (connections opened and
 /// active) change once per connection, with a tag the connection's context keeps, so nothing is added per request or
-/// per I/O. The listening transport and the <see cref="IoUringConnectionFactory"/> of one service provider share their
-/// loops (LazyTransport); networks made with other options objects number their loops alike: loop i's series adds them
-/// up.
+/// per I/O. Networks of one meter number their loops alike: loop i's series adds them up.
 /// </remarks>
 internal sealed class IoUringMetrics
 {

@@ -32,7 +32,8 @@ internal sealed class IoUringMetrics
     /// <summary>The loop's index in its network (0 to LoopCount - 1), on every instrument.</summary>
     public const string LoopIdTag = "iouring.loop.id";
 
-    /// <summary>On iouring.connection.io: "receive" or "transmit" (OpenTelemetry's registry attribute).</summary>
+    /// <summary>On iouring.connection.io, iouring.udp.io and iouring.udp.datagrams: "receive" or "transmit"
+    /// (OpenTelemetry's registry attribute).</summary>
     public const string DirectionTag = "network.io.direction";
 
     /// <summary>On iouring.connection.zero_copy.sends: "registered" (a fixed buffer) or "pinned" (pages the kernel
@@ -83,10 +84,9 @@ internal sealed class IoUringMetrics
             PerLoop(Counts, static c => c.HandlerExceptions), "{exception}",
             "Exceptions a completion handler threw on the loop (its connection was aborted, the loop went on). " +
             "Expected to stay 0; anything else is a bug to report.");
-        _meter.CreateObservableCounter("iouring.connection.io", PerLoop(Counts,
-            new(static c => c.BytesReceived, DirectionTag, "receive"),
-            new(static c => c.BytesSent, DirectionTag, "transmit")),
-            "By", "Bytes the loop's connections received from and sent to their peers.");
+        _meter.CreateObservableCounter("iouring.connection.io",
+            PerLoop(Counts, ByDirection(static c => c.BytesReceived, static c => c.BytesSent)),
+            "By", "Bytes the loop's connections (TCP, Unix domain sockets) received from and sent to their peers.");
         _meter.CreateObservableCounter("iouring.connection.zero_copy.sends", PerLoop(Counts,
             new(static c => c.ZeroCopySendsFixed, ZeroCopyBufferTag, "registered"),
             new(static c => c.ZeroCopySends - c.ZeroCopySendsFixed, ZeroCopyBufferTag, "pinned")),
@@ -98,6 +98,22 @@ internal sealed class IoUringMetrics
             "File reads the loop made for SendFileAsync (static files, Results.File).");
         _meter.CreateObservableCounter("iouring.file.io", PerLoop(Counts, static c => c.FileBytesRead), "By",
             "Bytes the loop read from files for SendFileAsync.");
+        _meter.CreateObservableCounter("iouring.udp.datagrams",
+            PerLoop(Counts, ByDirection(static c => c.UdpDatagramsReceived, static c => c.UdpDatagramsSent)),
+            "{datagram}", "UDP datagrams the loop's sockets received (dropped ones included) and sent.");
+        _meter.CreateObservableCounter("iouring.udp.io",
+            PerLoop(Counts, ByDirection(static c => c.UdpBytesReceived, static c => c.UdpBytesSent)),
+            "By", "Payload bytes of the UDP datagrams the loop's sockets received and sent.");
+        _meter.CreateObservableCounter("iouring.udp.dropped", PerLoop(Counts, static c => c.UdpDatagramsDropped),
+            "{datagram}", "UDP datagrams dropped because their socket's receive queue was full.");
+        _meter.CreateObservableCounter("iouring.udp.truncated", PerLoop(Counts, static c => c.UdpDatagramsTruncated),
+            "{datagram}", "UDP datagrams handed to a receive cut: longer than its buffer or MaxDatagramSize.");
+        _meter.CreateObservableCounter("iouring.udp.segment_offloads",
+            PerLoop(Counts, static c => c.UdpSegmentOffloads), "{send}",
+            "Segmented UDP sends the kernel took with UDP_SEGMENT (GSO): one SENDMSG for all their datagrams.");
+        _meter.CreateObservableCounter("iouring.udp.coalesced_receives",
+            PerLoop(Counts, static c => c.UdpCoalescedReceives), "{receive}",
+            "UDP receives that held a coalesced burst (UDP_GRO), split back into its datagrams.");
         _meter.CreateObservableUpDownCounter("iouring.memory_pool.used",
             PerLoop(Levels, static c => c.MemoryPoolRentedBytes), "By",
             "Bytes of the loop's memory pool rented now, including blocks pinned by zero-copy sends until their " +
@@ -198,6 +214,11 @@ internal sealed class IoUringMetrics
             byLoop[id] += loops[id].Counters;
         }
     }
+
+    /// <summary>The two directions of an <c>.io</c>-like instrument, tagged as OpenTelemetry's
+    /// <c>network.io.direction</c>.</summary>
+    private static Part[] ByDirection(Func<EventLoopCounters, long> received, Func<EventLoopCounters, long> sent)
+        => [new(received, DirectionTag, "receive"), new(sent, DirectionTag, "transmit")];
 
     /// <summary>An observable instrument's callback: one measurement per loop id, tagged with it.</summary>
     private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, Func<EventLoopCounters, long> select)

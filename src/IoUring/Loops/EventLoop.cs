@@ -118,6 +118,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
         Wakeups = Interlocked.Read(ref _wakeups),
         BytesSent = _counters.BytesSent + Interlocked.Read(ref _callerBytesSent),
+        UdpDatagramsTruncated = _counters.UdpDatagramsTruncated + Interlocked.Read(ref _queuedDatagramsTruncated),
         CallerSends = Interlocked.Read(ref _callerSends),
     };
 

@@ -30,10 +30,12 @@ public struct EventLoopCounters
     /// <summary>Exceptions thrown by completion handlers or posted work (the loop kept running).</summary>
     public long HandlerExceptions { readonly get; internal set; }
 
-    /// <summary>Bytes the connections on this loop received from their peers.</summary>
+    /// <summary>Bytes the connections (TCP, Unix domain sockets) on this loop received from their peers; UDP's are in
+    /// <see cref="UdpBytesReceived"/>.</summary>
     public long BytesReceived { readonly get; internal set; }
 
-    /// <summary>Bytes the connections on this loop sent to their peers.</summary>
+    /// <summary>Bytes the connections (TCP, Unix domain sockets) on this loop sent to their peers; UDP's are in
+    /// <see cref="UdpBytesSent"/>.</summary>
     public long BytesSent { readonly get; internal set; }
 
     /// <summary>
@@ -66,6 +68,34 @@ public struct EventLoopCounters
     /// <summary>Bytes of the loop's pool registered with its ring as fixed buffers now: a level, not a count.</summary>
     public long RegisteredMemoryBytes { readonly get; internal set; }
 
+    /// <summary>Datagrams the UDP sockets on this loop took from the kernel: handed to receives, queued, or
+    /// dropped.</summary>
+    public long UdpDatagramsReceived { readonly get; internal set; }
+
+    /// <summary>Datagrams the kernel sent for the UDP sockets on this loop.</summary>
+    public long UdpDatagramsSent { readonly get; internal set; }
+
+    /// <summary>Payload bytes of <see cref="UdpDatagramsReceived"/>, as far as the sockets' buffers took them
+    /// (<see cref="Net.IoUringUdpOptions.MaxDatagramSize"/>).</summary>
+    public long UdpBytesReceived { readonly get; internal set; }
+
+    /// <summary>Payload bytes of <see cref="UdpDatagramsSent"/>.</summary>
+    public long UdpBytesSent { readonly get; internal set; }
+
+    /// <summary>Datagrams dropped because their socket's receive queue was full
+    /// (<see cref="Net.IoUringUdpOptions.ReceiveQueueCapacity"/>); the kernel's own drops are not seen.</summary>
+    public long UdpDatagramsDropped { readonly get; internal set; }
+
+    /// <summary>Datagrams handed to a receive cut (<see cref="Net.DatagramResult.Truncated"/>): longer than its buffer,
+    /// or than the socket's <see cref="Net.IoUringUdpOptions.MaxDatagramSize"/>.</summary>
+    public long UdpDatagramsTruncated { readonly get; internal set; }
+
+    /// <summary>Segmented sends the kernel took with UDP_SEGMENT (GSO): one SENDMSG for all their datagrams.</summary>
+    public long UdpSegmentOffloads { readonly get; internal set; }
+
+    /// <summary>Receives that held a coalesced burst of datagrams (UDP_GRO), split back into them.</summary>
+    public long UdpCoalescedReceives { readonly get; internal set; }
+
     /// <summary>Each counter summed: the totals of several loops (a network's), or of loops that are gone and live
     /// ones.</summary>
     public static EventLoopCounters operator +(EventLoopCounters left, EventLoopCounters right) => new()
@@ -88,5 +118,13 @@ public struct EventLoopCounters
         FileBytesRead = left.FileBytesRead + right.FileBytesRead,
         MemoryPoolRentedBytes = left.MemoryPoolRentedBytes + right.MemoryPoolRentedBytes,
         RegisteredMemoryBytes = left.RegisteredMemoryBytes + right.RegisteredMemoryBytes,
+        UdpDatagramsReceived = left.UdpDatagramsReceived + right.UdpDatagramsReceived,
+        UdpDatagramsSent = left.UdpDatagramsSent + right.UdpDatagramsSent,
+        UdpBytesReceived = left.UdpBytesReceived + right.UdpBytesReceived,
+        UdpBytesSent = left.UdpBytesSent + right.UdpBytesSent,
+        UdpDatagramsDropped = left.UdpDatagramsDropped + right.UdpDatagramsDropped,
+        UdpDatagramsTruncated = left.UdpDatagramsTruncated + right.UdpDatagramsTruncated,
+        UdpSegmentOffloads = left.UdpSegmentOffloads + right.UdpSegmentOffloads,
+        UdpCoalescedReceives = left.UdpCoalescedReceives + right.UdpCoalescedReceives,
     };
 }

@@ -10,11 +10,81 @@ namespace IoUring.Tests.Diagnostics;
 /// <summary>
 /// The "IoUring" meter of a plain <see cref="IoUringNetwork"/> (no Kestrel), read through a MeterListener: a network
 /// publishes its loops' counters on the meter of its <see cref="IoUringNetworkOptions.MeterFactory"/> (or the
-/// process-wide one), per loop, and its counts stay there after it is disposed.
+/// process-wide one), per loop, and its counts stay there after it is disposed; its UDP sockets' datagrams, bytes,
+/// drops, truncations and offloads are on their own loop's series, apart from the connections' bytes.
 /// </summary>
 [Collection(GlobalMeterCollection.Name)]
 public sealed class NetworkMeterTests
 {
+    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
+
+    [Fact]
+    public async Task A_plain_networks_udp_traffic_is_on_the_global_meter_by_loop_and_direction_and_not_in_the_connection_bytes()
+    {
+        using var global = new MeterReader(meterFactory: null);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
+        // A queue of one behind coalesced receives (UDP_GRO): a segmented burst arrives as one receive, of which the
+        // queue keeps one datagram and drops the rest.
+        await using IoUringUdpSocket receiver = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+            new IoUringUdpOptions { ReceiveCoalesced = true, ReceiveQueueCapacity = 1 });
+        await using IoUringUdpSocket sender = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        Assert.NotSame(receiver.Loop, sender.Loop); // round robin: each direction on its own loop
+        int r = network.Loops.ToList().IndexOf(receiver.Loop), s = network.Loops.ToList().IndexOf(sender.Loop);
+        SocketAddress to = receiver.LocalEndPoint.Serialize();
+        IReadOnlyDictionary<string, long> before = global.Read();
+
+        // One segmented send (UDP_SEGMENT) of 10 datagrams: one coalesced receive, 1 queued, 9 dropped.
+        await sender.SendSegmentsToAsync(Pattern(10 * 1000, 1), 1000, to);
+        await Eventually.WaitForAsync(() => receiver.DatagramsReceived == 10);
+        Assert.Equal(9, receiver.DatagramsDropped); // the burst came in one receive, as the kernel coalesces on loopback
+        // The queued one, cut by a small buffer as this thread copies it out.
+        var small = new byte[100];
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        Assert.True((await receiver.ReceiveFromAsync(small, from).AsTask().WaitAsync(Timeout)).Truncated);
+        // A waiting receive, then a waiting batch, each given a datagram longer than its buffer: cut by the loop's copy.
+        ValueTask<DatagramResult> waiting = receiver.ReceiveFromAsync(small, from);
+        Assert.False(waiting.IsCompleted);
+        await sender.SendToAsync(Pattern(500, 2), to);
+        Assert.True((await waiting.AsTask().WaitAsync(Timeout)).Truncated);
+        var batch = new UdpDatagramBatch(4, 64);
+        ValueTask<int> filling = receiver.ReceiveBatchAsync(batch);
+        Assert.False(filling.IsCompleted);
+        await sender.SendToAsync(Pattern(200, 3), to);
+        Assert.Equal(1, await filling.AsTask().WaitAsync(Timeout));
+        Assert.True(batch.GetResult(0).Truncated);
+
+        var expected = new Dictionary<string, long>
+        {
+            [$"iouring.udp.datagrams/{r}/receive"] = 12,
+            [$"iouring.udp.datagrams/{s}/receive"] = 0,
+            [$"iouring.udp.datagrams/{s}/transmit"] = 12,
+            [$"iouring.udp.datagrams/{r}/transmit"] = 0,
+            [$"iouring.udp.io/{r}/receive"] = 10_000 + 500 + 200,
+            [$"iouring.udp.io/{s}/transmit"] = 10_000 + 500 + 200,
+            [$"iouring.udp.dropped/{r}"] = 9,
+            [$"iouring.udp.truncated/{r}"] = 3,
+            [$"iouring.udp.segment_offloads/{s}"] = 1,
+            [$"iouring.udp.coalesced_receives/{r}"] = 1,
+            [$"iouring.udp.dropped/{s}"] = 0,
+            [$"iouring.udp.truncated/{s}"] = 0,
+            [$"iouring.udp.segment_offloads/{r}"] = 0,
+            [$"iouring.udp.coalesced_receives/{s}"] = 0,
+            // UDP's bytes are not the connections'.
+            [$"iouring.connection.io/{r}/receive"] = 0,
+            [$"iouring.connection.io/{s}/transmit"] = 0,
+        };
+        string[] Deltas()
+        {
+            IReadOnlyDictionary<string, long> now = global.Read();
+            return expected.Keys.Order()
+                .Select(key => $"{key} {now.GetValueOrDefault(key, -1) - before.GetValueOrDefault(key)}").ToArray();
+        }
+        string[] wanted = expected.Keys.Order().Select(key => $"{key} {expected[key]}").ToArray();
+        // Sends count at their completion on the loop, which may come after the receiver has the datagrams.
+        await Eventually.WaitForAsync(() => Deltas().SequenceEqual(wanted));
+        Assert.Equal(wanted, Deltas());
+    }
+
     [Fact]
     public async Task A_network_with_its_own_meter_factory_publishes_there_and_not_on_the_global_meter()
     {

@@ -1,3 +1,4 @@
+using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using IoUring.Interop;
@@ -61,6 +62,7 @@ internal sealed unsafe partial class UdpReceiver
         {
             // A coalesced burst (UDP_GRO): equal datagrams of segmentSize, the last one maybe shorter.
             _coalescedReceives++;
+            _owner.Loop.OnCoalescedReceive();
             for (int offset = 0; offset < datagramLength; offset += segmentSize)
             {
                 int length = Math.Min(segmentSize, datagramLength - offset);
@@ -78,7 +80,7 @@ internal sealed unsafe partial class UdpReceiver
     private void Deliver(in ReceivedDatagram datagram)
     {
         _received++;
-        _owner.Loop.OnBytesReceived(datagram.Payload.Length);
+        _owner.Loop.OnDatagramReceived(datagram.Payload.Length);
 
         UdpReceiveOperation? completed = null;
         Exception? error = null;
@@ -116,6 +118,7 @@ internal sealed unsafe partial class UdpReceiver
             else if (!_queue.TryEnqueue(datagram))
             {
                 _dropped++;
+                _owner.Loop.OnDatagramDropped();
             }
             else if (_queue.IsFull && !_closed)
             {
@@ -130,7 +133,7 @@ internal sealed unsafe partial class UdpReceiver
             {
                 if (completed.Batch is null)
                 {
-                    result = Datagrams.CopyOut(datagram, completed.Buffer.Span, completed.From, completed.Local);
+                    result = CopyOut(datagram, completed.Buffer.Span, completed.From, completed.Local);
                 }
             }
             catch (Exception ex)
@@ -146,7 +149,7 @@ internal sealed unsafe partial class UdpReceiver
         }
     }
 
-    private static void Append(UdpDatagramBatch batch, in ReceivedDatagram datagram)
+    private void Append(UdpDatagramBatch batch, in ReceivedDatagram datagram)
     {
         if (batch.IsFull)
         {
@@ -155,7 +158,19 @@ internal sealed unsafe partial class UdpReceiver
                 "The batch is full: another receive that has not completed was given it too. Give each waiting " +
                 "receive its own batch.");
         }
-        batch.Commit(Datagrams.CopyOut(datagram, batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress));
+        batch.Commit(CopyOut(datagram, batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress));
+    }
+
+    /// <summary><see cref="Datagrams.CopyOut"/>, counting a cut datagram on the loop.</summary>
+    private DatagramResult CopyOut(in ReceivedDatagram datagram, Span<byte> target, SocketAddress? from,
+        SocketAddress? local)
+    {
+        DatagramResult result = Datagrams.CopyOut(datagram, target, from, local);
+        if (result.Truncated)
+        {
+            _owner.Loop.OnDatagramTruncated();
+        }
+        return result;
     }
 
     /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>

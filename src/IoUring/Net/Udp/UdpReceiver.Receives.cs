@@ -23,7 +23,7 @@ internal sealed unsafe partial class UdpReceiver
             if (_queue.TryDequeue(buffer.Span, from, local, out DatagramResult result))
             {
                 MadeRoom();
-                return new ValueTask<DatagramResult>(result);
+                return new ValueTask<DatagramResult>(CountTruncated(result));
             }
             operation = Wait(buffer, from, local, batch: null, cancellationToken);
         }
@@ -115,9 +115,19 @@ internal sealed unsafe partial class UdpReceiver
         while (!batch.IsFull && _queue.TryDequeue(batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress,
             out DatagramResult result))
         {
-            batch.Commit(result);
+            batch.Commit(CountTruncated(result));
         }
         MadeRoom();
+    }
+
+    // A datagram taken from the queue, off the loop: a cut one counts on the loop's counters all the same.
+    private DatagramResult CountTruncated(DatagramResult result)
+    {
+        if (result.Truncated)
+        {
+            _owner.Loop.OnQueuedDatagramTruncated();
+        }
+        return result;
     }
 
     // Under the lock, after taking from the queue: resume receiving once half of a full queue is free again.

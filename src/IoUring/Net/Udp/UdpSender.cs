@@ -283,11 +283,12 @@ internal sealed unsafe class UdpSender
             }
             if (result >= 0)
             {
-                _owner.Loop.OnBytesSent(result);
+                _owner.Loop.OnDatagramsSent(operation.UsesSegmentOffload ? operation.SegmentCount : 1, result);
                 if (operation.UsesSegmentOffload)
                 {
                     _sent += operation.SegmentCount;
                     _segmentOffloads++;
+                    _owner.Loop.OnSegmentOffload();
                     Complete(operation, operation.Length);
                     return;
                 }
@@ -306,7 +307,7 @@ internal sealed unsafe class UdpSender
         if (result >= 0)
         {
             _sent++;
-            _owner.Loop.OnBytesSent(result);
+            _owner.Loop.OnDatagramsSent(1, result);
         }
         Complete(operation, result);
     }

@@ -1,4 +1,5 @@
 using System.Collections.Concurrent;
+using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
 using System.Runtime.Versioning;
@@ -134,6 +135,8 @@ internal sealed class IoUringMetrics
             ? s_global.Value
             : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
 
+    /// <summary>Adds the network's loops to every instrument; the network's constructor does, and nothing else (its
+    /// counts would be reported twice).</summary>
     [SupportedOSPlatform("linux")]
     public void Register(IoUringNetwork network)
     {
@@ -143,6 +146,7 @@ internal sealed class IoUringMetrics
         }
         lock (_lock)
         {
+            Debug.Assert(!_networks.Contains(network), "a network registered twice");
             _networks.Add(network);
         }
     }

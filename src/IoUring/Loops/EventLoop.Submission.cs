@@ -165,7 +165,7 @@ public sealed unsafe partial class EventLoop
         }
         else
         {
-            faults?.Apply(_ring);
+            faults?.Apply(_ring, holdBack);
             result = _ring.Enter(wait ? 1u : 0u, wait && (_stopping || _wakeupDisarmed) ? &timeout : null, holdBack);
         }
         _counters.Syscalls++;

@@ -54,6 +54,7 @@ internal sealed class FaultInjector
         => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
 
     private int _sqesToRefuse;
+    private int _sqesToGive;
     private int _sqesRefused;
 
     /// <summary>
@@ -61,7 +62,13 @@ internal sealed class FaultInjector
     /// does when the submission queue stays full after an early submit. The loop's own requests (wakeup, stop) are
     /// never refused.
     /// </summary>
-    public void RefuseSqes(int count) => Volatile.Write(ref _sqesToRefuse, count);
+    /// <param name="count">How many to refuse.</param>
+    /// <param name="after">How many to give first.</param>
+    public void RefuseSqes(int count, int after = 0)
+    {
+        Volatile.Write(ref _sqesToGive, after);
+        Volatile.Write(ref _sqesToRefuse, count);
+    }
 
     /// <summary>How many requests were refused so far.</summary>
     public int SqesRefused => Volatile.Read(ref _sqesRefused);
@@ -86,7 +93,8 @@ internal sealed class FaultInjector
     /// <summary>Loop thread, asked for an owner's request: whether to refuse it.</summary>
     public bool TakeSqeRefusal()
     {
-        if (Volatile.Read(ref _sqesToRefuse) <= 0 || Interlocked.Decrement(ref _sqesToRefuse) < 0)
+        if (Volatile.Read(ref _sqesToRefuse) <= 0 || Interlocked.Decrement(ref _sqesToGive) >= 0
+            || Interlocked.Decrement(ref _sqesToRefuse) < 0)
         {
             return false;
         }
@@ -129,18 +137,44 @@ internal sealed class FaultInjector
     /// <summary>Of <see cref="Injected"/>, the faults given to sends flushing threads made themselves.</summary>
     public int CallerSendFaults => Volatile.Read(ref _callerSendFaults);
 
-    /// <summary>Loop thread, right before io_uring_enter.</summary>
-    public unsafe void Apply(Rings.Ring ring)
+    private readonly int[] _observed = new int[256];
+    private int _failOpcode = -1;
+    private int _failAfter;
+    private int _failErrno;
+
+    /// <summary>How many SQEs of <paramref name="opcode"/> were submitted so far (failed ones included), observed, not
+    /// changed.</summary>
+    public int Observed(byte opcode) => Volatile.Read(ref _observed[opcode]);
+
+    /// <summary>The next SQE of <paramref name="opcode"/> after <paramref name="after"/> more of them fails with
+    /// <paramref name="errno"/> (one SQE, chosen by its place rather than by chance).</summary>
+    public void FailSqe(byte opcode, int after, int errno)
     {
-        lock (_random) // one injector may serve several loops
+        if (Array.IndexOf(s_injectable, opcode) < 0)
         {
-            ApplyLocked(ring);
+            throw new ArgumentException($"Opcode {opcode} cannot be failed by injection.", nameof(opcode));
+        }
+        lock (_random)
+        {
+            _failOpcode = opcode;
+            _failAfter = after;
+            _failErrno = errno;
         }
     }
 
-    private unsafe void ApplyLocked(Rings.Ring ring)
+    /// <summary>Loop thread, right before io_uring_enter, which leaves the last <paramref name="holdBack"/> SQEs
+    /// queued (seen at a later submit).</summary>
+    public unsafe void Apply(Rings.Ring ring, uint holdBack)
     {
-        uint count = ring.UnpublishedCount;
+        lock (_random) // one injector may serve several loops
+        {
+            ApplyLocked(ring, holdBack);
+        }
+    }
+
+    private unsafe void ApplyLocked(Rings.Ring ring, uint holdBack)
+    {
+        uint count = ring.UnpublishedCount - holdBack;
         for (uint i = 0; i < count; i++)
         {
             io_uring_sqe* sqe = ring.UnpublishedSqe(i);
@@ -148,11 +182,21 @@ internal sealed class FaultInjector
             {
                 _fdCancels++;
             }
-            if (Array.IndexOf(_opcodes, sqe->opcode) < 0 || _random.NextDouble() >= _probability)
+            Interlocked.Increment(ref _observed[sqe->opcode]);
+            int errno;
+            if (sqe->opcode == _failOpcode && _failAfter-- == 0)
+            {
+                _failOpcode = -1;
+                errno = _failErrno;
+            }
+            else if (Array.IndexOf(_opcodes, sqe->opcode) < 0 || _random.NextDouble() >= _probability)
             {
                 continue;
             }
-            int errno = _errnos[_random.Next(_errnos.Length)];
+            else
+            {
+                errno = _errnos[_random.Next(_errnos.Length)];
+            }
             ulong userData = sqe->user_data;
             *sqe = new io_uring_sqe
             {

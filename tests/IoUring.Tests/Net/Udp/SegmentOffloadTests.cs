@@ -149,7 +149,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
 
     /// <summary>The peer gets <paramref name="payload"/> cut into datagrams of <paramref name="segmentSize"/>, in
     /// order, each compared byte for byte.</summary>
-    private static async Task AssertReceivedAsync(Socket peer, byte[] payload, int segmentSize)
+    internal static async Task AssertReceivedAsync(Socket peer, byte[] payload, int segmentSize)
     {
         var buffer = new byte[70_000];
         for (int offset = 0; offset < payload.Length; offset += segmentSize)

@@ -37,6 +37,9 @@ public static class Errno
     public const int EBADR = 53;
     /// <summary>Timer expired (a TIMEOUT request fired).</summary>
     public const int ETIME = 62;
+    /// <summary>Message too long (a datagram larger than the kernel sends, or a UDP segment larger than the route's
+    /// MTU).</summary>
+    public const int EMSGSIZE = 90;
     /// <summary>Connection reset by peer.</summary>
     public const int ECONNRESET = 104;
     /// <summary>No buffer space available (the provided buffer ring is empty).</summary>

@@ -300,10 +300,16 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>.
     /// </summary>
     /// <remarks>
-    /// Where the kernel refuses to segment (EIO: a device that cannot, remembered for the socket; EINVAL: e.g. a
-    /// segment larger than the route's MTU allows, or UDP checksums switched off) the same bytes go one datagram per
-    /// SENDMSG: the peer receives the same datagrams either way. <see cref="SegmentOffloads"/> counts the sends
-    /// segmented by the kernel.
+    /// <para>Where the kernel refuses to segment, the same bytes go one datagram per SENDMSG: the peer receives the
+    /// same datagrams either way (a datagram above the route's MTU cut into IP fragments, unless the socket forbids
+    /// fragmenting). <see cref="SegmentOffloads"/> counts the sends segmented by the kernel. Refusals are remembered,
+    /// so that later sends skip the failing SENDMSG: EMSGSIZE (a segment larger than the route's MTU) and EINVAL (e.g.
+    /// UDP checksums switched off) for that segment size and larger ones, for every destination, as the socket
+    /// cannot tell which route refused; EIO (a device that cannot segment) for the whole socket, as quinn does: the
+    /// kernel does not say which device refused, and an unconnected socket's destinations are usually reached
+    /// through the same one.</para>
+    /// <para>Over IPv4 one segmented send carries at most 65,507 bytes (IPv6: 65,527): more fails with
+    /// <see cref="SocketError.MessageSize"/> and nothing is sent.</para>
     /// </remarks>
     /// <returns>The bytes sent: <paramref name="buffer"/>'s length.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to

@@ -45,6 +45,9 @@ internal sealed unsafe class UdpSender
     private SocketException? _pendingSendError;
     // the kernel said EIO to a UDP_SEGMENT send: the route's device cannot segment, so segmented sends go one by one
     private volatile bool _segmentOffloadRefused;
+    // the smallest segment size the kernel would not segment (EMSGSIZE: above the route's MTU; EINVAL: e.g. checksums
+    // off), 0 for none: segmented sends with segments this large go one by one at once (written on the loop)
+    private volatile int _refusedSegmentSize;
     private long _segmentOffloads;  // loop thread: segmented sends the kernel took with UDP_SEGMENT
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
@@ -135,7 +138,9 @@ internal sealed unsafe class UdpSender
                 : 1;
             awaited = _pending > _maxPending;
         }
-        operation.Prepare(payload.Span, to, from, awaited, segmentSize, offload: !_segmentOffloadRefused);
+        int refusedSize = _refusedSegmentSize;
+        bool offload = !_segmentOffloadRefused && (refusedSize == 0 || segmentSize < refusedSize);
+        operation.Prepare(payload.Span, to, from, awaited, segmentSize, offload);
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {
@@ -266,17 +271,24 @@ internal sealed unsafe class UdpSender
     }
 
     /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). A segmented send the kernel would not
-    /// segment (EIO: the device cannot; EINVAL: e.g. a segment larger than the route's MTU, or checksums switched off)
-    /// goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
+    /// segment (EIO: the device cannot; EMSGSIZE: a segment larger than the route's MTU; EINVAL: e.g. checksums
+    /// switched off) goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
     public void OnSendCompleted(uint tag, int result)
     {
         UdpSendOperation operation = _inFlight[tag]!;
         _inFlight[tag] = null;
         if (operation.SegmentSize > 0)
         {
-            if (operation.UsesSegmentOffload && result is -Errno.EIO or -Errno.EINVAL)
+            if (operation.UsesSegmentOffload && IsRefusalToSegment(operation, -result))
             {
-                _segmentOffloadRefused |= result == -Errno.EIO; // EINVAL may be this send's own (its segment size)
+                if (result == -Errno.EIO)
+                {
+                    _segmentOffloadRefused = true; // the device's: every destination of the socket, as quinn does
+                }
+                else if (_refusedSegmentSize == 0 || operation.SegmentSize < _refusedSegmentSize)
+                {
+                    _refusedSegmentSize = operation.SegmentSize; // the route's or the socket's: smaller ones may go
+                }
                 operation.SendOneByOne();
                 Submit(operation, continuing: true);
                 return;
@@ -311,6 +323,29 @@ internal sealed unsafe class UdpSender
         }
         Complete(operation, result);
     }
+
+    /// <summary>Whether <paramref name="errno"/> refused the segmenting rather than the datagrams: EMSGSIZE also says
+    /// that all of them together are more than one send carries to the destination (65,507 bytes to IPv4), which
+    /// stays an error.</summary>
+    private bool IsRefusalToSegment(UdpSendOperation operation, int errno)
+        => errno is Errno.EIO or Errno.EINVAL
+            || (errno == Errno.EMSGSIZE && operation.Length <= LargestSegmentedSend(operation));
+
+    /// <summary>The most bytes one segmented send carries to its destination: 65,535 less the IP and UDP headers
+    /// (IPv4's 20, IPv6's 40 of which the payload length does not count).</summary>
+    private int LargestSegmentedSend(UdpSendOperation operation)
+    {
+        Libc.msghdr* message = operation.Message;
+        bool ipv4 = message->msg_name is null
+            ? _socket.RemoteEndPoint is IPEndPoint { Address: var address }
+                && (address.AddressFamily == AddressFamily.InterNetwork || address.IsIPv4MappedToIPv6)
+            : *(ushort*)message->msg_name == Libc.AF_INET || IsIPv4Mapped((byte*)message->msg_name);
+        return ipv4 ? 65_507 : IoUringUdpOptions.LargestDatagram;
+    }
+
+    /// <summary>A sockaddr_in6 holding ::ffff:a.b.c.d (a dual-mode socket's IPv4 destination).</summary>
+    private static bool IsIPv4Mapped(byte* name)
+        => *(ushort*)name == Libc.AF_INET6 && *(ulong*)(name + 8) == 0 && *(uint*)(name + 16) == 0xFFFF_0000;
 
     internal SocketException? TakePendingSendError()
         => Volatile.Read(ref _pendingSendError) is null ? null : Interlocked.Exchange(ref _pendingSendError, null);

@@ -311,7 +311,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <para>Over IPv4 one segmented send carries at most 65,507 bytes (IPv6: 65,527): more fails with
     /// <see cref="SocketError.MessageSize"/> and nothing is sent.</para>
     /// </remarks>
-    /// <returns>The bytes sent: <paramref name="buffer"/>'s length.</returns>
+    /// <returns>The bytes sent: <paramref name="buffer"/>'s length; less when datagrams going one by one failed
+    /// partway and the caller waited for the result (see <see cref="IoUringUdpOptions.MaxPendingSends"/>): as with
+    /// sendmmsg(2), those before the failed one went, that one and the rest did not.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to
     /// <see cref="IoUringUdpOptions.LargestDatagram"/>, or the buffer makes more than <see cref="MaxSegments"/>
     /// datagrams.</exception>

@@ -66,6 +66,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>The SENDMSG carries UDP_SEGMENT (else a segmented send goes one segment at a time).</summary>
     public bool UsesSegmentOffload => _offloading;
 
+    /// <summary>Going one by one: the bytes of the segments before the current one (sent); else 0.</summary>
+    public int BytesSentOneByOne
+        => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_data) : 0;
+
     /// <summary>Datagrams the payload makes.</summary>
     public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
 

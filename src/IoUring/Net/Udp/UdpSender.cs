@@ -249,7 +249,7 @@ internal sealed unsafe class UdpSender
     {
         if ((_closing && !continuing) || _owner.Loop.IsStopping)
         {
-            Complete(operation, -Errno.EBADF);
+            Fail(operation, Errno.EBADF);
             return;
         }
         if (operation.Index >= _inFlight.Length)
@@ -259,7 +259,7 @@ internal sealed unsafe class UdpSender
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Send, operation.Index);
         if (sqe == null)
         {
-            Complete(operation, -Errno.ENOBUFS); // the SQ stayed full (reported to the loop's owner)
+            Fail(operation, Errno.ENOBUFS); // the SQ stayed full (reported to the loop's owner)
             return;
         }
         _inFlight[operation.Index] = operation;
@@ -313,7 +313,7 @@ internal sealed unsafe class UdpSender
                 Complete(operation, operation.Length);
                 return;
             }
-            Complete(operation, result);
+            Fail(operation, -result);
             return;
         }
         if (result >= 0)
@@ -346,6 +346,14 @@ internal sealed unsafe class UdpSender
     /// <summary>A sockaddr_in6 holding ::ffff:a.b.c.d (a dual-mode socket's IPv4 destination).</summary>
     private static bool IsIPv4Mapped(byte* name)
         => *(ushort*)name == Libc.AF_INET6 && *(ulong*)(name + 8) == 0 && *(uint*)(name + 16) == 0xFFFF_0000;
+
+    /// <summary>A send's request failed with <paramref name="errno"/>. Segments sent one by one before it went: as
+    /// sendmmsg(2) does, a waiting caller gets their bytes; a caller gone on, the error (at its next send).</summary>
+    private void Fail(UdpSendOperation operation, int errno)
+    {
+        int sent = operation.BytesSentOneByOne;
+        Complete(operation, sent > 0 && operation.Awaited ? sent : -errno);
+    }
 
     internal SocketException? TakePendingSendError()
         => Volatile.Read(ref _pendingSendError) is null ? null : Interlocked.Exchange(ref _pendingSendError, null);

@@ -1,8 +1,11 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
+using IoUring.Interop;
 using IoUring.Net;
+using IoUring.Testing;
 using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Tests.Net;
 
@@ -58,11 +61,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     {
         using Socket peer = BoundPeer();
         await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
-        // Checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.
-        using (var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false)))
-        {
-            handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));
-        }
+        RefuseSegmenting(sender);
         for (int round = 0; round < 3; round++)
         {
             byte[] payload = RandomNumberGenerator.GetBytes(1200 * 7 + 300);
@@ -126,10 +125,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         using Socket peer = BoundPeer();
         peer.ReceiveBufferSize = 4 * 1024 * 1024;
         IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
-        using (var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false)))
-        {
-            handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));
-        }
+        RefuseSegmenting(sender);
         SocketAddress to = peer.LocalEndPoint!.Serialize();
         byte[] payload = RandomNumberGenerator.GetBytes(1200 * 8);
         for (int i = 0; i < 10; i++)
@@ -138,6 +134,49 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         }
         await sender.DisposeAsync(); // "sends already queued still complete"
         Assert.Equal(10 * 8, sender.DatagramsSent);
+    }
+
+    [NopInjectTheory]
+    [InlineData(false)] // the kernel fails the third datagram's SENDMSG
+    [InlineData(true)]  // the loop has no SQE for it (ENOBUFS)
+    public async Task A_datagram_failing_partway_through_one_by_one_leaves_the_send_with_the_bytes_that_went(
+        bool noSqe)
+    {
+        var faults = new FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1, Loop = { Hooks = new() { Faults = faults } },
+        });
+        using Socket peer = BoundPeer();
+        await using IoUringUdpSocket sender = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+            new IoUringUdpOptions { MaxPendingSends = 0 }); // the caller waits for the send's result
+        RefuseSegmenting(sender);
+        // SENDMSGs in order: the refused UDP_SEGMENT one, then datagrams 1, 2 and 3, which fails.
+        if (noSqe)
+        {
+            faults.RefuseSqes(1, after: 3);
+        }
+        else
+        {
+            faults.FailSqe(IORING_OP_SENDMSG, after: 3, Errno.EPERM);
+        }
+        byte[] payload = RandomNumberGenerator.GetBytes(1200 * 5);
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+
+        Assert.Equal(2 * 1200, await sender.SendSegmentsToAsync(payload, 1200, to).AsTask().WaitAsync(Timeout));
+        await AssertReceivedAsync(peer, payload.AsSpan(0, 2 * 1200).ToArray(), 1200);
+        Assert.Equal(2, sender.DatagramsSent);
+
+        // Nothing is left for the next send, which goes whole.
+        Assert.Equal(payload.Length, await sender.SendSegmentsToAsync(payload, 1200, to).AsTask().WaitAsync(Timeout));
+        await AssertReceivedAsync(peer, payload, 1200);
+    }
+
+    /// <summary>UDP checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.</summary>
+    private static void RefuseSegmenting(IoUringUdpSocket sender)
+    {
+        using var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false));
+        handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));
     }
 
     private static Socket BoundPeer()

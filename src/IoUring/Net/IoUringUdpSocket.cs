@@ -308,6 +308,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// cannot tell which route refused; EIO (a device that cannot segment) for the whole socket, as quinn does: the
     /// kernel does not say which device refused, and an unconnected socket's destinations are usually reached
     /// through the same one.</para>
+    /// <para>Going one by one, each datagram is sent once the previous one's SENDMSG completed, and later sends of the
+    /// socket are not held back meanwhile: their datagrams may arrive between this send's (UDP keeps no order anyway;
+    /// holding them would hold every send of the socket to one datagram per loop iteration).</para>
     /// <para>Over IPv4 one segmented send carries at most 65,507 bytes (IPv6: 65,527): more fails with
     /// <see cref="SocketError.MessageSize"/> and nothing is sent.</para>
     /// </remarks>

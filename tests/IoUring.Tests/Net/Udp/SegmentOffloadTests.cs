@@ -172,6 +172,37 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         await AssertReceivedAsync(peer, payload, 1200);
     }
 
+    [Fact]
+    public async Task A_later_send_can_arrive_between_the_datagrams_of_a_segmented_send_going_one_by_one()
+    {
+        // Each datagram going one by one is submitted after the previous one's completion, while a later send is
+        // submitted at once: what the socket documents (UDP does not keep order either), shown here.
+        using Socket peer = BoundPeer();
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        RefuseSegmenting(sender);
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        byte[] burst = RandomNumberGenerator.GetBytes(1200 * 3);
+        await sender.SendSegmentsToAsync(burst, 1200, to); // refused: sends of this size go one by one from now on
+        await AssertReceivedAsync(peer, burst, 1200);
+
+        byte[] single = RandomNumberGenerator.GetBytes(100);
+        var submitted = new TaskCompletionSource<(Task<int>, Task<int>)>();
+        // On the loop, so that both are submitted in one iteration, in this order.
+        sender.Loop.Schedule(_ => submitted.SetResult(
+            (sender.SendSegmentsToAsync(burst, 1200, to).AsTask(), sender.SendToAsync(single, to).AsTask())), null);
+        (Task<int> segmented, Task<int> later) = await submitted.Task.WaitAsync(Timeout);
+        Assert.Equal(burst.Length, await segmented);
+        Assert.Equal(single.Length, await later);
+
+        var buffer = new byte[2048];
+        byte[][] expected = [burst[..1200], single, burst[1200..2400], burst[2400..]];
+        foreach (byte[] datagram in expected)
+        {
+            int received = await peer.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(Timeout);
+            Assert.Equal(datagram, buffer[..received]);
+        }
+    }
+
     /// <summary>UDP checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.</summary>
     private static void RefuseSegmenting(IoUringUdpSocket sender)
     {

@@ -49,6 +49,7 @@ internal sealed unsafe partial class UdpReceiver
     private Libc.msghdr* _message;
     // set at start: the control room in each buffer (coalesced receives, local addresses), else 0
     private int _controlSpace;
+    private bool _coalescing;           // set at start: the kernel took UDP_GRO
     private LocalAddressFormat _localFormat;
     private long _coalescedReceives;
     private bool _armed;
@@ -77,7 +78,7 @@ internal sealed unsafe partial class UdpReceiver
 
     /// <summary>Whether the kernel took UDP_GRO for this socket (see <see
     /// cref="IoUringUdpOptions.ReceiveCoalesced"/>).</summary>
-    public bool IsCoalescing => _controlSpace > 0;
+    public bool IsCoalescing => _coalescing;
 
     public long Exhaustions => _buffers?.Exhaustions ?? 0;
 
@@ -90,13 +91,14 @@ internal sealed unsafe partial class UdpReceiver
         // one, as they would anyway.
         if (_options.ReceiveCoalesced && Libc.SetIntOption(_fd, Libc.SOL_UDP, Libc.UDP_GRO, 1) == 0)
         {
+            _coalescing = true;
             _controlSpace = ControlMessages.SegmentSizeSpace;
         }
         if (_options.ReceiveLocalAddress)
         {
             EnableLocalAddresses();
         }
-        int payloadRoom = _controlSpace > 0
+        int payloadRoom = _coalescing
             ? Math.Max(_options.MaxDatagramSize, Datagrams.LargestCoalesced)
             : _options.MaxDatagramSize;
         _buffers = new ReceiveBuffers(_owner.Loop.Ring, _options.ReceiveBufferCount,

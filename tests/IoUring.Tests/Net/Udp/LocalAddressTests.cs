@@ -203,6 +203,27 @@ public sealed class LocalAddressTests : IAsyncLifetime
             await ReceiveSourceAsync(peer, after));
     }
 
+    [Fact]
+    public async Task Reporting_local_addresses_keeps_the_largest_datagram_received_whole()
+    {
+        // Without coalesced receives each buffer holds one datagram of MaxDatagramSize: a longer one is cut, with or
+        // without local addresses (their control room is not a coalesced burst's 64 KiB).
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
+            new IoUringUdpOptions { ReceiveLocalAddress = true, MaxDatagramSize = 100 });
+        int port = ((IPEndPoint)server.LocalEndPoint).Port;
+        using Socket peer = BoundPeer(IPAddress.Loopback);
+        byte[] datagram = RandomNumberGenerator.GetBytes(300);
+        await peer.SendToAsync(datagram, new IPEndPoint(Second, port));
+
+        var buffer = new byte[1000];
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        var local = new SocketAddress(AddressFamily.InterNetwork);
+        DatagramResult received = await server.ReceiveMessageFromAsync(buffer, from, local).AsTask().WaitAsync(Timeout);
+        Assert.Equal(new DatagramResult(100, 300) { InterfaceIndex = LoopbackIndex }, received);
+        Assert.Equal(datagram[..100], buffer[..100]);
+        Assert.Equal(new IPEndPoint(Second, port), Endpoint(local));
+    }
+
     internal static IoUringUdpSocket BindWildcard(IoUringNetwork network, AddressFamily family)
         => network.BindUdp(
             new IPEndPoint(family == AddressFamily.InterNetwork ? IPAddress.Any : IPAddress.IPv6Any, 0),

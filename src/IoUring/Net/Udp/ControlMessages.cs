@@ -69,11 +69,19 @@ internal static unsafe class ControlMessages
     }
 
     /// <summary>Writes the cmsg that makes a send leave from <paramref name="localName"/>'s address (a sockaddr_in:
-    /// IP_PKTINFO; a sockaddr_in6: IPV6_PKTINFO, its scope id the interface); returns the room it took.</summary>
+    /// IP_PKTINFO; a sockaddr_in6: IPV6_PKTINFO, its scope id the interface); returns the room it took. The
+    /// unspecified address with no interface takes none: routing chooses, and a dual-mode socket's "::" towards an
+    /// IPv4-mapped peer would be refused (ip_cmsg_send takes only an IPv4-mapped IPV6_PKTINFO there).</summary>
     public static int WriteLocalAddress(byte* at, ReadOnlySpan<byte> localName)
     {
         var cmsg = (Libc.cmsghdr*)at;
-        if (MemoryMarshal.Read<ushort>(localName) == Libc.AF_INET)
+        bool ipv4 = MemoryMarshal.Read<ushort>(localName) == Libc.AF_INET;
+        ReadOnlySpan<byte> chosen = ipv4 ? localName.Slice(4, 4) : localName[8..28]; // sin6_addr, sin6_scope_id
+        if (!chosen.ContainsAnyExcept((byte)0))
+        {
+            return 0;
+        }
+        if (ipv4)
         {
             cmsg->cmsg_level = Libc.SOL_IP;
             cmsg->cmsg_type = Libc.IP_PKTINFO;

@@ -224,6 +224,23 @@ public sealed class LocalAddressTests : IAsyncLifetime
         Assert.Equal(new IPEndPoint(Second, port), Endpoint(local));
     }
 
+    [Fact]
+    public async Task A_dual_mode_socket_answers_an_IPv4_peer_from_the_unspecified_address()
+    {
+        // "::" lets routing choose, as 0.0.0.0 does on an IPv4 socket, also towards an IPv4 (mapped) peer.
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
+            new IoUringUdpOptions { MaxPendingSends = 0 });
+        int port = ((IPEndPoint)server.LocalEndPoint).Port;
+        using Socket peer = BoundPeer(IPAddress.Loopback);
+        var peerEndPoint = (IPEndPoint)peer.LocalEndPoint!;
+        SocketAddress to = new IPEndPoint(peerEndPoint.Address.MapToIPv6(), peerEndPoint.Port).Serialize();
+        byte[] answer = RandomNumberGenerator.GetBytes(5);
+
+        await server.SendToAsync(answer, to, new IPEndPoint(IPAddress.IPv6Any, 0).Serialize()).AsTask()
+            .WaitAsync(Timeout);
+        Assert.Equal(new IPEndPoint(IPAddress.Loopback, port), await ReceiveSourceAsync(peer, answer));
+    }
+
     internal static IoUringUdpSocket BindWildcard(IoUringNetwork network, AddressFamily family)
         => network.BindUdp(
             new IPEndPoint(family == AddressFamily.InterNetwork ? IPAddress.Any : IPAddress.IPv6Any, 0),

@@ -48,7 +48,6 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     private readonly UdpSender _sender;
     private readonly int _addressSize;
     private readonly bool _dualMode;
-    private readonly bool _receivesLocalAddresses;
     private readonly Action<IoUringUdpSocket>? _onClosed;
     private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private SocketException? _pendingError;
@@ -67,7 +66,6 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
         FileDescriptor = (int)socket.Handle;
         LocalEndPoint = socket.LocalEndPoint!;
         _dualMode = socket.AddressFamily == AddressFamily.InterNetworkV6 && socket.DualMode;
-        _receivesLocalAddresses = options.ReceiveLocalAddress;
         _addressSize = SocketAddress.GetMaximumAddressSize(socket.AddressFamily);
         _owner = new UdpRingOwner(loop, this);
         _receiver = new UdpReceiver(this, _owner, FileDescriptor, options);
@@ -171,7 +169,7 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     {
         CheckRoom(remoteAddress);
         CheckRoom(localAddress);
-        if (!_receivesLocalAddresses)
+        if (!_receiver.ReportsLocalAddresses)
         {
             throw new InvalidOperationException(
                 $"The socket does not report local addresses: set {nameof(IoUringUdpOptions)}." +

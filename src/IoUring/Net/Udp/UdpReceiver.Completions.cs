@@ -52,7 +52,7 @@ internal sealed unsafe partial class UdpReceiver
             localLength = ControlMessages.Read(
                 buffer.Slice(Datagrams.PayloadOffset, (int)Math.Min(header.controllen, (uint)_controlSpace)),
                 _localFormat, localName, out segmentSize, out interfaceIndex);
-            if (localLength == 0 && _options.ReceiveLocalAddress)
+            if (localLength == 0 && _reportsLocalAddresses)
             {
                 localLength = _localFormat.WriteUnspecified(localName); // none reported: "any", not a stale one
             }

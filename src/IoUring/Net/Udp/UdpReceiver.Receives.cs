@@ -37,7 +37,7 @@ internal sealed unsafe partial class UdpReceiver
         {
             return ValueTask.FromCanceled<int>(cancellationToken);
         }
-        batch.Clear(localAddresses: _options.ReceiveLocalAddress);
+        batch.Clear(localAddresses: _reportsLocalAddresses);
         UdpReceiveOperation operation;
         lock (_gate)
         {

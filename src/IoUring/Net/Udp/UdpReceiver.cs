@@ -32,7 +32,8 @@ internal sealed unsafe partial class UdpReceiver
     private readonly IoUringUdpSocket _socket;
     private readonly RingOwner _owner;
     private readonly int _fd;
-    private readonly IoUringUdpOptions _options;
+    private readonly IoUringUdpOptions _options; // the caller's, who may change it later: read at start only
+    private readonly bool _reportsLocalAddresses;
     private readonly Lock _gate = new();
     private readonly DatagramQueue _queue;
     private readonly Stack<UdpReceiveOperation> _pool = new();
@@ -66,6 +67,7 @@ internal sealed unsafe partial class UdpReceiver
         _owner = owner;
         _fd = fd;
         _options = options;
+        _reportsLocalAddresses = options.ReceiveLocalAddress; // as the socket's check of ReceiveMessageFromAsync
         _queue = new DatagramQueue(options.ReceiveQueueCapacity);
     }
 
@@ -79,6 +81,10 @@ internal sealed unsafe partial class UdpReceiver
     /// <summary>Whether the kernel took UDP_GRO for this socket (see <see
     /// cref="IoUringUdpOptions.ReceiveCoalesced"/>).</summary>
     public bool IsCoalescing => _coalescing;
+
+    /// <summary>Datagrams come with their local address (<see cref="IoUringUdpOptions.ReceiveLocalAddress"/> as the
+    /// socket was bound with).</summary>
+    public bool ReportsLocalAddresses => _reportsLocalAddresses;
 
     public long Exhaustions => _buffers?.Exhaustions ?? 0;
 
@@ -94,7 +100,7 @@ internal sealed unsafe partial class UdpReceiver
             _coalescing = true;
             _controlSpace = ControlMessages.SegmentSizeSpace;
         }
-        if (_options.ReceiveLocalAddress)
+        if (_reportsLocalAddresses)
         {
             EnableLocalAddresses();
         }

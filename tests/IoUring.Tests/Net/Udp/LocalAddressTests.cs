@@ -241,6 +241,22 @@ public sealed class LocalAddressTests : IAsyncLifetime
         Assert.Equal(new IPEndPoint(IPAddress.Loopback, port), await ReceiveSourceAsync(peer, answer));
     }
 
+    [Fact]
+    public async Task Options_changed_after_the_bind_do_not_change_the_socket()
+    {
+        // One options object for several sockets: each socket keeps what it was bound with.
+        var options = new IoUringUdpOptions { ReceiveLocalAddress = true };
+        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0), options);
+        options.ReceiveLocalAddress = false;
+        int port = ((IPEndPoint)server.LocalEndPoint).Port;
+        using Socket peer = BoundPeer(IPAddress.Loopback);
+        await peer.SendToAsync(new byte[3], new IPEndPoint(Second, port));
+
+        var batch = new UdpDatagramBatch(4, 16);
+        Assert.Equal(1, await server.ReceiveBatchAsync(batch).AsTask().WaitAsync(Timeout));
+        Assert.Equal(new IPEndPoint(Second, port), Endpoint(batch.GetLocalAddress(0)));
+    }
+
     internal static IoUringUdpSocket BindWildcard(IoUringNetwork network, AddressFamily family)
         => network.BindUdp(
             new IPEndPoint(family == AddressFamily.InterNetwork ? IPAddress.Any : IPAddress.IPv6Any, 0),

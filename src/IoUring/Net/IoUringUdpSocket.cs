@@ -236,7 +236,9 @@ public sealed class IoUringUdpSocket : IAsyncDisposable
     /// <param name="localAddress">The source address: one of this host's, of the socket's family (on a dual-mode socket
     /// an IPv4 one IPv4-mapped); its port is ignored (the socket's is used); an IPv6 one's scope id, if any, is the
     /// interface to leave by. The unspecified address (0.0.0.0, ::) lets routing choose. An address the host does not
-    /// have is refused by the kernel (ENETUNREACH, reported as for any failed send).</param>
+    /// have is refused by the kernel (IPv4: <see cref="SocketError.NetworkUnreachable"/>; IPv6:
+    /// <see cref="SocketError.InvalidArgument"/>), an error of that send alone: reported to it if it waits, else to
+    /// the socket's next send, never to receives.</param>
     /// <param name="cancellationToken">Cancels a send that waits for room.</param>
     /// <exception cref="ArgumentException"><paramref name="localAddress"/> is not of the socket's family.</exception>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>

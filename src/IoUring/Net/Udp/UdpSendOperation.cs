@@ -70,6 +70,9 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     public int BytesSentOneByOne
         => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_data) : 0;
 
+    /// <summary>The send leaves from a chosen local address (IP_PKTINFO, IPV6_PKTINFO).</summary>
+    public bool HasChosenSource => _localAddressSpace > 0;
+
     /// <summary>Datagrams the payload makes.</summary>
     public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
 

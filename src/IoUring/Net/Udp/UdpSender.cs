@@ -369,10 +369,12 @@ internal sealed unsafe class UdpSender
         {
             // Its caller went on. What the network answered (ICMP: refused, unreachable) is the socket's, for its next
             // operation, as the kernel reports it; anything else (EACCES, EINVAL, ENOBUFS) was this send's own fault,
-            // for the next send only: a server's receive loop must not fail for an address it answered badly.
+            // for the next send only: a server's receive loop must not fail for an address it answered badly. So is
+            // routing's ENETUNREACH for a chosen source the host does not have.
             SocketException error = SocketErrors.FromErrno(-result);
             if (error.SocketErrorCode is SocketError.ConnectionRefused or SocketError.HostUnreachable
-                or SocketError.NetworkUnreachable or SocketError.HostDown)
+                or SocketError.HostDown
+                || (error.SocketErrorCode is SocketError.NetworkUnreachable && !operation.HasChosenSource))
             {
                 _socket.SetPendingError(error);
             }

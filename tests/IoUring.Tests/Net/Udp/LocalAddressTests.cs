@@ -201,6 +201,15 @@ public sealed class LocalAddressTests : IAsyncLifetime
         await server.SendToAsync(after, to, new IPEndPoint(IPAddress.Any, 0).Serialize()); // unspecified: routing chooses
         Assert.Equal(new IPEndPoint(IPAddress.Loopback, ((IPEndPoint)server.LocalEndPoint).Port),
             await ReceiveSourceAsync(peer, after));
+
+        // IPv6: ip6_datagram_send_ctl refuses a source the host does not have itself (EINVAL).
+        await using IoUringUdpSocket server6 = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
+            new IoUringUdpOptions { MaxPendingSends = 0 });
+        using Socket peer6 = BoundPeer(IPAddress.IPv6Loopback);
+        SocketAddress notOurs6 = new IPEndPoint(IPAddress.Parse("2001:db8::7"), 0).Serialize(); // documentation prefix
+        error = await Assert.ThrowsAsync<SocketException>(
+            () => server6.SendToAsync(new byte[5], peer6.LocalEndPoint!.Serialize(), notOurs6).AsTask());
+        Assert.Equal(SocketError.InvalidArgument, error.SocketErrorCode);
     }
 
     [Fact]
@@ -255,6 +264,33 @@ public sealed class LocalAddressTests : IAsyncLifetime
         var batch = new UdpDatagramBatch(4, 16);
         Assert.Equal(1, await server.ReceiveBatchAsync(batch).AsTask().WaitAsync(Timeout));
         Assert.Equal(new IPEndPoint(Second, port), Endpoint(batch.GetLocalAddress(0)));
+    }
+
+    [Fact]
+    public async Task A_source_address_the_host_does_not_have_fails_the_next_send_not_the_receives()
+    {
+        // Sends nobody awaits (the default): the refusal (routing's ENETUNREACH for that source) is the send's own, for
+        // the next send, as any other refused send's; a server's receive loop goes on.
+        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        int port = ((IPEndPoint)server.LocalEndPoint).Port;
+        using Socket peer = BoundPeer(IPAddress.Loopback);
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        SocketAddress notOurs = new IPEndPoint(IPAddress.Parse("192.0.2.7"), 0).Serialize(); // TEST-NET-1
+        await server.SendToAsync(new byte[5], to, notOurs);
+        await Eventually.WaitForAsync(() => server.Sender.Pending == 0); // its completion was handled
+
+        byte[] question = RandomNumberGenerator.GetBytes(7);
+        await peer.SendToAsync(question, new IPEndPoint(Second, port));
+        var buffer = new byte[64];
+        var from = new SocketAddress(AddressFamily.InterNetwork);
+        var local = new SocketAddress(AddressFamily.InterNetwork);
+        DatagramResult received = await server.ReceiveMessageFromAsync(buffer, from, local).AsTask()
+            .WaitAsync(Timeout);
+        Assert.Equal(question, buffer[..received.BytesReceived]);
+        var error = await Assert.ThrowsAsync<SocketException>(() => server.SendToAsync(question, from, local).AsTask());
+        Assert.Equal(SocketError.NetworkUnreachable, error.SocketErrorCode);
+        await server.SendToAsync(question, from, local);
+        Assert.Equal(new IPEndPoint(Second, port), await ReceiveSourceAsync(peer, question));
     }
 
     internal static IoUringUdpSocket BindWildcard(IoUringNetwork network, AddressFamily family)

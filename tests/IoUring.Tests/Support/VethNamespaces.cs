@@ -78,7 +78,9 @@ internal sealed partial class VethNamespaces : IDisposable
         Ip($"netns del {B}", mayFail: true);
     }
 
-    private static void Ip(string arguments, bool mayFail = false)
+    /// <summary>Runs ip(8) with <paramref name="arguments"/> (e.g. "-n NS addr add ..."); throws with its
+    /// errors.</summary>
+    public static void Ip(string arguments, bool mayFail = false)
     {
         using Process process = Process.Start(new ProcessStartInfo("ip", arguments) { RedirectStandardError = true })!;
         string errors = process.StandardError.ReadToEnd();

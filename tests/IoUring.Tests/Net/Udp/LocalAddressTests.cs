@@ -1,5 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.InteropServices;
 using System.Security.Cryptography;
 using IoUring.Net;
 using IoUring.Tests.Support;
@@ -12,9 +13,10 @@ namespace IoUring.Tests.Net;
 /// local addresses, and routing answers a peer at 127.0.0.1 from 127.0.0.1 whatever address it wrote to. Each datagram
 /// reports the address it was sent to (single receives, the queue, batches, coalesced bursts, a dual-mode socket's IPv4
 /// ones IPv4-mapped), and answers leave from the address asked for (single and segmented sends, and the one-by-one
-/// fallback), checked by System.Net.Sockets peers.
+/// fallback), checked by System.Net.Sockets peers. IPv6 (loopback has one address) runs over a veth pair between two
+/// namespaces the test makes: two global addresses and a link-local one, whose scope id is the interface.
 /// </summary>
-public sealed class LocalAddressTests : IAsyncLifetime
+public sealed partial class LocalAddressTests : IAsyncLifetime
 {
     private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
     internal static readonly IPAddress Second = IPAddress.Parse("127.0.0.2");
@@ -69,6 +71,55 @@ public sealed class LocalAddressTests : IAsyncLifetime
             await AskAndAnswerFromTheAddressAskedAsync(server, peer, target, expected);
         }
     }
+
+    [Fact]
+    public async Task An_IPv6_wildcard_socket_tells_its_addresses_apart_link_local_included_and_answers_from_each()
+    {
+        // Over a veth pair between two namespaces of the test's own: the server's side has two global addresses and a
+        // link-local one (its scope id names the interface, which the answer must leave by). nodad: usable at once.
+        using var veth = new VethNamespaces(mtu: 1500);
+        string[] serverAddresses = ["fd78::1", "fd78::11", "fe80::78:1"];
+        foreach (string address in serverAddresses)
+        {
+            VethNamespaces.Ip($"-n {veth.A} addr add {address}/64 dev veth0 nodad");
+        }
+        VethNamespaces.Ip($"-n {veth.B} addr add fd78::2/64 dev veth1 nodad");
+        VethNamespaces.Ip($"-n {veth.B} addr add fe80::78:2/64 dev veth1 nodad");
+        int serverInterface = VethNamespaces.Run(veth.A, () => (int)if_nametoindex("veth0"));
+        int peerInterface = VethNamespaces.Run(veth.B, () => (int)if_nametoindex("veth1"));
+        await using IoUringUdpSocket server = VethNamespaces.Run(veth.A,
+            () => BindWildcard(_network, AddressFamily.InterNetworkV6));
+        int port = ((IPEndPoint)server.LocalEndPoint).Port;
+        using Socket peer = VethNamespaces.Run(veth.B, () => BoundPeer(IPAddress.IPv6Any));
+        var buffer = new byte[2048];
+        var from = new SocketAddress(AddressFamily.InterNetworkV6);
+        var local = new SocketAddress(AddressFamily.InterNetworkV6);
+
+        foreach (string address in serverAddresses.Concat(serverAddresses))
+        {
+            IPAddress target = IPAddress.Parse(address);
+            bool linkLocal = target.IsIPv6LinkLocal;
+            byte[] question = RandomNumberGenerator.GetBytes(100);
+            await peer.SendToAsync(question,
+                new IPEndPoint(linkLocal ? new IPAddress(target.GetAddressBytes(), peerInterface) : target, port));
+            DatagramResult received = await server.ReceiveMessageFromAsync(buffer, from, local)
+                .AsTask().WaitAsync(Timeout);
+            Assert.Equal(question, buffer[..received.BytesReceived]);
+            Assert.Equal(serverInterface, received.InterfaceIndex);
+            var expected = new IPEndPoint(linkLocal ? new IPAddress(target.GetAddressBytes(), serverInterface) : target,
+                port);
+            Assert.Equal(expected, Endpoint(local));
+            Assert.Equal(linkLocal ? serverInterface : 0, ((IPEndPoint)Endpoint(local)).Address.ScopeId);
+
+            await server.SendToAsync(question, from, local);
+            var answeredFrom = (IPEndPoint)await ReceiveSourceAsync(peer, question);
+            Assert.Equal(target, new IPAddress(answeredFrom.Address.GetAddressBytes()));
+            Assert.Equal(port, answeredFrom.Port);
+        }
+    }
+
+    [LibraryImport("libc", StringMarshalling = StringMarshalling.Utf8)]
+    private static partial uint if_nametoindex(string name);
 
     [Fact]
     public async Task Queued_datagrams_and_batches_keep_each_datagram_s_local_address()

@@ -51,8 +51,7 @@ public static class Program
                 Net.UdpBulkSend.Drain();
                 return;
             case "--udp-blast":
-                Net.UdpBulkSend.Blast(args[1], int.Parse(args[2], CultureInfo.InvariantCulture),
-                    int.Parse(args[3], CultureInfo.InvariantCulture));
+                Net.UdpBulkSend.Blast(args[1..]);
                 return;
             case "--udp-load":
                 Net.UdpResponder.Load(int.Parse(args[1], CultureInfo.InvariantCulture), int.Parse(args[2], CultureInfo.InvariantCulture), int.Parse(args[3], CultureInfo.InvariantCulture));

@@ -3,9 +3,10 @@
 // same harness as the .NET children (pinned with taskset, its CPU time and peak RSS read from /proc), so the table
 // shows what this machine's kernel allows a sender or receiver at all.
 //
-//   ./udp_bulk send sendto|gso PORT SIZE   SIZE-byte datagrams to 127.0.0.1:PORT flat out: one sendto(2) each, or
-//                                          sendmsg(2) with UDP_SEGMENT, as many datagrams as fit in 65,000 B (at most
-//                                          64), the segmenting the .NET senders do
+//   ./udp_bulk send sendto|gso PORT SIZE [FROM TO]
+//                                          SIZE-byte datagrams from FROM to TO:PORT (both 127.0.0.1 by default) flat
+//                                          out: one sendto(2) each, or sendmsg(2) with UDP_SEGMENT, as many datagrams
+//                                          as fit in 65,000 B (at most 64), the segmenting the .NET senders do
 //   ./udp_bulk recv recvmmsg|gro            prints "port N", then receives flat out: recvmmsg(2) of 64 x 2,048 B, or
 //                                          recvmsg(2) of 64 KiB with UDP_GRO (coalesced bursts)
 //
@@ -74,10 +75,10 @@ static void fail(const char *what)
     exit(1);
 }
 
-static int bound_socket(void)
+static int bound_socket(struct in_addr address)
 {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in local = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    struct sockaddr_in local = { .sin_family = AF_INET, .sin_addr = address };
     if (fd < 0 || bind(fd, (struct sockaddr *)&local, sizeof local) < 0) {
         fail("socket/bind");
     }
@@ -92,12 +93,10 @@ static void start_answering(void)
     }
 }
 
-static void send_flat_out(int gso, int port, int size)
+static void send_flat_out(int gso, int port, int size, struct in_addr from, struct in_addr address)
 {
-    int fd = bound_socket();
-    struct sockaddr_in to = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-    };
+    int fd = bound_socket(from);
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = address };
     int segments = SEGMENTED_BYTES / size < MAX_SEGMENTS ? SEGMENTED_BYTES / size : MAX_SEGMENTS;
     char *payload = malloc((size_t)size * segments);
     for (long i = 0; i < (long)size * segments; i++) {
@@ -134,7 +133,7 @@ static void send_flat_out(int gso, int port, int size)
 
 static void receive_flat_out(int gro)
 {
-    int fd = bound_socket();
+    int fd = bound_socket((struct in_addr){ .s_addr = htonl(INADDR_LOOPBACK) });
     int on = 1;
     if (gro && setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) < 0) {
         fail("setsockopt UDP_GRO");
@@ -184,12 +183,17 @@ static void receive_flat_out(int gro)
 
 int main(int argc, char **argv)
 {
-    int sending = argc == 5 && strcmp(argv[1], "send") == 0, receiving = argc == 3 && strcmp(argv[1], "recv") == 0;
+    int sending = (argc == 5 || argc == 7) && strcmp(argv[1], "send") == 0;
+    int receiving = argc == 3 && strcmp(argv[1], "recv") == 0;
+    struct in_addr from = { .s_addr = htonl(INADDR_LOOPBACK) }, to = from;
+    if (sending && argc == 7 && (inet_pton(AF_INET, argv[5], &from) != 1 || inet_pton(AF_INET, argv[6], &to) != 1)) {
+        sending = 0;
+    }
     if (sending && (strcmp(argv[2], "gso") == 0 || strcmp(argv[2], "sendto") == 0) && atoi(argv[4]) > 0) {
-        send_flat_out(strcmp(argv[2], "gso") == 0, atoi(argv[3]), atoi(argv[4]));
+        send_flat_out(strcmp(argv[2], "gso") == 0, atoi(argv[3]), atoi(argv[4]), from, to);
     } else if (receiving && (strcmp(argv[2], "gro") == 0 || strcmp(argv[2], "recvmmsg") == 0)) {
         receive_flat_out(strcmp(argv[2], "gro") == 0);
     }
-    fprintf(stderr, "usage: udp_bulk send sendto|gso PORT SIZE | udp_bulk recv recvmmsg|gro\n");
+    fprintf(stderr, "usage: udp_bulk send sendto|gso PORT SIZE [FROM TO] | udp_bulk recv recvmmsg|gro\n");
     return 2;
 }

@@ -11,24 +11,41 @@ internal sealed class Child : IDisposable
     private Child(Process process) => _process = process;
 
     /// <summary>This benchmark program with <paramref name="args"/>, pinned to <paramref name="cpu"/>.</summary>
-    public static Child Start(int cpu, params string[] args)
+    public static Child Start(int cpu, params string[] args) => StartIn(null, cpu, args);
+
+    /// <summary><see cref="Start"/> inside network namespace <paramref name="netns"/> (of /run/netns; null: this
+    /// process's).</summary>
+    public static Child StartIn(string? netns, int cpu, params string[] args)
     {
         // Under `dotnet IoUring.Benchmarks.dll` the process path is the host: name the assembly too.
         string self = Environment.ProcessPath!;
         return Path.GetFileNameWithoutExtension(self) == "dotnet"
-            ? StartProgram(cpu, self, [typeof(Child).Assembly.Location, .. args])
-            : StartProgram(cpu, self, args);
+            ? StartProgramIn(netns, cpu, self, [typeof(Child).Assembly.Location, .. args])
+            : StartProgramIn(netns, cpu, self, args);
     }
 
     /// <summary><paramref name="program"/> (e.g. one of benchmarks/c) pinned to <paramref name="cpu"/>.</summary>
     public static Child StartProgram(int cpu, string program, params string[] args)
+        => StartProgramIn(null, cpu, program, args);
+
+    /// <summary><see cref="StartProgram"/> inside network namespace <paramref name="netns"/> (null: this
+    /// process's).</summary>
+    public static Child StartProgramIn(string? netns, int cpu, string program, params string[] args)
     {
-        var start = new ProcessStartInfo("taskset")
+        // nsenter --net, not `ip netns exec`, which also gives the child a mount namespace with /sys mounted anew (no
+        // /sys/fs/cgroup for the runtime to read): only the network differs from a child outside. nsenter and taskset
+        // both exec, so the process's pid is the program's.
+        var start = new ProcessStartInfo(netns is null ? "taskset" : "nsenter")
         {
             RedirectStandardInput = true,
             RedirectStandardOutput = true,
             UseShellExecute = false,
         };
+        if (netns is not null)
+        {
+            start.ArgumentList.Add($"--net=/run/netns/{netns}");
+            start.ArgumentList.Add("taskset");
+        }
         start.ArgumentList.Add("-c");
         start.ArgumentList.Add(cpu.ToString(CultureInfo.InvariantCulture));
         start.ArgumentList.Add(program);
@@ -38,6 +55,9 @@ internal sealed class Child : IDisposable
         }
         return new Child(Process.Start(start)!);
     }
+
+    /// <summary>The process id (the program's: see <see cref="StartProgramIn"/>).</summary>
+    public int Id => _process.Id;
 
     /// <summary>Reads lines until one starts with <paramref name="prefix"/>; returns the rest of it.</summary>
     public string ReadLine(string prefix)

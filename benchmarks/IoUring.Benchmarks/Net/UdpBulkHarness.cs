@@ -58,13 +58,15 @@ internal static class UdpBulkHarness
     }
 
     /// <summary>
-    /// Starts the child of one row on CPU 0: for "c-MODE", <paramref name="cProgram"/> <paramref name="cVerb"/> MODE
-    /// ARGS; otherwise this program's <paramref name="option"/> KIND ARGS.
+    /// Starts the child of one row on CPU 0 (inside network namespace <paramref name="netns"/> unless null): for
+    /// "c-MODE", <paramref name="cProgram"/> <paramref name="cVerb"/> MODE ARGS; otherwise this program's <paramref
+    /// name="option"/> KIND ARGS.
     /// </summary>
-    public static Child StartRow(string kind, string option, string? cProgram, string cVerb, params string[] args)
+    public static Child StartRow(
+        string kind, string option, string? cProgram, string cVerb, string? netns, params string[] args)
         => IsC(kind)
-            ? Child.StartProgram(0, cProgram!, [cVerb, kind["c-".Length..], .. args])
-            : Child.Start(0, [option, kind, .. args]);
+            ? Child.StartProgramIn(netns, 0, cProgram!, [cVerb, kind["c-".Length..], .. args])
+            : Child.StartIn(netns, 0, [option, kind, .. args]);
 
     /// <summary>
     /// Lets the children run until their code is tiered up: at least <see cref="MinimumWarmUp"/>, then until the .NET

@@ -39,7 +39,7 @@ public static class UdpBulkReceive
             {
                 foreach (string kind in receivers)
                 {
-                    Child receiver = UdpBulkHarness.StartRow(kind, "--udp-sink", cProgram, "recv");
+                    Child receiver = UdpBulkHarness.StartRow(kind, "--udp-sink", cProgram, "recv", null);
                     string port = receiver.ReadLine("port ");
                     Child sender = Child.Start(1, "--udp-blast", "iouring-gso", port,
                         size.ToString(CultureInfo.InvariantCulture));

@@ -103,12 +103,13 @@ public sealed partial class IoUringUdpSocket
     /// <remarks>
     /// <para>Where the kernel refuses to segment, the same bytes go one datagram per SENDMSG: the peer receives the
     /// same datagrams either way (a datagram above the route's MTU cut into IP fragments, unless the socket forbids
-    /// fragmenting). <see cref="SegmentOffloads"/> counts the sends segmented by the kernel. Refusals are remembered,
-    /// so that later sends skip the failing SENDMSG: EMSGSIZE (a segment larger than the route's MTU) and EINVAL (e.g.
-    /// UDP checksums switched off) for that segment size and larger ones, for every destination, as the socket
-    /// cannot tell which route refused; EIO (a device that cannot segment) for the whole socket, as quinn does: the
-    /// kernel does not say which device refused, and an unconnected socket's destinations are usually reached
-    /// through the same one.</para>
+    /// fragmenting). <see cref="SegmentOffloads"/> counts the sends segmented by the kernel. Refusals are remembered
+    /// once a datagram of the send went alone (one whose datagrams fail alone too, say for a source address the host
+    /// lacks, was not refused for its segmenting), so that later sends skip the failing SENDMSG: EMSGSIZE (a segment
+    /// larger than the route's MTU) and EINVAL (e.g. UDP checksums switched off) for that segment size and larger
+    /// ones, for every destination, as the socket cannot tell which route refused; EIO (a device that cannot segment)
+    /// for the whole socket, as quinn does: the kernel does not say which device refused, and an unconnected socket's
+    /// destinations are usually reached through the same one.</para>
     /// <para>Going one by one, each datagram is sent once the previous one's SENDMSG completed, and later sends of the
     /// socket are not held back meanwhile: their datagrams may arrive between this send's (UDP keeps no order anyway;
     /// holding them would hold every send of the socket to one datagram per loop iteration).</para>

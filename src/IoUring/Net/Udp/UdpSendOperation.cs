@@ -73,6 +73,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>The send leaves from a chosen local address (IP_PKTINFO, IPV6_PKTINFO).</summary>
     public bool HasChosenSource => _localAddressSpace > 0;
 
+    /// <summary>The errno with which the kernel refused to segment this send, until one of its datagrams went alone
+    /// (the sender then remembers it); else 0.</summary>
+    public int SegmentRefusal { get; set; }
+
     /// <summary>Datagrams the payload makes.</summary>
     public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
 
@@ -87,6 +91,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     {
         _core.Reset();
         Awaited = awaited;
+        SegmentRefusal = 0;
         if (_capacity < payload.Length)
         {
             int capacity = Math.Max(payload.Length, Math.Max(256, 2 * _capacity));

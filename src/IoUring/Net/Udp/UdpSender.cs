@@ -43,10 +43,12 @@ internal sealed unsafe class UdpSender
     private long _sent;
     // a send nobody awaited failed for its own reasons: the next send reports it
     private SocketException? _pendingSendError;
-    // the kernel said EIO to a UDP_SEGMENT send: the route's device cannot segment, so segmented sends go one by one
+    // the kernel said EIO to a UDP_SEGMENT send whose datagrams then went alone: the route's device cannot segment, so
+    // segmented sends go one by one
     private volatile bool _segmentOffloadRefused;
     // the smallest segment size the kernel would not segment (EMSGSIZE: above the route's MTU; EINVAL: e.g. checksums
-    // off), 0 for none: segmented sends with segments this large go one by one at once (written on the loop)
+    // off) while the datagrams went alone, 0 for none: segmented sends with segments this large go one by one at once
+    // (written on the loop)
     private volatile int _refusedSegmentSize;
     private long _segmentOffloads;  // loop thread: segmented sends the kernel took with UDP_SEGMENT
 
@@ -281,14 +283,9 @@ internal sealed unsafe class UdpSender
         {
             if (operation.UsesSegmentOffload && IsRefusalToSegment(operation, -result))
             {
-                if (result == -Errno.EIO)
-                {
-                    _segmentOffloadRefused = true; // the device's: every destination of the socket, as quinn does
-                }
-                else if (_refusedSegmentSize == 0 || operation.SegmentSize < _refusedSegmentSize)
-                {
-                    _refusedSegmentSize = operation.SegmentSize; // the route's or the socket's: smaller ones may go
-                }
+                // Remembered once a datagram goes alone: EINVAL also refuses a source the host lacks (IPv6), for
+                // which the datagrams fail alone too, and that says nothing about segmenting.
+                operation.SegmentRefusal = -result;
                 operation.SendOneByOne();
                 Submit(operation, continuing: true);
                 return;
@@ -305,6 +302,7 @@ internal sealed unsafe class UdpSender
                     return;
                 }
                 _sent++;
+                RememberRefusal(operation);
                 if (operation.NextSegment())
                 {
                     Submit(operation, continuing: true);
@@ -322,6 +320,26 @@ internal sealed unsafe class UdpSender
             _owner.Loop.OnDatagramsSent(1, result);
         }
         Complete(operation, result);
+    }
+
+    /// <summary>A datagram of a send the kernel would not segment went alone: the refusal was the segmenting's, and
+    /// later sends skip it. Loop thread.</summary>
+    private void RememberRefusal(UdpSendOperation operation)
+    {
+        int errno = operation.SegmentRefusal;
+        if (errno == 0)
+        {
+            return;
+        }
+        operation.SegmentRefusal = 0;
+        if (errno == Errno.EIO)
+        {
+            _segmentOffloadRefused = true; // the device's: every destination of the socket, as quinn does
+        }
+        else if (_refusedSegmentSize == 0 || operation.SegmentSize < _refusedSegmentSize)
+        {
+            _refusedSegmentSize = operation.SegmentSize; // the route's or the socket's: smaller ones may go
+        }
     }
 
     /// <summary>Whether <paramref name="errno"/> refused the segmenting rather than the datagrams: EMSGSIZE also says

@@ -203,6 +203,29 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         }
     }
 
+    [Fact]
+    public async Task A_send_failing_for_its_source_address_leaves_later_sends_of_its_segment_size_offloaded()
+    {
+        // IPv6: ip6_datagram_send_ctl refuses a source the host does not have with EINVAL, as udp_send_skb refuses
+        // some segmenting: that the datagrams alone fail the same way says the segmenting was not the cause.
+        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0),
+            new IoUringUdpOptions { MaxPendingSends = 0 }); // each caller gets its own send's result
+        using var peer = new Socket(AddressFamily.InterNetworkV6, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.IPv6Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        SocketAddress notOurs = new IPEndPoint(IPAddress.Parse("2001:db8::7"), 0).Serialize(); // documentation prefix
+        byte[] payload = RandomNumberGenerator.GetBytes(1200 * 4);
+
+        var error = await Assert.ThrowsAsync<SocketException>(
+            () => sender.SendSegmentsToAsync(payload, 1200, to, notOurs).AsTask().WaitAsync(Timeout));
+        Assert.Equal(SocketError.InvalidArgument, error.SocketErrorCode);
+        Assert.Equal(0, sender.DatagramsSent);
+
+        Assert.Equal(payload.Length, await sender.SendSegmentsToAsync(payload, 1200, to).AsTask().WaitAsync(Timeout));
+        await AssertReceivedAsync(peer, payload, 1200);
+        Assert.Equal(1, sender.SegmentOffloads);
+    }
+
     /// <summary>UDP checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.</summary>
     private static void RefuseSegmenting(IoUringUdpSocket sender)
     {

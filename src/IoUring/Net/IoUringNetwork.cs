@@ -54,6 +54,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             ? settings with { Capabilities = capabilities }
             : settings;
 
+        // Before the loops: a factory's Create may throw (a disposed host's does), and no loop may be left running.
+        _metrics = IoUringMetrics.For(_options.MeterFactory);
         _loops = new EventLoop[_options.LoopCount];
         try
         {
@@ -75,7 +77,6 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             }
             throw;
         }
-        _metrics = IoUringMetrics.For(_options.MeterFactory);
         _metrics.Register(this);
     }
 

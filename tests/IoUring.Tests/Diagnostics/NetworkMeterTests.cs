@@ -120,4 +120,46 @@ public sealed class NetworkMeterTests
         IReadOnlyDictionary<string, long> globalAfter = global.Read();
         Assert.All(globalAfter, series => Assert.Equal(globalBefore.GetValueOrDefault(series.Key), series.Value));
     }
+
+    [Fact]
+    public async Task A_meter_factory_that_throws_leaves_no_loop_running()
+    {
+        // A host's factory disposed already throws ObjectDisposedException from Create (DefaultMeterFactory does).
+        const string ThreadName = "iou-meter-odx"; // unique: the loops' threads are "iou-meter-odx 0" and "... 1"
+        Assert.Throws<ObjectDisposedException>(() => new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 2, MeterFactory = new DisposedMeterFactory(), Loop = { ThreadName = ThreadName },
+        }));
+
+        // A loop left behind runs for good; one stopped ends within moments.
+        await Eventually.WaitForAsync(() => !LoopThreads(ThreadName).Any());
+        Assert.Empty(LoopThreads(ThreadName));
+    }
+
+    /// <summary>The names of this process's threads that start with <paramref name="prefix"/>.</summary>
+    private static string[] LoopThreads(string prefix)
+        => Directory.GetDirectories("/proc/self/task")
+            .Select(task =>
+            {
+                try
+                {
+                    return File.ReadAllText(Path.Combine(task, "comm")).Trim();
+                }
+                catch (IOException)
+                {
+                    return ""; // the thread ended meanwhile
+                }
+            })
+            .Where(name => name.StartsWith(prefix, StringComparison.Ordinal))
+            .ToArray();
+
+    private sealed class DisposedMeterFactory : System.Diagnostics.Metrics.IMeterFactory
+    {
+        public System.Diagnostics.Metrics.Meter Create(System.Diagnostics.Metrics.MeterOptions options)
+            => throw new ObjectDisposedException(nameof(DisposedMeterFactory));
+
+        public void Dispose()
+        {
+        }
+    }
 }

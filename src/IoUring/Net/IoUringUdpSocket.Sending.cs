@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 
@@ -123,7 +124,8 @@ public sealed partial class IoUringUdpSocket
     /// <see cref="IoUringUdpOptions.LargestDatagram"/>, or the buffer makes more than <see cref="MaxSegments"/>
     /// datagrams.</exception>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
-    // RS0026: the overload with a source address adds a parameter: no call is ambiguous.
+    // RS0026: the overloads with a source address or a buffer handed over differ in their parameters' types or number:
+    // no call is ambiguous.
 #pragma warning disable RS0026
     public ValueTask<int> SendSegmentsToAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
         SocketAddress remoteAddress, CancellationToken cancellationToken = default)
@@ -141,12 +143,47 @@ public sealed partial class IoUringUdpSocket
     ///     path="/exception"/>
     public ValueTask<int> SendSegmentsToAsync(ReadOnlyMemory<byte> buffer, int segmentSize,
         SocketAddress remoteAddress, SocketAddress localAddress, CancellationToken cancellationToken = default)
-#pragma warning restore RS0026
     {
         ArgumentNullException.ThrowIfNull(remoteAddress);
         CheckLocalAddress(localAddress);
         CheckSegments(buffer.Length, segmentSize);
         return _sender.SendAsync(buffer, remoteAddress, localAddress, cancellationToken, segmentSize);
+    }
+
+    /// <summary>
+    /// As <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/> with the first
+    /// <paramref name="length"/> bytes of <paramref name="buffer"/>, without copying them: the kernel reads the
+    /// datagrams from the buffer's memory. The socket owns <paramref name="buffer"/> from this call on, whatever
+    /// happens, and disposes it once the kernel is done with it (the send still completes at once, and the buffer
+    /// goes later), also when the send fails or is refused: rent it (from <see cref="MemoryPool{T}.Shared"/>, say),
+    /// fill it, hand it over, and do not touch it again.
+    /// </summary>
+    /// <remarks>The other overloads copy the bytes, up to 64 KiB a send, so that the caller's buffer is free at once;
+    /// handing the buffer over saves that copy (docs/benchmarks.md).</remarks>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="length"/> is negative or longer than the
+    /// buffer.</exception>
+    /// <inheritdoc cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"
+    ///     path="/exception"/>
+    public ValueTask<int> SendSegmentsToAsync(IMemoryOwner<byte> buffer, int length, int segmentSize,
+        SocketAddress remoteAddress, CancellationToken cancellationToken = default)
+#pragma warning restore RS0026
+    {
+        ArgumentNullException.ThrowIfNull(buffer);
+        Memory<byte> payload;
+        try
+        {
+            ArgumentNullException.ThrowIfNull(remoteAddress);
+            payload = buffer.Memory;
+            ArgumentOutOfRangeException.ThrowIfNegative(length);
+            ArgumentOutOfRangeException.ThrowIfGreaterThan(length, payload.Length);
+            CheckSegments(length, segmentSize);
+        }
+        catch
+        {
+            buffer.Dispose(); // it was handed over: the call's failure does not give it back
+            throw;
+        }
+        return _sender.SendAsync(payload[..length], remoteAddress, null, cancellationToken, segmentSize, buffer);
     }
 
     /// <summary>As <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/>,

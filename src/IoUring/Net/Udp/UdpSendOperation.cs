@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Net;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
@@ -29,8 +30,11 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private readonly UdpSender _sender;
     private ManualResetValueTaskSourceCore<int> _core; // mutable struct: never readonly
     private Libc.msghdr* _message; // msghdr, iovec, name
-    private byte* _data;
+    private byte* _data;            // the copy, grown to the largest payload copied, never shrunk
     private int _capacity;
+    private byte* _payload;         // what the kernel reads: the copy, or the lent buffer's pinned memory
+    private IMemoryOwner<byte>? _lent; // a buffer the caller gave the send (no copy), disposed by ReleaseLent
+    private MemoryHandle _lentPin;
     private int _result;
     private int _localAddressSpace; // the control room the source address takes (0: routing chooses it)
     private bool _offloading;
@@ -68,7 +72,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     /// <summary>Going one by one: the bytes of the segments before the current one (sent); else 0.</summary>
     public int BytesSentOneByOne
-        => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_data) : 0;
+        => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_payload) : 0;
 
     /// <summary>The send leaves from a chosen local address (IP_PKTINFO, IPV6_PKTINFO).</summary>
     public bool HasChosenSource => _localAddressSpace > 0;
@@ -82,28 +86,30 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram, its destination (none on a connected socket) and its source
-    /// (<paramref name="from"/>; none: routing chooses). With <paramref name="segmentSize"/> (a payload longer than
-    /// it), the payload is that many bytes per datagram: with UDP_SEGMENT when <paramref name="offload"/>, else one
-    /// segment at a time.</summary>
-    public void Prepare(ReadOnlySpan<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
-        int segmentSize = 0, bool offload = true)
+    /// <summary>Copies the datagram (or, <paramref name="lent"/>, pins the caller's buffer that holds it and takes
+    /// it over), its destination (none on a connected socket) and its source (<paramref name="from"/>; none: routing
+    /// chooses). With <paramref name="segmentSize"/> (a payload longer than it), the payload is that many bytes per
+    /// datagram: with UDP_SEGMENT when <paramref name="offload"/>, else one segment at a time.</summary>
+    public void Prepare(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
+        int segmentSize = 0, bool offload = true, IMemoryOwner<byte>? lent = null)
     {
         _core.Reset();
         Awaited = awaited;
         SegmentRefusal = 0;
-        if (_capacity < payload.Length)
+        if (lent is not null)
         {
-            int capacity = Math.Max(payload.Length, Math.Max(256, 2 * _capacity));
-            _data = (byte*)NativeMemory.Realloc(_data, (nuint)capacity);
-            _sender.OnCopyResized(capacity - _capacity);
-            _capacity = capacity;
+            _lent = lent;
+            _lentPin = payload.Pin(); // released, and the buffer disposed, once the kernel is done (ReleaseLent)
+            _payload = (byte*)_lentPin.Pointer;
         }
-        payload.CopyTo(new Span<byte>(_data, payload.Length));
+        else
+        {
+            CopyIn(payload.Span);
+        }
         Length = payload.Length;
         SegmentSize = segmentSize > 0 && payload.Length > segmentSize ? segmentSize : 0;
         iovec* iov = _message->msg_iov;
-        iov->iov_base = (nuint)_data;
+        iov->iov_base = (nuint)_payload;
         iov->iov_len = (nuint)payload.Length;
         byte* name = (byte*)(iov + 1);
         if (to is null)
@@ -132,6 +138,34 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
     }
 
+    private void CopyIn(ReadOnlySpan<byte> payload)
+    {
+        if (_capacity < payload.Length)
+        {
+            int capacity = Math.Max(payload.Length, Math.Max(256, 2 * _capacity));
+            _data = (byte*)NativeMemory.Realloc(_data, (nuint)capacity);
+            _sender.OnCopyResized(capacity - _capacity);
+            _capacity = capacity;
+        }
+        payload.CopyTo(new Span<byte>(_data, payload.Length));
+        _payload = _data;
+    }
+
+    /// <summary>The kernel is done with the send (or never had it): a lent buffer is unpinned and disposed, as the
+    /// caller gave it up.</summary>
+    public void ReleaseLent()
+    {
+        IMemoryOwner<byte>? lent = _lent;
+        _lent = null;
+        _payload = null;
+        if (lent is not null)
+        {
+            _lentPin.Dispose();
+            _lentPin = default;
+            lent.Dispose();
+        }
+    }
+
     /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment (still from its
     /// chosen source).</summary>
     public void SendOneByOne()
@@ -139,7 +173,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _offloading = false;
         SetControl(_localAddressSpace);
         iovec* iov = _message->msg_iov;
-        iov->iov_base = (nuint)_data;
+        iov->iov_base = (nuint)_payload;
         iov->iov_len = (nuint)Math.Min(SegmentSize, Length);
     }
 
@@ -153,12 +187,12 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     public bool NextSegment()
     {
         iovec* iov = _message->msg_iov;
-        long next = (long)(iov->iov_base - (nuint)_data) + SegmentSize;
+        long next = (long)(iov->iov_base - (nuint)_payload) + SegmentSize;
         if (next >= Length)
         {
             return false;
         }
-        iov->iov_base = (nuint)(_data + next);
+        iov->iov_base = (nuint)(_payload + next);
         iov->iov_len = (nuint)Math.Min(SegmentSize, Length - (int)next);
         return true;
     }

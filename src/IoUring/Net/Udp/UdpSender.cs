@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
@@ -89,60 +90,34 @@ internal sealed unsafe class UdpSender
         }
     }
 
+    /// <summary>Sends <paramref name="payload"/>: a copy of it, or, with <paramref name="lent"/> (the owner of the
+    /// memory it is in), that memory itself, which the send owns from this call on and disposes once the kernel is
+    /// done with it, also when the send is refused.</summary>
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from,
-        CancellationToken cancellationToken, int segmentSize = 0)
+        CancellationToken cancellationToken, int segmentSize = 0, IMemoryOwner<byte>? lent = null)
     {
         if (cancellationToken.IsCancellationRequested)
         {
+            lent?.Dispose();
             return ValueTask.FromCanceled<int>(cancellationToken);
-        }
-        if (payload.Length > IoUringUdpOptions.LargestDatagram)
-        {
-            return ValueTask.FromException<int>(new SocketException((int)SocketError.MessageSize));
         }
         if (to is not null && to.Size > SocketAddresses.MaxSize)
         {
+            lent?.Dispose();
             throw new ArgumentException(
                 $"A socket address of {to.Size} bytes is larger than any the kernel takes.", nameof(to));
         }
-        if (_socket.IsDisposing)
+        UdpSendOperation? operation = null;
+        bool awaited = false;
+        Exception? refusal = Refuse(payload.Length) ?? Rent(payload.Length, segmentSize, out operation, out awaited);
+        if (refusal is not null)
         {
-            return ValueTask.FromException<int>(new ObjectDisposedException(nameof(IoUringUdpSocket)));
-        }
-        if ((_socket.TakePendingError() ?? TakePendingSendError()) is { } error)
-        {
-            return ValueTask.FromException<int>(error);
-        }
-        UdpSendOperation operation;
-        bool awaited;
-        lock (_gate)
-        {
-            if (_closed)
-            {
-                return ValueTask.FromException<int>(new ObjectDisposedException(nameof(IoUringUdpSocket)));
-            }
-            if (_pool.TryPop(out UdpSendOperation? pooled))
-            {
-                operation = pooled;
-            }
-            else if (_created <= ushort.MaxValue)
-            {
-                operation = new UdpSendOperation(this, (ushort)_created++);
-            }
-            else
-            {
-                return ValueTask.FromException<int>(
-                    new InvalidOperationException("65,536 sends are in flight on this socket."));
-            }
-            // Counted in datagrams, so that segmented sends (up to 64 KiB of copy each) hold no more than single ones.
-            _pending += segmentSize > 0 && payload.Length > segmentSize
-                ? (payload.Length + segmentSize - 1) / segmentSize
-                : 1;
-            awaited = _pending > _maxPending;
+            lent?.Dispose();
+            return ValueTask.FromException<int>(refusal);
         }
         int refusedSize = _refusedSegmentSize;
         bool offload = !_segmentOffloadRefused && (refusedSize == 0 || segmentSize < refusedSize);
-        operation.Prepare(payload.Span, to, from, awaited, segmentSize, offload);
+        operation!.Prepare(payload, to, from, awaited, segmentSize, offload, lent);
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {
@@ -154,6 +129,51 @@ internal sealed unsafe class UdpSender
                 new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped."));
         }
         return awaited ? new ValueTask<int>(operation, operation.Version) : new ValueTask<int>(payload.Length);
+    }
+
+    /// <summary>Why a send of <paramref name="length"/> bytes cannot be taken, or null.</summary>
+    private Exception? Refuse(int length)
+    {
+        if (length > IoUringUdpOptions.LargestDatagram)
+        {
+            return new SocketException((int)SocketError.MessageSize);
+        }
+        if (_socket.IsDisposing)
+        {
+            return new ObjectDisposedException(nameof(IoUringUdpSocket));
+        }
+        return _socket.TakePendingError() ?? TakePendingSendError();
+    }
+
+    /// <summary>Takes an operation for a send of <paramref name="length"/> bytes and counts its datagrams as pending
+    /// (<paramref name="awaited"/>: past the bound, its caller waits for the kernel); or says why not.</summary>
+    private Exception? Rent(int length, int segmentSize, out UdpSendOperation? operation, out bool awaited)
+    {
+        operation = null;
+        awaited = false;
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                return new ObjectDisposedException(nameof(IoUringUdpSocket));
+            }
+            if (_pool.TryPop(out UdpSendOperation? pooled))
+            {
+                operation = pooled;
+            }
+            else if (_created <= ushort.MaxValue)
+            {
+                operation = new UdpSendOperation(this, (ushort)_created++);
+            }
+            else
+            {
+                return new InvalidOperationException("65,536 sends are in flight on this socket.");
+            }
+            // Counted in datagrams, so that segmented sends (up to 64 KiB of copy each) hold no more than single ones.
+            _pending += segmentSize > 0 && length > segmentSize ? (length + segmentSize - 1) / segmentSize : 1;
+            awaited = _pending > _maxPending;
+            return null;
+        }
     }
 
     /// <summary>
@@ -409,18 +429,27 @@ internal sealed unsafe class UdpSender
             ? new ObjectDisposedException(nameof(IoUringUdpSocket))
             : SocketErrors.FromErrno(errno);
 
+    /// <summary>The send is over (the kernel is done with it, or never had it): its lent buffer goes back to its owner
+    /// and the operation to the pool.</summary>
     public void Return(UdpSendOperation operation)
     {
-        lock (_gate)
+        try
         {
-            _pending -= operation.SegmentCount;
-            if (_closed)
+            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the operation is still returned
+        }
+        finally
+        {
+            lock (_gate)
             {
-                operation.Free();
-            }
-            else
-            {
-                _pool.Push(operation);
+                _pending -= operation.SegmentCount;
+                if (_closed)
+                {
+                    operation.Free();
+                }
+                else
+                {
+                    _pool.Push(operation);
+                }
             }
         }
     }

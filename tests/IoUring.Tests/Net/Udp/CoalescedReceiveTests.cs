@@ -2,6 +2,7 @@ using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
 using IoUring.Net;
+using IoUring.Tests.Support;
 
 namespace IoUring.Tests.Net;
 
@@ -11,27 +12,16 @@ namespace IoUring.Tests.Net;
 /// source, through single receives and batches, also with two sources' bursts interleaved; mixed sizes and a short last
 /// segment; and a socket without the option gets the same datagrams from the kernel uncoalesced.
 /// </summary>
-public sealed class CoalescedReceiveTests : IAsyncLifetime
+public sealed class CoalescedReceiveTests : NetworkTests
 {
-    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
-    private IoUringNetwork _network = null!;
-
-    public Task InitializeAsync()
-    {
-        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
-        return Task.CompletedTask;
-    }
-
-    public async Task DisposeAsync() => await _network.DisposeAsync();
-
     [Theory]
     [InlineData(true)]
     [InlineData(false)]
     public async Task A_segmented_burst_is_split_back_into_its_datagrams_in_order(bool coalesced)
     {
-        await using IoUringUdpSocket receiver = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+        await using IoUringUdpSocket receiver = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
             new IoUringUdpOptions { ReceiveCoalesced = coalesced });
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         SocketAddress to = receiver.LocalEndPoint.Serialize();
         var sent = new List<byte[]>();
         foreach ((int size, int count) in new[] { (1200, 40), (1450, 7), (300, 64) })
@@ -67,10 +57,10 @@ public sealed class CoalescedReceiveTests : IAsyncLifetime
     [Fact]
     public async Task Interleaved_bursts_of_two_sources_are_split_back_each_datagram_with_its_own_source_in_order()
     {
-        await using IoUringUdpSocket receiver = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+        await using IoUringUdpSocket receiver = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
             new IoUringUdpOptions { ReceiveCoalesced = true });
-        await using IoUringUdpSocket first = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
-        await using IoUringUdpSocket second = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket first = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket second = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         IoUringUdpSocket[] senders = [first, second];
         SocketAddress to = receiver.LocalEndPoint.Serialize();
         var sent = new[] { new Queue<byte[]>(), new Queue<byte[]>() };
@@ -105,9 +95,9 @@ public sealed class CoalescedReceiveTests : IAsyncLifetime
     [Fact]
     public async Task Batches_get_the_datagrams_of_a_coalesced_burst_one_by_one()
     {
-        await using IoUringUdpSocket receiver = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+        await using IoUringUdpSocket receiver = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
             new IoUringUdpOptions { ReceiveCoalesced = true });
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         byte[] burst = RandomNumberGenerator.GetBytes(1200 * 50);
         await sender.SendSegmentsToAsync(burst, 1200, receiver.LocalEndPoint.Serialize());
 
@@ -129,9 +119,9 @@ public sealed class CoalescedReceiveTests : IAsyncLifetime
     [Fact]
     public async Task A_datagram_longer_than_the_callers_buffer_is_still_reported_cut()
     {
-        await using IoUringUdpSocket receiver = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+        await using IoUringUdpSocket receiver = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
             new IoUringUdpOptions { ReceiveCoalesced = true });
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         byte[] burst = RandomNumberGenerator.GetBytes(1000 * 4);
         await sender.SendSegmentsToAsync(burst, 1000, receiver.LocalEndPoint.Serialize());
         var small = new byte[600];

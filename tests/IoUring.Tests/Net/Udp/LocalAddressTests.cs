@@ -16,25 +16,15 @@ namespace IoUring.Tests.Net;
 /// fallback), checked by System.Net.Sockets peers. IPv6 (loopback has one address) runs over a veth pair between two
 /// namespaces the test makes: two global addresses and a link-local one, whose scope id is the interface.
 /// </summary>
-public sealed partial class LocalAddressTests : IAsyncLifetime
+public sealed partial class LocalAddressTests : NetworkTests
 {
-    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
     internal static readonly IPAddress Second = IPAddress.Parse("127.0.0.2");
     private static readonly int LoopbackIndex = int.Parse(File.ReadAllText("/sys/class/net/lo/ifindex").Trim());
-    private IoUringNetwork _network = null!;
-
-    public Task InitializeAsync()
-    {
-        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
-        return Task.CompletedTask;
-    }
-
-    public async Task DisposeAsync() => await _network.DisposeAsync();
 
     [Fact]
     public async Task A_wildcard_socket_tells_its_two_addresses_apart_and_answers_from_each()
     {
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetwork);
         using Socket peer = BoundPeer(IPAddress.Loopback);
         foreach (IPAddress target in new[] { IPAddress.Loopback, Second, Second, IPAddress.Loopback })
         {
@@ -46,7 +36,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     public async Task Without_a_local_address_the_answer_leaves_from_the_address_routing_chooses()
     {
         // The control for the test above: were the local address ignored, its answers would all come from 127.0.0.1.
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetwork);
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
         byte[] question = RandomNumberGenerator.GetBytes(10);
@@ -61,7 +51,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     [Fact]
     public async Task A_dual_mode_socket_reports_IPv4_addresses_mapped_and_answers_from_them()
     {
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetworkV6);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetworkV6);
         using Socket peer4 = BoundPeer(IPAddress.Loopback);
         using Socket peer6 = BoundPeer(IPAddress.IPv6Loopback);
         foreach ((Socket peer, IPAddress target) in new[]
@@ -88,7 +78,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
         int serverInterface = VethNamespaces.Run(veth.A, () => (int)if_nametoindex("veth0"));
         int peerInterface = VethNamespaces.Run(veth.B, () => (int)if_nametoindex("veth1"));
         await using IoUringUdpSocket server = VethNamespaces.Run(veth.A,
-            () => BindWildcard(_network, AddressFamily.InterNetworkV6));
+            () => BindWildcard(Network, AddressFamily.InterNetworkV6));
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = VethNamespaces.Run(veth.B, () => BoundPeer(IPAddress.IPv6Any));
         var buffer = new byte[2048];
@@ -124,7 +114,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     [Fact]
     public async Task Queued_datagrams_and_batches_keep_each_datagram_s_local_address()
     {
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetwork);
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
         // Sent before any receive waits: they go through the socket's queue.
@@ -162,14 +152,11 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     [InlineData(true)]
     public async Task Segmented_sends_leave_from_the_local_address_asked_for_offloaded_or_one_by_one(bool refused)
     {
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetwork);
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         if (refused)
         {
-            // UDP checksums off (SO_NO_CHECK): the kernel refuses UDP_SEGMENT (EINVAL), so the datagrams go one per
-            // SENDMSG.
-            using var handle = new Socket(new SafeSocketHandle(server.FileDescriptor, ownsHandle: false));
-            handle.SetRawSocketOption(1 /* SOL_SOCKET */, 11 /* SO_NO_CHECK */, BitConverter.GetBytes(1));
+            SegmentOffloadTests.RefuseSegmenting(server); // so the datagrams go one per SENDMSG
         }
         using Socket peer = BoundPeer(IPAddress.Loopback);
         SocketAddress local = new IPEndPoint(Second, port).Serialize();
@@ -192,10 +179,10 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     [Fact]
     public async Task A_coalesced_burst_reports_its_local_address_on_every_datagram()
     {
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
             new IoUringUdpOptions { ReceiveLocalAddress = true, ReceiveCoalesced = true });
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         byte[] burst = RandomNumberGenerator.GetBytes(1000 * 30);
         await sender.SendSegmentsToAsync(burst, 1000, new IPEndPoint(Second, port).Serialize());
 
@@ -215,7 +202,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     [Fact]
     public async Task Misuse_is_refused_with_an_error_naming_it()
     {
-        await using IoUringUdpSocket plain = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0));
+        await using IoUringUdpSocket plain = Network.BindUdp(new IPEndPoint(IPAddress.Any, 0));
         var address = new SocketAddress(AddressFamily.InterNetwork);
         var error = Assert.Throws<InvalidOperationException>(
             () => plain.ReceiveMessageFromAsync(new byte[16], address, new SocketAddress(AddressFamily.InterNetwork)));
@@ -239,7 +226,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     public async Task A_source_address_the_host_does_not_have_fails_the_send_and_the_socket_goes_on()
     {
         // MaxPendingSends 0: every send waits for the kernel's answer, so this one's error is its own.
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
             new IoUringUdpOptions { MaxPendingSends = 0 });
         using Socket peer = BoundPeer(IPAddress.Loopback);
         SocketAddress to = peer.LocalEndPoint!.Serialize();
@@ -254,7 +241,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
             await ReceiveSourceAsync(peer, after));
 
         // IPv6: ip6_datagram_send_ctl refuses a source the host does not have itself (EINVAL).
-        await using IoUringUdpSocket server6 = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
+        await using IoUringUdpSocket server6 = Network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
             new IoUringUdpOptions { MaxPendingSends = 0 });
         using Socket peer6 = BoundPeer(IPAddress.IPv6Loopback);
         SocketAddress notOurs6 = new IPEndPoint(IPAddress.Parse("2001:db8::7"), 0).Serialize(); // documentation prefix
@@ -268,7 +255,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     {
         // Without coalesced receives each buffer holds one datagram of MaxDatagramSize: a longer one is cut, with or
         // without local addresses (their control room is not a coalesced burst's 64 KiB).
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Any, 0),
             new IoUringUdpOptions { ReceiveLocalAddress = true, MaxDatagramSize = 100 });
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
@@ -288,7 +275,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     public async Task A_dual_mode_socket_answers_an_IPv4_peer_from_the_unspecified_address()
     {
         // "::" lets routing choose, as 0.0.0.0 does on an IPv4 socket, also towards an IPv4 (mapped) peer.
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.IPv6Any, 0),
             new IoUringUdpOptions { MaxPendingSends = 0 });
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
@@ -306,7 +293,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     {
         // One options object for several sockets: each socket keeps what it was bound with.
         var options = new IoUringUdpOptions { ReceiveLocalAddress = true };
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Any, 0), options);
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Any, 0), options);
         options.ReceiveLocalAddress = false;
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
@@ -322,7 +309,7 @@ public sealed partial class LocalAddressTests : IAsyncLifetime
     {
         // Sends nobody awaits (the default): the refusal (routing's ENETUNREACH for that source) is the send's own, for
         // the next send, as any other refused send's; a server's receive loop goes on.
-        await using IoUringUdpSocket server = BindWildcard(_network, AddressFamily.InterNetwork);
+        await using IoUringUdpSocket server = BindWildcard(Network, AddressFamily.InterNetwork);
         int port = ((IPEndPoint)server.LocalEndPoint).Port;
         using Socket peer = BoundPeer(IPAddress.Loopback);
         SocketAddress to = peer.LocalEndPoint!.Serialize();

@@ -15,20 +15,10 @@ namespace IoUring.Tests.Net;
 /// where the kernel refuses to segment (UDP checksums switched off: EINVAL) the same datagrams arrive one SENDMSG each;
 /// bad segment sizes are refused before anything is sent; a close with segmented sends in flight loses nothing queued.
 /// </summary>
-public sealed class SegmentOffloadTests : IAsyncLifetime
+public sealed class SegmentOffloadTests : NetworkTests
 {
     private const int SolSocket = 1;  // SOL_SOCKET (SocketOptionLevel.Socket is Windows' 0xffff)
     private const int SoNoCheck = 11; // SO_NO_CHECK: the kernel refuses UDP_SEGMENT on such a socket (EINVAL)
-    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
-    private IoUringNetwork _network = null!;
-
-    public Task InitializeAsync()
-    {
-        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
-        return Task.CompletedTask;
-    }
-
-    public async Task DisposeAsync() => await _network.DisposeAsync();
 
     [Theory]
     [InlineData(1200, 1, 0)]
@@ -41,7 +31,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         int lastLength)
     {
         using Socket peer = BoundPeer();
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         byte[] payload = RandomNumberGenerator.GetBytes(segmentSize * fullSegments + lastLength);
 
         int sent = await sender.SendSegmentsToAsync(payload, segmentSize, peer.LocalEndPoint!.Serialize());
@@ -60,7 +50,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     public async Task Where_the_kernel_refuses_to_segment_the_same_datagrams_go_one_by_one()
     {
         using Socket peer = BoundPeer();
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         RefuseSegmenting(sender);
         for (int round = 0; round < 3; round++)
         {
@@ -77,7 +67,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     public async Task A_connected_socket_sends_segments_to_its_peer()
     {
         using Socket peer = BoundPeer();
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         sender.Connect(peer.LocalEndPoint!);
         byte[] payload = RandomNumberGenerator.GetBytes(1400 * 20);
         Assert.Equal(payload.Length, await sender.SendSegmentsAsync(payload, 1400));
@@ -87,7 +77,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     [Fact]
     public async Task Bad_segment_sizes_are_refused_before_anything_is_sent()
     {
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         SocketAddress to = new IPEndPoint(IPAddress.Loopback, 9).Serialize();
         Assert.Throws<ArgumentOutOfRangeException>(() => sender.SendSegmentsToAsync(new byte[100], 0, to));
         Assert.Throws<ArgumentOutOfRangeException>(() => sender.SendSegmentsToAsync(new byte[100], 70_000, to));
@@ -102,7 +92,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     {
         using Socket peer = BoundPeer();
         peer.ReceiveBufferSize = 4 * 1024 * 1024;
-        IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         SocketAddress to = peer.LocalEndPoint!.Serialize();
         byte[] payload = RandomNumberGenerator.GetBytes(1200 * 40);
         var sends = new List<ValueTask<int>>();
@@ -124,7 +114,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     {
         using Socket peer = BoundPeer();
         peer.ReceiveBufferSize = 4 * 1024 * 1024;
-        IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         RefuseSegmenting(sender);
         SocketAddress to = peer.LocalEndPoint!.Serialize();
         byte[] payload = RandomNumberGenerator.GetBytes(1200 * 8);
@@ -178,7 +168,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
         // Each datagram going one by one is submitted after the previous one's completion, while a later send is
         // submitted at once: what the socket documents (UDP does not keep order either), shown here.
         using Socket peer = BoundPeer();
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         RefuseSegmenting(sender);
         SocketAddress to = peer.LocalEndPoint!.Serialize();
         byte[] burst = RandomNumberGenerator.GetBytes(1200 * 3);
@@ -208,7 +198,7 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     {
         // IPv6: ip6_datagram_send_ctl refuses a source the host does not have with EINVAL, as udp_send_skb refuses
         // some segmenting: that the datagrams alone fail the same way says the segmenting was not the cause.
-        await using IoUringUdpSocket sender = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0),
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0),
             new IoUringUdpOptions { MaxPendingSends = 0 }); // each caller gets its own send's result
         using var peer = new Socket(AddressFamily.InterNetworkV6, SocketType.Dgram, ProtocolType.Udp);
         peer.Bind(new IPEndPoint(IPAddress.IPv6Loopback, 0));
@@ -227,7 +217,8 @@ public sealed class SegmentOffloadTests : IAsyncLifetime
     }
 
     /// <summary>UDP checksums off: udp_send_skb refuses a GSO skb with EINVAL, a real refusal of this kernel.</summary>
-    private static void RefuseSegmenting(IoUringUdpSocket sender)
+    /// <summary>UDP checksums off (SO_NO_CHECK): the kernel refuses UDP_SEGMENT on the socket (EINVAL).</summary>
+    internal static void RefuseSegmenting(IoUringUdpSocket sender)
     {
         using var handle = new Socket(new SafeSocketHandle(sender.FileDescriptor, ownsHandle: false));
         handle.SetRawSocketOption(SolSocket, SoNoCheck, BitConverter.GetBytes(1));

@@ -13,19 +13,8 @@ namespace IoUring.Tests.Net;
 /// UDP on the ring (<see cref="IoUringUdpSocket"/>) over loopback with System.Net.Sockets peers both ways: integrity of
 /// datagrams of every size, truncation reported, many peers, a flood into a tiny buffer ring, ICMP errors, cancellation.
 /// </summary>
-public sealed class UdpTests : IAsyncLifetime
+public sealed class UdpTests() : NetworkTests(loopCount: 2)
 {
-    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(10);
-    private IoUringNetwork _network = null!;
-
-    public Task InitializeAsync()
-    {
-        _network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 2 });
-        return Task.CompletedTask;
-    }
-
-    public async Task DisposeAsync() => await _network.DisposeAsync();
-
     /// <summary>Echoes every datagram to its source until the socket is disposed.</summary>
     internal static async Task EchoAsync(IoUringUdpSocket socket, int bufferSize = IoUringUdpOptions.LargestDatagram)
     {
@@ -62,7 +51,7 @@ public sealed class UdpTests : IAsyncLifetime
     public async Task Datagrams_of_every_size_echo_intact_to_a_Sockets_client(string family)
     {
         (IPEndPoint bind, IPAddress clientAddress) = Addresses(family);
-        await using IoUringUdpSocket server = _network.BindUdp(bind);
+        await using IoUringUdpSocket server = Network.BindUdp(bind);
         Task echo = EchoAsync(server);
         var serverEndPoint = new IPEndPoint(clientAddress, ((IPEndPoint)server.LocalEndPoint).Port);
 
@@ -102,7 +91,7 @@ public sealed class UdpTests : IAsyncLifetime
             }
         });
 
-        await using IoUringUdpSocket client = _network.BindUdp(new IPEndPoint(bind.Address, 0));
+        await using IoUringUdpSocket client = Network.BindUdp(new IPEndPoint(bind.Address, 0));
         var from = new SocketAddress(client.LocalEndPoint.AddressFamily);
         var reply = new byte[65_536];
         var random = new Random(7);
@@ -128,7 +117,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_datagram_longer_than_the_buffer_is_cut_and_reported()
     {
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxDatagramSize = 512 });
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxDatagramSize = 512 });
         using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
         byte[] payload = Pattern(2000, 1);
         var from = new SocketAddress(AddressFamily.InterNetwork);
@@ -165,7 +154,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task Many_peers_at_once_each_get_only_their_own_datagrams()
     {
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         Task echo = BatchEchoAsync(server);
         const int Peers = 48, Rounds = 30;
         await Task.WhenAll(Enumerable.Range(0, Peers).Select(peer => Task.Run(async () =>
@@ -213,7 +202,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_batch_takes_every_queued_datagram_in_order()
     {
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
         client.Connect(server.LocalEndPoint);
         for (int i = 0; i < 10; i++)
@@ -237,7 +226,7 @@ public sealed class UdpTests : IAsyncLifetime
         // slowly: datagrams are dropped (by the kernel, or by the full queue), every one delivered is intact and
         // attributed to the peer that sent it, and the socket works normally afterwards.
         var options = new IoUringUdpOptions { MaxDatagramSize = 1024, ReceiveBufferCount = 2, ReceiveQueueCapacity = 4 };
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
         const int Peers = 8, PerPeer = 3000;
         var clients = Enumerable.Range(0, Peers).Select(_ => new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp)).ToArray();
         try
@@ -332,7 +321,7 @@ public sealed class UdpTests : IAsyncLifetime
     {
         // A broadcast without SO_BROADCAST: the kernel refuses the SENDMSG (EACCES) after the call returned. A server
         // answering a bad address must not have its receive loop fail for it: the error is the sending side's.
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         Assert.Equal(1, await socket.SendToAsync(new byte[] { 1 }, new IPEndPoint(IPAddress.Broadcast, 9)));
 
         using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
@@ -354,7 +343,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_refused_port_fails_the_next_operation_and_the_socket_goes_on()
     {
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         int closedPort;
         using (var probe = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp))
         {
@@ -406,7 +395,7 @@ public sealed class UdpTests : IAsyncLifetime
     public async Task Past_MaxPendingSends_a_send_completes_with_the_kernels_result()
     {
         // 0 pending sends allowed: every send waits for its SENDMSG, so each is counted sent when its await returns.
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 0 });
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 0 });
         using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
         peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         SocketAddress to = peer.LocalEndPoint!.Serialize();
@@ -565,7 +554,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_cancelled_receive_takes_no_datagram_from_the_next_one()
     {
-        await using IoUringUdpSocket server = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         using var cts = new CancellationTokenSource();
         var from = new SocketAddress(AddressFamily.InterNetwork);
         ValueTask<DatagramResult> cancelled = server.ReceiveFromAsync(new byte[64], from, cts.Token);
@@ -583,7 +572,7 @@ public sealed class UdpTests : IAsyncLifetime
     {
         // The caller's memory is gone by the time the datagram arrives (a disposed MemoryManager): the copy into it
         // throws on the loop. The receive must fail with that, not wait forever.
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         var memory = new DisposableMemory(16);
         ValueTask<DatagramResult> receive = socket.ReceiveFromAsync(memory.Memory, new SocketAddress(AddressFamily.InterNetwork));
         ((IDisposable)memory).Dispose();
@@ -603,7 +592,7 @@ public sealed class UdpTests : IAsyncLifetime
         // One batch given to two receives at once (a first one given up on by a timeout, say): the first fills it, and
         // the copy of the next datagram for the second finds no room in it, on the loop. The second receive must fail
         // with that, not wait forever.
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
         var shared = new UdpDatagramBatch(capacity: 1, bufferSize: 16);
         ValueTask<int> first = socket.ReceiveBatchAsync(shared);
         ValueTask<int> second = socket.ReceiveBatchAsync(shared);
@@ -638,7 +627,7 @@ public sealed class UdpTests : IAsyncLifetime
     [Fact]
     public async Task A_socket_address_too_small_for_the_family_is_refused()
     {
-        await using IoUringUdpSocket socket = _network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0));
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.IPv6Loopback, 0));
         Assert.Throws<ArgumentException>(() => socket.ReceiveFromAsync(new byte[8], new SocketAddress(AddressFamily.InterNetwork)));
         await Assert.ThrowsAsync<SocketException>(() => socket.SendToAsync(new byte[65_528], new IPEndPoint(IPAddress.IPv6Loopback, 9)).AsTask());
     }

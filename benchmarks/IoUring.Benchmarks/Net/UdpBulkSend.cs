@@ -13,7 +13,8 @@ namespace IoUring.Benchmarks.Net;
 /// (<c>SendToAsync(ReadOnlyMemory, SocketFlags, SocketAddress)</c>, its best), IoUring one datagram per
 /// <c>SendToAsync</c>, IoUring with segmentation offload (<c>SendSegmentsToAsync</c>: as many datagrams per send as fit
 /// in 65,000 B, at most 64, copied into the send), the same from a buffer rented from <c>MemoryPool&lt;byte&gt;.Shared</c>
-/// and handed over to the send (no copy: "iouring-gso-lent"), and the ceiling of this machine's kernel: benchmarks/c/udp_bulk with one sendto(2) per
+/// and handed over to the send (no copy: "iouring-gso-lent"; "iouring-gso-pool" from the loop's 64 KiB pinned blocks,
+/// <c>EventLoop.LargeMemoryPool</c>), and the ceiling of this machine's kernel: benchmarks/c/udp_bulk with one sendto(2) per
 /// datagram ("c-sendto") and with sendmsg(2) carrying UDP_SEGMENT, segmented as IoUring's ("c-gso"), skipped with a
 /// line saying why when it cannot be built (it needs gcc). If c-gso's ratio to Sockets is below a goal, no .NET sender
 /// can reach it on this machine. Windows alternate between the senders, round after round; ratios to Sockets are
@@ -65,7 +66,8 @@ public static class UdpBulkSend
         {
             throw new ArgumentException($"{sink}: datagrams of at most {UdpBulkDevice.MaxDatagram} B (the MTU)");
         }
-        string[] senders = ["sockets", "iouring", "iouring-gso", "iouring-gso-lent", "c-sendto", "c-gso"];
+        string[] senders = ["sockets", "iouring", "iouring-gso", "iouring-gso-lent", "iouring-gso-pool", "c-sendto",
+            "c-gso"];
         string? cProgram = UdpBulkHarness.BuildCProgram(ref senders);
         using UdpBulkDevice? device = sink == "loopback" ? null : UdpBulkDevice.Create(sink == "ifb-gso");
         Console.WriteLine($"UDP bulk send: {rounds} rounds of {seconds} s per sender and size after each one's " +
@@ -202,6 +204,8 @@ public static class UdpBulkSend
             // iouring-gso-lent hands each send a buffer rented from MemoryPool<byte>.Shared (no copy), as an
             // application that builds its datagrams in rented memory does; the socket disposes it when sent.
             bool lent = kind == "iouring-gso-lent";
+            // iouring-gso-pool hands over 64 KiB blocks of the loop's own pinned pool instead (no pinning per send).
+            MemoryPool<byte>? pool = kind == "iouring-gso-pool" ? udp.Loop.LargeMemoryPool : null;
             loop = async () =>
             {
                 ReadOnlyMemory<byte> datagram = payload.AsMemory(0, size);
@@ -211,9 +215,9 @@ public static class UdpBulkSend
                     {
                         await gate.Task.ConfigureAwait(false);
                     }
-                    bytes += lent
-                        ? await udp.SendSegmentsToAsync(MemoryPool<byte>.Shared.Rent(payload.Length), payload.Length,
-                            size, to).ConfigureAwait(false)
+                    bytes += lent || pool is not null
+                        ? await udp.SendSegmentsToAsync((pool ?? MemoryPool<byte>.Shared).Rent(payload.Length),
+                            payload.Length, size, to).ConfigureAwait(false)
                         : gso
                         ? await udp.SendSegmentsToAsync(payload, size, to).ConfigureAwait(false)
                         : await udp.SendToAsync(datagram, to).ConfigureAwait(false);

@@ -35,6 +35,14 @@ public sealed unsafe partial class EventLoop
     /// </summary>
     internal PinnedBlockMemoryPool LargeBlockPool => Volatile.Read(ref _largeBlockPool) ?? CreateLargeBlockPool();
 
+    /// <summary>
+    /// This loop's pool of 64 KiB pinned blocks, trimmed when idle (not registered with the ring): rent a whole burst
+    /// of datagrams from it, fill it and hand it over to <see cref="Net.IoUringUdpSocket.SendSegmentsToAsync(
+    /// IMemoryOwner{byte}, int, int, System.Net.SocketAddress, CancellationToken)"/>, which sends it without a copy and
+    /// returns the block when the kernel is done. Any thread may rent.
+    /// </summary>
+    public MemoryPool<byte> LargeMemoryPool => LargeBlockPool;
+
     private PinnedBlockMemoryPool CreateLargeBlockPool()
     {
         var pool = new PinnedBlockMemoryPool(registrar: null,

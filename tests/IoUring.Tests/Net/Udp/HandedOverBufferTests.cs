@@ -47,6 +47,24 @@ public sealed class HandedOverBufferTests : NetworkTests
     }
 
     [Fact]
+    public async Task Blocks_of_the_loop_s_large_pool_go_back_to_it_once_sent()
+    {
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using Socket peer = Peer();
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        for (int i = 0; i < 20; i++)
+        {
+            IMemoryOwner<byte> block = sender.Loop.LargeMemoryPool.Rent(1200 * 54);
+            byte[] expected = RandomNumberGenerator.GetBytes(1200 * 54);
+            expected.CopyTo(block.Memory);
+            await sender.SendSegmentsToAsync(block, expected.Length, 1200, to);
+            await SegmentOffloadTests.AssertReceivedAsync(peer, expected, 1200);
+        }
+        await Eventually.WaitForAsync(() => sender.Loop.LargeBlockPool.RentedBlocks == 0);
+        Assert.Equal(0, sender.Sender.CopyBytes);
+    }
+
+    [Fact]
     public async Task A_refused_send_still_disposes_the_buffer_it_was_handed()
     {
         await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));

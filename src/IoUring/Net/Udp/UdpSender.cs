@@ -23,7 +23,7 @@ namespace IoUring.Net;
 /// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
-internal sealed unsafe class UdpSender
+internal sealed unsafe partial class UdpSender
 {
     private readonly IoUringUdpSocket _socket;
     private readonly RingOwner _owner;
@@ -65,10 +65,6 @@ internal sealed unsafe class UdpSender
 
     /// <summary>Segmented sends that went out with UDP_SEGMENT (one SENDMSG for all their datagrams).</summary>
     public long SegmentOffloads => Volatile.Read(ref _segmentOffloads);
-
-    /// <summary>Whether the kernel refused UDP_SEGMENT for this socket (EIO: its route's device cannot segment), so
-    /// that segmented sends go one datagram per SENDMSG.</summary>
-    public bool SegmentOffloadRefused => _segmentOffloadRefused;
 
     /// <summary>Bytes of native memory the send copies hold (every operation's payload capacity): what the socket's
     /// sends cost beyond the caller's buffers.</summary>
@@ -176,92 +172,6 @@ internal sealed unsafe class UdpSender
         }
     }
 
-    /// <summary>
-    /// Hands a send to the loop from another thread: pushed on a lock-free stack of this socket's sends, and the loop
-    /// is posted one drain for all that gather before it runs (a post per send would cost the posted-work queue a slot
-    /// each). False when the loop has stopped (the sends not taken are failed).
-    /// </summary>
-    private bool Enqueue(UdpSendOperation operation)
-    {
-        UdpSendOperation? head;
-        do
-        {
-            head = Volatile.Read(ref _toSubmit);
-            operation.NextToSubmit = head;
-        }
-        while (Interlocked.CompareExchange(ref _toSubmit, operation, head) != head);
-        if (head is not null)
-        {
-            return true; // a drain is posted already and will take this one too
-        }
-        try
-        {
-            _owner.Loop.Post(static s => ((UdpSender)s!).SubmitQueued(), this);
-            return true;
-        }
-        catch (ObjectDisposedException)
-        {
-            for (UdpSendOperation? queued = Interlocked.Exchange(ref _toSubmit, null); queued is not null;)
-            {
-                UdpSendOperation next = queued.NextToSubmit!;
-                queued.NextToSubmit = null;
-                if (queued != operation)
-                {
-                    Complete(queued, -Errno.EBADF); // a sender that went on loses its datagram, as the loop is gone
-                }
-                else
-                {
-                    Return(queued);
-                }
-                queued = next;
-            }
-            return false;
-        }
-    }
-
-    /// <summary>
-    /// Submits the sends queued from other threads, oldest first, as many as the SQ has room for; the rest wait for a
-    /// drain posted to the next iteration, after the loop has reaped completions (thousands of sends in one go would
-    /// submit early again and again, and with many sockets could fill the CQ). Loop thread.
-    /// </summary>
-    private void SubmitQueued()
-    {
-        // Stopping or closing, sends take no SQE (they are refused) and the ring may be gone: no room to count.
-        int room = _closing || _owner.Loop.IsStopping ? int.MaxValue : _owner.Loop.FreeSqes;
-        for (; room > 0; room--)
-        {
-            _carried ??= TakeQueued();
-            if (_carried is not { } operation)
-            {
-                return;
-            }
-            _carried = operation.NextToSubmit;
-            operation.NextToSubmit = null;
-            Submit(operation);
-        }
-        // Again next iteration while sends wait: those carried (older, so first), and any on the stack, whose own drain
-        // may have run already, in this batch, finding no room (that one returned without taking them). An extra drain
-        // finds nothing; if the stack reads empty here, the next push posts one.
-        if (_carried is not null || Volatile.Read(ref _toSubmit) is not null)
-        {
-            _owner.Loop.Schedule(static s => ((UdpSender)s!).SubmitQueued(), this);
-        }
-    }
-
-    /// <summary>Takes every send off the stack, oldest first.</summary>
-    private UdpSendOperation? TakeQueued()
-    {
-        UdpSendOperation? ordered = null;
-        for (UdpSendOperation? taken = Interlocked.Exchange(ref _toSubmit, null); taken is not null;)
-        {
-            UdpSendOperation? next = taken.NextToSubmit;
-            taken.NextToSubmit = ordered;
-            ordered = taken;
-            taken = next;
-        }
-        return ordered;
-    }
-
     /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop
     /// thread.</summary>
     /// <param name="operation">The send.</param>
@@ -341,49 +251,6 @@ internal sealed unsafe class UdpSender
         }
         Complete(operation, result);
     }
-
-    /// <summary>A datagram of a send the kernel would not segment went alone: the refusal was the segmenting's, and
-    /// later sends skip it. Loop thread.</summary>
-    private void RememberRefusal(UdpSendOperation operation)
-    {
-        int errno = operation.SegmentRefusal;
-        if (errno == 0)
-        {
-            return;
-        }
-        operation.SegmentRefusal = 0;
-        if (errno == Errno.EIO)
-        {
-            _segmentOffloadRefused = true; // the device's: every destination of the socket, as quinn does
-        }
-        else if (_refusedSegmentSize == 0 || operation.SegmentSize < _refusedSegmentSize)
-        {
-            _refusedSegmentSize = operation.SegmentSize; // the route's or the socket's: smaller ones may go
-        }
-    }
-
-    /// <summary>Whether <paramref name="errno"/> refused the segmenting rather than the datagrams: EMSGSIZE also says
-    /// that all of them together are more than one send carries to the destination (65,507 bytes to IPv4), which
-    /// stays an error.</summary>
-    private bool IsRefusalToSegment(UdpSendOperation operation, int errno)
-        => errno is Errno.EIO or Errno.EINVAL
-            || (errno == Errno.EMSGSIZE && operation.Length <= LargestSegmentedSend(operation));
-
-    /// <summary>The most bytes one segmented send carries to its destination: 65,535 less the IP and UDP headers
-    /// (IPv4's 20, IPv6's 40 of which the payload length does not count).</summary>
-    private int LargestSegmentedSend(UdpSendOperation operation)
-    {
-        Libc.msghdr* message = operation.Message;
-        bool ipv4 = message->msg_name is null
-            ? _socket.RemoteEndPoint is IPEndPoint { Address: var address }
-                && (address.AddressFamily == AddressFamily.InterNetwork || address.IsIPv4MappedToIPv6)
-            : *(ushort*)message->msg_name == Libc.AF_INET || IsIPv4Mapped((byte*)message->msg_name);
-        return ipv4 ? 65_507 : IoUringUdpOptions.LargestDatagram;
-    }
-
-    /// <summary>A sockaddr_in6 holding ::ffff:a.b.c.d (a dual-mode socket's IPv4 destination).</summary>
-    private static bool IsIPv4Mapped(byte* name)
-        => *(ushort*)name == Libc.AF_INET6 && *(ulong*)(name + 8) == 0 && *(uint*)(name + 16) == 0xFFFF_0000;
 
     /// <summary>A send's request failed with <paramref name="errno"/>. Segments sent one by one before it went: as
     /// sendmmsg(2) does, a waiting caller gets their bytes; a caller gone on, the error (at its next send).</summary>

@@ -10,7 +10,7 @@ namespace IoUring.AspNetCore.Tests.Packaging;
 
 /// <summary>
 /// The packages as a user gets them. Both projects are packed (from this test run's build) into a folder feed under
-/// a version no package cache has seen; a new web app in a temporary folder references IoUring.AspNetCore by that
+/// a version no package cache has seen; a new web app in a temporary folder references IoUringNet.AspNetCore by that
 /// version, restores into its own empty package folder (with this repository's sources beside the feed), and its
 /// Program.cs is the README's Kestrel snippet, read from README.md now. It must build, serve "Hello from io_uring"
 /// and log that it listens through io_uring, not through the Sockets fallback.
@@ -19,7 +19,8 @@ public sealed class PackageTests(LauncherFixture launcher, ITestOutputHelper out
 {
     private static readonly TimeSpan s_command = TimeSpan.FromMinutes(3);
     private static readonly TimeSpan s_startup = TimeSpan.FromSeconds(60);
-    private static readonly string[] s_projects = ["IoUring", "IoUring.AspNetCore"];
+    // (project, package id): the ids differ from the projects' names because nuget.org's IoUring is another package.
+    private static readonly (string Project, string Id)[] s_packages = [("IoUring", "IoUringNet"), ("IoUring.AspNetCore", "IoUringNet.AspNetCore")];
 
     [Fact]
     public async Task Packed_packages_run_the_README_Kestrel_snippet_on_io_uring()
@@ -76,27 +77,27 @@ public sealed class PackageTests(LauncherFixture launcher, ITestOutputHelper out
     {
         // A prerelease of the repository's VersionPrefix that no cache can hold: the packages restored are these.
         string suffix = $"packtest.t{Guid.NewGuid():N}";
-        await Task.WhenAll(s_projects.Select(project => DotnetAsync(root,
+        await Task.WhenAll(s_packages.Select(p => p.Project).Select(project => DotnetAsync(root,
             "pack", $"src/{project}/{project}.csproj", "--no-build", "-c", RepoFiles.Configuration, "-o", feed,
             $"-p:VersionSuffix={suffix}", $"-p:NuspecOutputPath={Path.Combine(work, "nuspec", project)}/")));
-        string package = Assert.Single(Directory.GetFiles(feed, "IoUring.AspNetCore.*.nupkg"));
-        string version = Path.GetFileNameWithoutExtension(package)["IoUring.AspNetCore.".Length..];
+        string package = Assert.Single(Directory.GetFiles(feed, "IoUringNet.AspNetCore.*.nupkg"));
+        string version = Path.GetFileNameWithoutExtension(package)["IoUringNet.AspNetCore.".Length..];
         Assert.EndsWith("-" + suffix, version);
         return version;
     }
 
-    /// <summary>Each package holds its dll, XML docs and the README, has its symbols beside it, and IoUring.AspNetCore depends on IoUring.</summary>
+    /// <summary>Each package holds its dll, XML docs and the README, has its symbols beside it, and IoUringNet.AspNetCore depends on IoUringNet.</summary>
     private static void AssertPackageContents(string root, string feed, string version)
     {
         string readme = File.ReadAllText(Path.Combine(root, "README.md"));
-        foreach (string id in s_projects)
+        foreach ((string project, string id) in s_packages)
         {
             string tfm = RepoFiles.TargetFramework;
             using (ZipArchive package = ZipFile.OpenRead(Path.Combine(feed, $"{id}.{version}.nupkg")))
             {
                 string[] entries = [.. package.Entries.Select(e => e.FullName)];
-                Assert.Contains($"lib/{tfm}/{id}.dll", entries);
-                Assert.Contains($"lib/{tfm}/{id}.xml", entries);
+                Assert.Contains($"lib/{tfm}/{project}.dll", entries);
+                Assert.Contains($"lib/{tfm}/{project}.xml", entries);
                 using (var reader = new StreamReader(package.GetEntry("README.md")!.Open()))
                 {
                     Assert.Equal(readme, reader.ReadToEnd());
@@ -108,11 +109,12 @@ public sealed class PackageTests(LauncherFixture launcher, ITestOutputHelper out
                 Assert.Equal("MIT", Field("license"));
                 Assert.Equal("README.md", Field("readme"));
                 string[] dependencies = [.. metadata.Descendants().Where(e => e.Name.LocalName == "dependency").Select(e => $"{e.Attribute("id")!.Value} {e.Attribute("version")!.Value}")];
-                string[] expected = id == "IoUring.AspNetCore" ? [$"IoUring {version}"] : [];
+                Assert.Equal(id, Field("id"));
+                string[] expected = project == "IoUring.AspNetCore" ? [$"IoUringNet {version}"] : [];
                 Assert.Equal(expected, dependencies);
             }
             using ZipArchive symbols = ZipFile.OpenRead(Path.Combine(feed, $"{id}.{version}.snupkg"));
-            Assert.Contains($"lib/{tfm}/{id}.pdb", symbols.Entries.Select(e => e.FullName));
+            Assert.Contains($"lib/{tfm}/{project}.pdb", symbols.Entries.Select(e => e.FullName));
         }
     }
 
@@ -143,7 +145,7 @@ public sealed class PackageTests(LauncherFixture launcher, ITestOutputHelper out
                 <NuGetAudit>false</NuGetAudit>
               </PropertyGroup>
               <ItemGroup>
-                <PackageReference Include="IoUring.AspNetCore" Version="[{version}]" />
+                <PackageReference Include="IoUringNet.AspNetCore" Version="[{version}]" />
               </ItemGroup>
             </Project>
             """);
@@ -204,13 +206,13 @@ public sealed class PackageTests(LauncherFixture launcher, ITestOutputHelper out
     /// <summary>The app's IoUring assemblies came from the packages of this version, restored into its own package folder.</summary>
     private static void AssertResolvedFromPackages(string app, string packages, string version)
     {
-        foreach (string id in s_projects)
+        foreach ((_, string id) in s_packages)
         {
             Assert.True(Directory.Exists(Path.Combine(packages, id.ToLowerInvariant(), version)), $"{id} {version} was not restored into {packages}");
         }
         using JsonDocument deps = JsonDocument.Parse(File.ReadAllText(Path.Combine(app, "bin", "Release", RepoFiles.TargetFramework, "App.deps.json")));
         JsonElement libraries = deps.RootElement.GetProperty("libraries");
-        foreach (string id in s_projects)
+        foreach ((_, string id) in s_packages)
         {
             Assert.Equal("package", libraries.GetProperty($"{id}/{version}").GetProperty("type").GetString());
         }

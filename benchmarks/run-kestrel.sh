@@ -93,7 +93,8 @@
 # "cold" in results.tsv's cache column and results.md's title says "cold cache"), COLD_CACHE_EVERY (s; with
 # COLD_CACHE=1, also evict the scenario's file every that many seconds during the window with
 # posix_fadvise(DONTNEED), that file's pages only, so reads keep missing; default 0: only before the window),
-# OUT (directory for everything;
+# IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
+# KESTREL_SAMPLE_SLOWDOWN self-check), OUT (directory for everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs (memory scenarios: also the VmRSS
@@ -291,7 +292,8 @@ start_server() { # name port tag (names the log)
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
     case $name in
-        iouring|iouring-inline|iouring-kestrelpool|iouring-nofiles|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring) env ${IOURING_ENV:-} taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring-inline|iouring-kestrelpool|iouring-nofiles|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-base) taskset -c 0 "${BASE_SAMPLE:?iouring-base needs BASE_SAMPLE, the KestrelSample binary of another build}" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-nospin|sockets-nospin) DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
@@ -318,13 +320,17 @@ stop_server() { reap "${PID[$1]}"; unset "PID[$1]"; }
 # iouring-inline with sockets-inline), so each round's ratio compares two windows seconds apart, not up to a minute
 # (this VM's speed drifts on that scale); the pairs rotate each round and each pair's order flips, so no server
 # always runs first, last or before its partner. iouring-kestrelpool, iouring-nofiles and iouring-base are units of
-# their own (Sockets has one counterpart, iouring), rotated with the pairs.
+# their own (Sockets has one counterpart, iouring), rotated with the pairs, except in a run without sockets, where
+# iouring-base is iouring's partner.
 round_order() {
     local round=$1 name partner units=() used=" " i
     shift
     for name in "$@"; do
         [[ $used == *" $name "* ]] && continue
         case $name in iouring-kestrelpool|iouring-nofiles|iouring-base) partner= ;; iouring*) partner=sockets${name#iouring} ;; sockets*) partner=iouring${name#sockets} ;; *) partner= ;; esac
+        # Without sockets in the run (benchmarks/compare.sh), iouring pairs with iouring-base: the before/after pair.
+        [[ $name == iouring && " $* " != *" sockets "* ]] && partner=iouring-base
+        [[ $name == iouring-base && " $* " != *" sockets "* ]] && partner=iouring
         if [[ -n $partner && " $* " == *" $partner "* && $used != *" $partner "* ]]; then
             if (( round % 2 )); then units+=("$name $partner"); else units+=("$partner $name"); fi
             used+="$name $partner "
@@ -507,7 +513,8 @@ TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
     rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches \
     rss_after_kib rss_hwm_kib sockets_after after_s \
-    pool_threads cache   # rss_after_kib..after_s: memory scenarios only; pool_threads, cache: load scenarios only
+    pool_threads cache   # rss_after_kib, sockets_after, after_s: memory scenarios only; rss_hwm_kib: memory scenarios and
+                         # (the peak so far, at the window's end) load scenarios; pool_threads, cache: load scenarios only
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -572,7 +579,7 @@ load_scenario() {
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"
-            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss c0 c1 w0 w1 w2 evictor="" cache=hot
+            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss hwm c0 c1 w0 w1 w2 evictor="" cache=hot
             if ((COLD_CACHE)) && [[ $S_FILE ]]; then   # the window starts with the file on disk
                 drop_page_cache || { echo "  could not drop the page cache"; exit 1; }
                 cache=cold
@@ -592,7 +599,7 @@ load_scenario() {
             finish_generator
             s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
             [[ $evictor ]] && reap "$evictor"
-            th1=$(thread_ticks "$p"); w2=$(pool_threads "$p")
+            th1=$(thread_ticks "$p"); w2=$(pool_threads "$p"); hwm=$(rss_kib "$p" VmHWM)
             x1=$(ctx_switches "$p"); i1=$(pool_items "$name")
             a1=$(allocated "$name")
             row "$scen" "$round" "$name" "$S_GEN" "$S_CONNS" "$S_DEPTH" "$S_PATH" "${PROBE[$name]}" "$out" \
@@ -600,7 +607,7 @@ load_scenario() {
                 "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
                 "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)" \
                 "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')" \
-                "$i0/$i1" "$x0/$x1" - - - - "$w0/$w1/$w2" "$cache"
+                "$i0/$i1" "$x0/$x1" - "$hwm" - - "$w0/$w1/$w2" "$cache"
             printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
                 "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
                 "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"

@@ -19,6 +19,8 @@
 //             Kestrel's FileStream copy on the thread pool; the comparison of benchmarks/run-kestrel.sh)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
+//   KESTREL_SAMPLE_SLOWDOWN=P (environment)  loses P% of requests per CPU-second on purpose (Slowdown.cs): the check
+//             that benchmarks/compare.sh detects a regression of that size
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, GET /_threadpool: thread-pool work
 //             items completed, and GET /_jit: methods JIT-compiled
 //             so far (benchmarks/run-kestrel.sh samples both)
@@ -124,7 +126,16 @@ if (stats)
 {
     MemoryReport.Start();
 }
+if (Slowdown.Configure() is string slowdownError)
+{
+    Console.Error.WriteLine(slowdownError);
+    return 2;
+}
 WebApplication app = builder.Build();
+if (Slowdown.IsOn)
+{
+    app.Use(Slowdown.Middleware);   // benchmarks/compare.sh's self-check only
+}
 app.UseWebSockets();
 
 if (staticRoot is not null)

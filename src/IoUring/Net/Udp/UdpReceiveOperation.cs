@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
@@ -21,6 +22,10 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     private DatagramResult _result;
     private Exception? _error;
     private CancellationTokenRegistration _cancellation;
+    // Back to the pool once both its completion has run and its caller is done with it (took the result, or took it
+    // too early): 2, 1, 0. A receive withdrawn before any completion was queued gives up the completion's hold too.
+    private int _holds;
+    private int _callerDone;
 
     public Memory<byte> Buffer;
     public SocketAddress? From;
@@ -42,6 +47,8 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         Batch = batch;
         Token = token;
         Completed = false;
+        _holds = 2;
+        _callerDone = 0;
         _error = null;
         _result = default;
     }
@@ -81,24 +88,63 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         {
             _core.SetResult(_result);
         }
+        ReleaseHold();
     }
 
     public DatagramResult GetResult(short token)
     {
+        // A stale token throws here, before anything changes. A result taken before a datagram came withdraws the
+        // receive, so the next datagram goes to the next receive (or the queue), not to a caller who gave up.
+        ValueTaskSourceStatus status = _core.GetStatus(token);
+        if (Volatile.Read(ref _callerDone) == 1)
+        {
+            throw new InvalidOperationException("The receive's result was taken already: a ValueTask is awaited once.");
+        }
+        if (status == ValueTaskSourceStatus.Pending)
+        {
+            if (receiver.Withdraw(this))
+            {
+                ReleaseHold(); // no completion will run
+            }
+            ReleaseCallerHold();
+            throw new InvalidOperationException("The receive has not completed: await its ValueTask instead of "
+                + "taking its result (the receive was withdrawn).");
+        }
         try
         {
             return _core.GetResult(token);
         }
         finally
         {
-            _cancellation.Dispose(); // the callback may have completed this operation: it is over when Dispose returns
-            _cancellation = default;
-            Buffer = default;
-            From = null;
-            Local = null;
-            Batch = null;
-            receiver.Return(this);
+            ReleaseCallerHold();
         }
+    }
+
+    private void ReleaseCallerHold()
+    {
+        if (Interlocked.Exchange(ref _callerDone, 1) == 0)
+        {
+            ReleaseHold();
+        }
+    }
+
+    private void ReleaseHold()
+    {
+        int holds = Interlocked.Decrement(ref _holds);
+        Debug.Assert(holds >= 0, "a receive released more often than it was held");
+        if (holds > 0)
+        {
+            return;
+        }
+        Debug.Assert(Completed && Previous is null && Next is null, "a receive back to the pool while still waiting");
+        _cancellation.Dispose(); // the callback may be completing this operation: it is over when Dispose returns
+        _cancellation = default;
+        Buffer = default;
+        From = null;
+        Local = null;
+        Batch = null;
+        _core.Reset(); // a token of this receive fails from now on, before the pool hands the operation out again
+        receiver.Return(this);
     }
 
     int IValueTaskSource<int>.GetResult(short token) => GetResult(token).BytesReceived;

@@ -155,6 +155,22 @@ internal sealed unsafe partial class UdpReceiver
         operation.CompleteLater(default, new OperationCanceledException(operation.Token));
     }
 
+    /// <summary>Takes back a receive whose caller gave up on it before it completed (any thread); false when a
+    /// completion is already on its way.</summary>
+    public bool Withdraw(UdpReceiveOperation operation)
+    {
+        lock (_gate)
+        {
+            if (operation.Completed)
+            {
+                return false;
+            }
+            operation.Completed = true;
+            Unlink(operation);
+            return true;
+        }
+    }
+
     /// <summary>A batch's completion runs (thread pool): it takes no more datagrams from the loop, but what waits in
     /// the queue.</summary>
     public void SealBatch(UdpReceiveOperation operation)

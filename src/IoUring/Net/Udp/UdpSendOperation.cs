@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
@@ -38,6 +39,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private int _result;
     private int _localAddressSpace; // the control room the source address takes (0: routing chooses it)
     private bool _offloading;
+    // An awaited send goes back to the pool when both its completion has run and its caller is done with it (took
+    // the result, or took it too early): 2, 1, 0. A caller's misuse thus never returns one still in the kernel.
+    private int _holds;
+    private int _callerDone;
 
     public UdpSendOperation(UdpSender sender, ushort index)
     {
@@ -95,7 +100,11 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     {
         _core.Reset();
         Awaited = awaited;
+        _holds = 2;
+        _callerDone = 0;
         SegmentRefusal = 0;
+        Length = payload.Length; // first: SegmentCount gives the room back even if the pin below throws
+        SegmentSize = segmentSize > 0 && payload.Length > segmentSize ? segmentSize : 0;
         if (lent is not null)
         {
             _lent = lent;
@@ -106,8 +115,6 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         {
             CopyIn(payload.Span);
         }
-        Length = payload.Length;
-        SegmentSize = segmentSize > 0 && payload.Length > segmentSize ? segmentSize : 0;
         iovec* iov = _message->msg_iov;
         iov->iov_base = (nuint)_payload;
         iov->iov_len = (nuint)payload.Length;
@@ -153,6 +160,9 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     /// <summary>The kernel is done with the send (or never had it): a lent buffer is unpinned and disposed, as the
     /// caller gave it up.</summary>
+    /// <summary>The send has taken over the caller's buffer (disposed by <see cref="ReleaseLent"/>).</summary>
+    public bool HoldsLent => _lent is not null;
+
     public void ReleaseLent()
     {
         IMemoryOwner<byte>? lent = _lent;
@@ -206,6 +216,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     void IThreadPoolWorkItem.Execute()
     {
+        Debug.Assert(Awaited && _lent is null, "only an awaited send completes here, after the kernel let go of it");
         if (_result >= 0)
         {
             _core.SetResult(_result);
@@ -214,17 +225,50 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         {
             _core.SetException(_sender.ErrorOf(-_result));
         }
+        ReleaseHold();
     }
 
     public int GetResult(short token)
     {
+        // A stale token throws here, before anything changes; so does a result taken before the kernel answered,
+        // which leaves the send to finish (and come back to the pool) on its own.
+        ValueTaskSourceStatus status = _core.GetStatus(token);
+        if (Volatile.Read(ref _callerDone) == 1)
+        {
+            throw new InvalidOperationException("The send's result was taken already: a ValueTask is awaited once.");
+        }
+        if (status == ValueTaskSourceStatus.Pending)
+        {
+            ReleaseCallerHold();
+            throw new InvalidOperationException(
+                "The send has not completed: await its ValueTask instead of taking its result (it still goes out).");
+        }
         try
         {
             return _core.GetResult(token);
         }
         finally
         {
-            _sender.Return(this);
+            ReleaseCallerHold();
+        }
+    }
+
+    private void ReleaseCallerHold()
+    {
+        if (Interlocked.Exchange(ref _callerDone, 1) == 0)
+        {
+            ReleaseHold();
+        }
+    }
+
+    private void ReleaseHold()
+    {
+        int holds = Interlocked.Decrement(ref _holds);
+        Debug.Assert(holds >= 0, "a send released more often than it was held");
+        if (holds == 0)
+        {
+            _core.Reset(); // a token of this send fails from now on, before the pool hands the operation out again
+            _sender.ToPool(this);
         }
     }
 
@@ -243,5 +287,15 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _message = null;
         _sender.OnCopyResized(-_capacity);
         _capacity = 0;
+        GC.SuppressFinalize(this);
+    }
+
+    /// <summary>An awaited send whose caller dropped its ValueTask never comes back to the pool; once the kernel is
+    /// done (it is then in no list of the sender's), only the GC can tell it is gone: its native memory goes
+    /// then.</summary>
+    ~UdpSendOperation()
+    {
+        NativeMemory.Free(_data);
+        NativeMemory.Free(_message);
     }
 }

@@ -113,7 +113,20 @@ internal sealed unsafe partial class UdpSender
         }
         int refusedSize = _refusedSegmentSize;
         bool offload = !_segmentOffloadRefused && (refusedSize == 0 || segmentSize < refusedSize);
-        operation!.Prepare(payload, to, from, awaited, segmentSize, offload, lent);
+        try
+        {
+            operation!.Prepare(payload, to, from, awaited, segmentSize, offload, lent);
+        }
+        catch
+        {
+            // e.g. a caller's MemoryManager whose Pin throws: the send never was, its buffer still goes back
+            if (lent is not null && !operation!.HoldsLent)
+            {
+                lent.Dispose();
+            }
+            Return(operation!);
+            throw;
+        }
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {
@@ -267,7 +280,10 @@ internal sealed unsafe partial class UdpSender
     {
         if (operation.Awaited)
         {
-            operation.CompleteLater(result); // returned to the pool when its caller has the result
+            // The kernel is done: the buffer and the room go back now, whether or not the caller ever awaits; the
+            // operation goes back to the pool once its completion ran and its caller took the result.
+            ReleaseKernelHold(operation);
+            operation.CompleteLater(result);
             return;
         }
         if (result < 0 && !_closing)
@@ -296,27 +312,49 @@ internal sealed unsafe partial class UdpSender
             ? new ObjectDisposedException(nameof(IoUringUdpSocket))
             : SocketErrors.FromErrno(errno);
 
-    /// <summary>The send is over (the kernel is done with it, or never had it): its lent buffer goes back to its owner
-    /// and the operation to the pool.</summary>
+    /// <summary>The send is over (the kernel is done with it, or never had it) and no caller waits on it: its lent
+    /// buffer goes back to its owner, its room to the socket, the operation to the pool.</summary>
     public void Return(UdpSendOperation operation)
     {
         try
         {
-            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the operation is still returned
+            ReleaseKernelHold(operation);
+        }
+        finally
+        {
+            ToPool(operation);
+        }
+    }
+
+    /// <summary>The kernel is done with the send: its lent buffer goes back to its owner and its datagrams stop
+    /// counting as pending.</summary>
+    private void ReleaseKernelHold(UdpSendOperation operation)
+    {
+        try
+        {
+            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the room is still given back
         }
         finally
         {
             lock (_gate)
             {
                 _pending -= operation.SegmentCount;
-                if (_closed)
-                {
-                    operation.Free();
-                }
-                else
-                {
-                    _pool.Push(operation);
-                }
+            }
+        }
+    }
+
+    /// <summary>The operation is free for the next send (or its memory goes, the socket being closed).</summary>
+    public void ToPool(UdpSendOperation operation)
+    {
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                operation.Free();
+            }
+            else
+            {
+                _pool.Push(operation);
             }
         }
     }

@@ -151,6 +151,9 @@ reap() { # pid: SIGTERM, SIGKILL after 10 s, wait
     unset "LIVE[$1]"
 }
 row() { local IFS=$'\t'; echo "$*" >>"$TSV"; }   # one line of measurements.tsv
+POSTGRES="$ROOT/benchmarks/db/postgres.sh"
+DB_STARTED=0   # 1: this run started the database scenarios' PostgreSQL, so it stops it on exit
+stop_db() { ((DB_STARTED)) && { "$POSTGRES" stop >/dev/null || true; DB_STARTED=0; }; return 0; }
 trap 'cleanup; stop_db' EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
@@ -256,10 +259,8 @@ base_url() { echo "$S_SCHEME://127.0.0.1:${PORT[$1]}"; }   # name: the server's 
 
 # The database scenarios' PostgreSQL, on CPU 1 beside the generator so that CPU 0 stays the server's alone; stopped at
 # the end (or on failure) unless it was already running before this run.
-POSTGRES="$ROOT/benchmarks/db/postgres.sh"
-DB_URL="" DB_STARTED=0
+DB_URL=""
 db_ticks() { "$POSTGRES" ticks; }   # utime+stime of all its processes so far, clock ticks
-stop_db() { ((DB_STARTED)) && { "$POSTGRES" stop >/dev/null || true; DB_STARTED=0; }; return 0; }
 if [[ " $SCENARIOS " =~ \ (db|queries|fortunes|updates)- ]]; then
     "$POSTGRES" status >/dev/null 2>&1 || DB_STARTED=1
     DB_URL=$(DB_CPU=1 "$POSTGRES" start) || { echo "could not start PostgreSQL (benchmarks/db/postgres.sh start)"; exit 1; }

@@ -19,7 +19,7 @@
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BASE=${1:?usage: benchmarks/compare.sh BASE (a git revision or a KestrelSample binary)}
-export SCENARIOS=${SCENARIOS:-"plaintext-256 json-256 pipelined-256 download-1m static-64k static-1m upload-1m h2c-64x16 tls-64 h2-64x16"}
+export SCENARIOS=${SCENARIOS:-"plaintext-256 json-256 pipelined-256 download-1m static-64k static-1m upload-1m h2c-64x16 tls-64 h2-64x16 db-64 queries-64 fortunes-64 updates-64"}
 export ROUNDS=${ROUNDS:-10} DURATION=${DURATION:-2} WARMUP=${WARMUP:-3} WARMUP_MAX=${WARMUP_MAX:-21}
 export SERVERS="iouring iouring-base"
 export OUT=${OUT:-$(mktemp -d /tmp/compare.XXXXXX)}

@@ -56,6 +56,15 @@
 #                                               at a fixed rate (h2load --h1 --rps) of 25/50/75% of the sockets server's
 #                                               maximum, measured in the same run (wrk, 64 connections, after its
 #                                               warm-up; or RATE_MAX req/s): each server's CPU and latency at that rate
+#   db-64 queries-64 fortunes-64 updates-64     TechEmpower's database tests on PostgreSQL (the sample's --db, Npgsql):
+#                                               GET /db (one row), /queries?queries=20 (20 rows, one query each),
+#                                               /fortunes (12 rows, sorted, HTML-encoded), /updates?queries=20 (20 rows
+#                                               read, then written back in one UPDATE); N connections. The harness
+#                                               starts the database with benchmarks/db/postgres.sh (installed with
+#                                               apt-get if missing; DB_DIR, DB_PORT as that script takes them) on CPU 1,
+#                                               beside the generator, and stops it at the end if it started it; its
+#                                               CPU (every postgres process's utime+stime over the window) is the
+#                                               db_cpu_s column
 # Memory scenarios (benchmarks/kestrel/memory.sh, which says what each does): per round a fresh server on its own; its
 # VmRSS before, at the peak (sampled every second) and MEMORY_AFTER (30) s after the client is gone, with the sample's
 # GET /_memory (IoUring's pool used and registered, Kestrel's pool, the GC heap) at the peak and after:
@@ -64,9 +73,9 @@
 #   bigdownload-512                             GET /download?size=4194304, wrk, 512 connections, 15 s
 #   idlemem-10k idlews-10k                      10,000 keep-alive connections (one request each) / WebSockets, held
 #                                               15 s, then closed
-# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload, churnidle, static, file and memory scenarios. TLS servers get a self-signed
+# Not in the default list (run them by name): the TLS, HTTP/2, rate, upload, churnidle, static, file, database and memory scenarios. TLS servers get a self-signed
 # certificate made with openssl in OUT. Any plaintext-N, pipelined-N, json-N, churn-N, churnidle-N, idle-N (N or Nk), tls-N,
-# h2c-CxS, h2-CxS, rate-P, and any N for the memory scenarios also works.
+# h2c-CxS, h2-CxS, rate-P, db-N, queries-N, fortunes-N, updates-N, and any N for the memory scenarios also works.
 #
 #   benchmarks/run-kestrel.sh                   defaults: ROUNDS=3 DURATION=6 WARMUP=5 WARMUP_MAX=60, everything
 #   ROUNDS=1 DURATION=2 WARMUP=1 SCENARIOS="plaintext-256 json-256" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
@@ -76,6 +85,8 @@
 #       benchmarks/run-kestrel.sh                                          static files, hot page cache (~14 min)
 #   COLD_CACHE=1 OUT=/tmp/kestrel-cold SCENARIOS="static-1m static-16m" SERVERS="iouring sockets iouring-nofiles" \
 #       benchmarks/run-kestrel.sh                                          from a dropped page cache (~7 min)
+#   SCENARIOS="db-64 queries-64 fortunes-64 updates-64" SERVERS="iouring sockets" benchmarks/run-kestrel.sh
+#                                                                          TechEmpower's database tests (~10 min)
 # Environment: ROUNDS, DURATION (s per measured round), WARMUP (s per warm-up step; steps repeat until the server
 # stops compiling, at most WARMUP_MAX s per server and scenario), SERVERS, SCENARIOS,
 # GENERATOR (wrk, default, or loadgen: benchmarks/c/loadgen for the plaintext, pipelined and json scenarios; the
@@ -141,7 +152,10 @@ reap() { # pid: SIGTERM, SIGKILL after 10 s, wait
     unset "LIVE[$1]"
 }
 row() { local IFS=$'\t'; echo "$*" >>"$TSV"; }   # one line of measurements.tsv
-trap cleanup EXIT
+POSTGRES="$ROOT/benchmarks/db/postgres.sh"
+DB_STARTED=0   # 1: this run started the database scenarios' PostgreSQL, so it stops it on exit
+stop_db() { ((DB_STARTED)) && { "$POSTGRES" stop >/dev/null || true; DB_STARTED=0; }; return 0; }
+trap 'cleanup; stop_db' EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
 # ---- tools ----
@@ -187,7 +201,7 @@ source "$HERE/memory.sh"   # the memory scenarios (slowread, slowloris, slowbody
 scenario() {
     local name=$1 kind=${1%%-*} arg=${1#*-}
     S_KIND=$kind S_DEPTH=1 S_CLOSE="" S_C=1 S_PATH=/plaintext S_GEN=wrk
-    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0 S_MEMORY=0 S_FILE=""
+    S_CONNS="" S_SCHEME=http S_H2C=0 S_STREAMS=1 S_RATE_PCT="" S_HOLD=0 S_MEMORY=0 S_FILE="" S_DB=0
     if [[ $arg =~ ^([0-9]+)(k?)$ ]]; then
         S_CONNS=${BASH_REMATCH[1]}
         [[ ${BASH_REMATCH[2]} == k ]] && S_CONNS=$((S_CONNS * 1000))
@@ -223,6 +237,10 @@ scenario() {
                 *) echo "unknown scenario $name (static-64k, static-1m, static-16m or file-1m)"; exit 2 ;;
             esac
             S_PATH="/$kind/$S_FILE" ;;
+        db)        S_PATH=/db S_C=0 S_DB=1 ;;                  # TechEmpower's database tests (the sample's --db)
+        queries)   S_PATH="/queries?queries=20" S_C=0 S_DB=1 ;;
+        fortunes)  S_PATH=/fortunes S_C=0 S_DB=1 ;;
+        updates)   S_PATH="/updates?queries=20" S_C=0 S_DB=1 ;;
         upload)
             # POST bodies the sample reads to their end (/upload): bulk receive, 64 connections
             S_C=0 S_CONNS=64
@@ -239,6 +257,15 @@ scenario() {
 }
 for s in $SCENARIOS; do scenario "$s"; done   # fail early on a typo
 base_url() { echo "$S_SCHEME://127.0.0.1:${PORT[$1]}"; }   # name: the server's URL in this scenario
+
+# The database scenarios' PostgreSQL, on CPU 1 beside the generator so that CPU 0 stays the server's alone; stopped at
+# the end (or on failure) unless it was already running before this run.
+DB_URL=""
+db_ticks() { "$POSTGRES" ticks; }   # utime+stime of all its processes so far, clock ticks
+if [[ " $SCENARIOS " =~ \ (db|queries|fortunes|updates)- ]]; then
+    "$POSTGRES" status >/dev/null 2>&1 || DB_STARTED=1
+    DB_URL=$(DB_CPU=1 "$POSTGRES" start) || { echo "could not start PostgreSQL (benchmarks/db/postgres.sh start)"; exit 1; }
+fi
 
 # The static and file scenarios' files, made once (random bytes: nothing compresses or dedups them); every sample
 # server gets --static-root OUT/static. Synced so that a drop of the page cache (COLD_CACHE) finds them clean.
@@ -282,6 +309,7 @@ start_server() { # name port tag (names the log)
     local args=(--transport "${transport%-kestrelpool}" --stats --urls "$S_SCHEME://127.0.0.1:$2" --static-root "$STATIC_ROOT")
     [[ $S_SCHEME == https ]] && args+=(--cert "$CERT")
     ((S_H2C)) && args+=(--h2c)
+    ((S_DB)) && args+=(--db "$DB_URL")
     [[ $name == *-inline ]] && args+=(--inline)
     [[ $name == *-kestrelpool ]] && args+=(--kestrel-pool)
     [[ $name == *-nofiles ]] && args+=(--no-loop-files)
@@ -504,6 +532,7 @@ DOTNET_VERSION=$(dotnet --list-runtimes | sed -n 's/^Microsoft.NETCore.App \([^ 
     fi
     # runtime settings the servers inherit (e.g. DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0): part of what was measured
     env | grep -E '^(DOTNET|COMPlus)_' | grep -vE '^DOTNET_(CLI_|NOLOGO|GENERATE_)' | sort | sed 's/^/environment: /' || true
+    [[ -n $DB_URL ]] && echo "database: $("$POSTGRES" psql -tAc 'SHOW server_version' | cut -d' ' -f1 | sed 's/^/PostgreSQL /') on CPU 1 (benchmarks/db/postgres.sh), $(echo "$DB_URL" | sed 's/Password=[^;]*;//')"
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/header.txt"
 echo "raw outputs: $OUT; estimated time ~${estimate} min"
@@ -513,8 +542,9 @@ TSV="$OUT/measurements.tsv"
 row scenario round server generator connections depth path probe out cpu_s wall_s alloc_before alloc_after \
     rss_before_kib rss_kib sockets_before sockets open_s cpu0_busy cpu0_softirq steal target_rate threads_s pool_items ctx_switches \
     rss_after_kib rss_hwm_kib sockets_after after_s \
-    pool_threads cache   # rss_after_kib, sockets_after, after_s: memory scenarios only; rss_hwm_kib: memory scenarios and
-                         # (the peak so far, at the window's end) load scenarios; pool_threads, cache: load scenarios only
+    pool_threads cache db_cpu_s   # rss_after_kib, sockets_after, after_s: memory scenarios only; rss_hwm_kib: memory
+    # scenarios and (the peak so far, at the window's end) load scenarios; pool_threads, cache: load scenarios only;
+    # db_cpu_s: the database scenarios' PostgreSQL over the window (all its processes)
 
 # A rate scenario's requests per second: its share of RATE_MAX, or of the sockets server's maximum (measured once per
 # run, flat out with wrk on 64 connections right after that server's warm-up, in the first rate scenario).
@@ -579,7 +609,7 @@ load_scenario() {
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"
-            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss hwm c0 c1 w0 w1 w2 evictor="" cache=hot
+            local p=${PID[$name]} a0 a1 t0 t1 s0 s1 rss hwm c0 c1 w0 w1 w2 evictor="" cache=hot d0=- d1=-
             if ((COLD_CACHE)) && [[ $S_FILE ]]; then   # the window starts with the file on disk
                 drop_page_cache || { echo "  could not drop the page cache"; exit 1; }
                 cache=cold
@@ -592,12 +622,14 @@ load_scenario() {
             local th0 th1 i0 i1 x0 x1
             i0=$(pool_items "$name"); x0=$(ctx_switches "$p"); w0=$(pool_threads "$p")
             th0=$(thread_ticks "$p")
+            ((S_DB)) && d0=$(db_ticks)
             c0=$(cpu_ticks_of_machine); t0=$(cpu_ticks "$p"); s0=$(date +%s.%N)
             start_generator "$name" "$DURATION" "$out"
             sleep "$(echo "$DURATION / 2" | bc -l)"
             rss=$(rss_kib "$p"); w1=$(pool_threads "$p")   # in the middle of the window, every connection open
             finish_generator
             s1=$(date +%s.%N); t1=$(cpu_ticks "$p"); c1=$(cpu_ticks_of_machine)
+            ((S_DB)) && d1=$(db_ticks)
             [[ $evictor ]] && reap "$evictor"
             th1=$(thread_ticks "$p"); w2=$(pool_threads "$p"); hwm=$(rss_kib "$p" VmHWM)
             x1=$(ctx_switches "$p"); i1=$(pool_items "$name")
@@ -607,10 +639,11 @@ load_scenario() {
                 "$(echo "$c0 $c1" | awk '{ printf "%.3f\t%.3f\t%.4f", ($6 - $1) / ($8 - $3), ($7 - $2) / ($8 - $3), ($9 - $4) / ($10 - $5) }')" \
                 "$([[ $S_GEN == h2load-rate ]] && echo "$RATE" || echo -)" \
                 "$(echo "$th0 $th1" | awk -v hz="$CLK_TCK" '{ printf "%.2f/%.2f/%.2f", ($4 - $1) / hz, ($5 - $2) / hz, ($6 - $3) / hz }')" \
-                "$i0/$i1" "$x0/$x1" - "$hwm" - - "$w0/$w1/$w2" "$cache"
-            printf '  round %s %-15s %12s req/s, server CPU %ss\n' "$round" "$name" \
+                "$i0/$i1" "$x0/$x1" - "$hwm" - - "$w0/$w1/$w2" "$cache" \
+                "$([[ $d0 == - ]] && echo - || echo "scale=3; ($d1 - $d0) / $CLK_TCK" | bc)"
+            printf '  round %s %-15s %12s req/s, server CPU %ss%s\n' "$round" "$name" \
                 "$(sed -n -e 's/^Requests\/sec: *//p' -e 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")" \
-                "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)"
+                "$(echo "scale=2; ($t1 - $t0) / $CLK_TCK" | bc)" "$([[ $d0 == - ]] || echo ", database CPU $(echo "scale=2; ($d1 - $d0) / $CLK_TCK" | bc)s")"
             grep -E 'Socket errors|Non-2xx|closed by the server|error' "$out" | grep -vE '^requests: .* 0 failed, 0 errored' |
                 sed 's/^/    /' | head -3 || true
         done
@@ -649,6 +682,7 @@ for scen in $SCENARIOS; do
         load_scenario "$scen"
     fi
 done
+stop_db
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/header.txt"
 
 # ---- report ----

@@ -32,6 +32,10 @@ SCENARIO_TEXT = {
     "h2c": "GET /plaintext over HTTP/2 with prior knowledge, cleartext (h2load; CxS: connections x streams each)",
     "h2": "GET /plaintext over HTTP/2 on TLS (h2load; CxS: connections x streams each)",
     "rate": "GET /plaintext over HTTP/1.1 keep-alive, 64 connections, at P% of the sockets server's maximum rate (h2load --h1 --rps)",
+    "db": "TechEmpower single query: GET /db, one random world row as JSON (PostgreSQL through Npgsql, the sample's --db)",
+    "queries": "TechEmpower multiple queries: GET /queries?queries=20, 20 rows, one query each, on one pooled connection",
+    "fortunes": "TechEmpower fortunes: GET /fortunes, the 12 fortune rows and one added, sorted, as an HTML-encoded table",
+    "updates": "TechEmpower updates: GET /updates?queries=20, 20 rows read, each given a new number, written back in one UPDATE",
     "slowread": "slowhttptest -X: slow readers of GET /download?size=10000000 (3 per connection, 32 B read every 5 s), 20 s",
     "slowloris": "slowhttptest -H: GET /plaintext with headers that trickle in (a line every 10 s), 20 s",
     "slowbody": "slowhttptest -B: POST /upload of 8192 bytes that trickle in (every 10 s), 20 s; Kestrel ends each after ~5 s (MinRequestBodyDataRate), so the peak is sampled 1 s after the last one opened",
@@ -39,6 +43,7 @@ SCENARIO_TEXT = {
     "idlemem": "keep-alive connections, one GET /plaintext each, held 15 s, then closed",
     "idlews": "WebSockets to /ws (upgrade, then idle), held 15 s, then closed",
 }
+DB_KINDS = ("db", "queries", "fortunes", "updates")  # on PostgreSQL: the rows have the database's CPU (db_cpu_s)
 MEMORY_KINDS = ("slowread", "slowloris", "slowbody", "bigdownload", "idlemem", "idlews")  # benchmarks/kestrel/memory.sh
 MIB = 1024.0 ** 2
 MEMORY_MIB = ["rss_peak", "rss_hwm", "rss_after", "pool_used_before", "pool_used_peak", "pool_used_after", "pool_registered_before",
@@ -277,6 +282,10 @@ def main():
             d["steal"] = number(row.get("steal") or "nan")   # older runs have no steal column
             # wrk's "MB read" has 3 significant digits; a few % off means responses of another size
             # (HTTP/2 scenarios have no expected size: their probe is curl's)
+            # the database tests' PostgreSQL (all its processes, on CPU 1) over the window; "-" or absent elsewhere
+            d["db_cpu"] = number(row.get("db_cpu_s"))
+            d["db_util"] = d["db_cpu"] / wall if wall > 0 else NAN
+            d["db_ms_per_req"] = d["db_cpu"] * 1000 / requests if requests else NAN
             d["size_ok"] = requests > 0 and (expected != expected or abs(per_resp - expected) <= 0.05 * expected)
         rounds.append(d)
 
@@ -284,8 +293,9 @@ def main():
                "p50", "p99", "p999", "cpu_s", "wall_s", "util", "pool_util", "io_util", "pool_items", "pool_threads", "pool_threads_added", "cache", "ctxsw", "cpu0_other", "cpu0_softirq", "steal", "bound", "alloc", "rss", "bytes_per_resp", "expected_bytes",
                "size_ok", "errors", "held", "ready", "rss_before", "kib_per_conn", "alloc_per_conn", "open_s",
                # memory scenarios: connections at the peak and sockets still open after (server sockets above those before)
-               "conns_peak", "sockets_after", "after_s"] + MEMORY_MIB + ["zc_sends", "zc_copied", "out"]
-    names = {"per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
+               "conns_peak", "sockets_after", "after_s"] + MEMORY_MIB + ["zc_sends", "zc_copied", "out",
+               "db_cpu", "db_util", "db_ms_per_req"]
+    names = {"db_cpu": "db_cpu_s", "db_util": "db_cpu", "per_cpu": "req_per_cpu_s", "p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "util": "server_cpu", "bound": "generator_bound",
              "alloc": "alloc_b_per_req", "rss": "rss_mib", "rss_before": "rss_before_mib",
              "pool_items": "pool_items_per_req", "ctxsw": "ctx_switches_per_req"}
     names.update({c: c + "_mib" for c in MEMORY_MIB})
@@ -323,18 +333,21 @@ def main():
     idle = [s for s in scenarios if s.startswith("idle-")]
     medians = []
     cold = any(d.get("cache") == "cold" for d in rounds)
+    # The database's columns only in runs with a database test: other runs' tables stay as they were.
+    database = any(s.split("-")[0] in DB_KINDS for s in load)
     if load:
         table_start("Under load" + (" (cold cache: the static and file scenarios' rounds started from a dropped page cache)" if cold else ""),
                     ["scenario", "server", "req/s", "req per server CPU-s", "vs sockets", "per round", "p50 ms", "p99 ms",
                     "p99 vs sockets", "server CPU", "CPU 0 other", "generator-bound", "pool items/req", "pool threads (added)",
-                    "alloc B/req", "RSS MiB", "bytes/resp", "errors", "server fail logs"])
+                    "alloc B/req", "RSS MiB", "bytes/resp", "errors", "server fail logs"]
+                    + (["database CPU", "database CPU ms/req"] if database else []))
         for scen in load:
             base = by.get((scen, "sockets"))
             for s in servers:
                 xs = by.get((scen, s))
                 if not xs:
                     note = f"wrong response: {failed[(scen, s)]}" if (scen, s) in failed else "—"
-                    print(f"| {scen} | {s} | {note} |" + " — |" * 16)
+                    print(f"| {scen} | {s} | {note} |" + " — |" * (18 if database else 16))
                     continue
                 per_cpu, p99 = med("per_cpu", xs), med("p99", xs)
                 vs = per_cpu / med("per_cpu", base) if base else NAN
@@ -348,7 +361,8 @@ def main():
                 print(f"| {label} | {s} | {med('rps', xs):,.0f} | {per_cpu:,.0f} | {fmt(vs, '.2f')}{'×' if vs == vs else ''} | {spread} "
                       f"| {fmt(med('p50', xs), '.2f')} | {fmt(p99, '.2f')} | {fmt(p99_vs, '.2f')}{'×' if p99_vs == p99_vs else ''} "
                       f"| {med('util', xs):.0%} | {med('cpu0_other', xs):.0%} | {bound}/{len(xs)} | {fmt(med('pool_items', xs), '.2f')} | {threads} | {fmt(med('alloc', xs), ',.0f')} | {fmt(med('rss', xs), '.0f')} "
-                      f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |")
+                      f"| {fmt(med('bytes_per_resp', xs), ',.0f')}{sizes} | {sum(x['errors'] for x in xs)} | {fail_logs(out, scen, s)} |"
+                      + (f" {fmt(med('db_util', xs), '.0%')} | {fmt(med('db_ms_per_req', xs), '.3f')} |" if database else ""))
                 medians.append((scen, s, per_cpu, bound, len(xs)))
         print()
         print("Medians over the rounds. **req/s**, **p50/p99**: from the generator (wrk `--latency`, or loadgen; with")
@@ -374,6 +388,11 @@ def main():
         print("the probe's response size. **errors**: the generator's socket errors + non-2xx responses, all rounds.")
         print("**server fail logs**: lines the server logged at Error level (`fail:`) during the scenario, warm-up")
         print("included (see OUT/server-SCENARIO-SERVER.log). — : not served by that server.")
+        if database:
+            print("**database CPU**: the database tests' PostgreSQL (`benchmarks/db/postgres.sh`, on CPU 1 beside the generator):")
+            print("the utime+stime of all its processes (the postmaster, every backend, and those it reaped) over the window / wall")
+            print("time; **database CPU ms/req**: that CPU / requests. A database test's server can stay under 90% of its CPU")
+            print("because CPU 1, shared by the database and the generator, is the limit: its generator-bound rounds say so.")
         print()
     if rated:
         table_start("At a fixed rate (partial load)", ["scenario", "server", "target req/s", "req/s", "server CPU", "thread pool", "I/O threads",

@@ -1,9 +1,9 @@
 // Kestrel on io_uring: the TechEmpower plaintext and json endpoints, an echo WebSocket, a large download, an upload
-// and, with --static-root, static files.
+// and, with --static-root, static files; with --db, TechEmpower's database endpoints on PostgreSQL.
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
 //                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c] [--static-root DIR]
-//                            [--no-loop-files]
+//                            [--no-loop-files] [--db "Host=...;Database=hello_world;..."]
 //
 //   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
 //             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
@@ -19,6 +19,8 @@
 //             Kestrel's FileStream copy on the thread pool; the comparison of benchmarks/run-kestrel.sh)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
+//   --db CONNECTION_STRING  maps TechEmpower's GET /db, /queries?queries=N, /fortunes and /updates?queries=N on that
+//             PostgreSQL database (Npgsql; Database.cs), e.g. the one benchmarks/db/postgres.sh starts and prints
 //   KESTREL_SAMPLE_SLOWDOWN=P (environment)  loses P% of requests per CPU-second on purpose (Slowdown.cs): the check
 //             that benchmarks/compare.sh detects a regression of that size
 //   --stats   maps GET /_stats: GC.GetTotalAllocatedBytes(precise: true) as text, GET /_threadpool: thread-pool work
@@ -31,6 +33,7 @@
 //   curl -o /dev/null http://127.0.0.1:5000/download?size=1000000000
 //   websocat ws://127.0.0.1:5000/ws
 //   curl -o /dev/null http://127.0.0.1:5000/static/NAME     (with --static-root; likewise /file/NAME)
+//   curl http://127.0.0.1:5000/fortunes                      (with --db; likewise /db, /queries?queries=20, /updates?queries=20)
 using System.IO.Pipelines;
 using System.Net.WebSockets;
 using System.Security.Cryptography;
@@ -137,6 +140,11 @@ if (Slowdown.IsOn)
     app.Use(Slowdown.Middleware);   // benchmarks/compare.sh's self-check only
 }
 app.UseWebSockets();
+if (builder.Configuration["db"] is { Length: > 0 } db && await Database.MapAsync(app, db) is { } dbError)
+{
+    Console.Error.WriteLine(dbError);
+    return 2;
+}
 
 if (staticRoot is not null)
 {

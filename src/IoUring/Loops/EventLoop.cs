@@ -134,6 +134,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     public int InFlight => Volatile.Read(ref _inFlight);
 
     internal Ring Ring => _ring;
+
+    /// <summary>The options the loop was made with (validated; not to be changed).</summary>
+    internal EventLoopOptions Options => _options;
     /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor
     /// returns).</summary>
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;

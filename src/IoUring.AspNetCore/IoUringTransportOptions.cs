@@ -149,6 +149,18 @@ public sealed class IoUringTransportOptions
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
+    /// <summary>
+    /// Let the kernel count the loops' sleeps as iowait: an idle server then shows up to 100% iowait on its loops'
+    /// CPUs (top's <c>wa</c>, /proc/stat, node exporter's <c>mode="iowait"</c>) although it waits for the network, not
+    /// for storage.
+    /// </summary>
+    /// <remarks>
+    /// Defaults to false: on Linux 6.15 and later the loops wait with IORING_ENTER_NO_IOWAIT and their sleep counts as
+    /// idle. Older kernels count it as iowait whatever this says (docs/deployment.md, "iowait"). Set true to keep the
+    /// kernel's accounting (and the CPU frequency boost some governors give to tasks in iowait).
+    /// </remarks>
+    public bool ReportIoWait { get; set; } = s_defaults.Loop.ReportIoWait;
+
     /// <summary>Tests: adjusts the lower layer's options (its internal test seams, e.g. a setup errno) after they are
     /// made.</summary>
     internal Action<IoUringNetworkOptions>? ConfigureNetworkForTesting { get; set; }
@@ -185,6 +197,7 @@ public sealed class IoUringTransportOptions
                 // then) costs what it costs on the Sockets transport, not four times that.
                 MemoryBlockSize = 4096,
                 BatchScheduling = BatchScheduling,
+                ReportIoWait = ReportIoWait,
                 UnhandledException = unhandledException,
             },
         };

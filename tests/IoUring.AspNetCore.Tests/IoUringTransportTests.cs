@@ -230,6 +230,44 @@ public sealed class IoUringTransportTests
     }
 
     [Fact]
+    public async Task The_start_log_names_each_feature_on_or_off_with_the_reason()
+    {
+        string defaults = await StartLineAsync(null);
+        string changed = await StartLineAsync(o => { o.ReadFilesOnLoops = false; o.ReportIoWait = true; o.UseLoopMemoryPools = false; });
+
+        Assert.StartsWith($"io_uring transport started: kernel {File.ReadAllText("/proc/sys/kernel/osrelease").Trim()}, 1 loop; ", defaults);
+        foreach (string feature in new[] { "DEFER_TASKRUN", "NO_SQARRAY", "registered ring fd", "buffer ring", "multishot receive byte cap",
+            "receive bundles", "zero-copy sends", "registered send buffers", "NO_IOWAIT", "SCHED_BATCH", "file reads on loops" })
+        {
+            // Each named once, as on or as off with its reason in parentheses.
+            Assert.Single(System.Text.RegularExpressions.Regex.Matches(defaults, $"; {feature} (on|off \\([^)]+\\))(;|\\.$| \\()"));
+        }
+        Assert.Contains("; buffer ring on (512 x 8192 B per loop)", defaults);
+        Assert.Contains("; file reads on loops on", defaults);
+        Assert.Contains("; registered send buffers on", defaults);
+        Assert.Contains(IoUring.Rings.IoUringCapabilities.Current.HasNoIoWait ? "; NO_IOWAIT on" : "; NO_IOWAIT off (kernel ", defaults);
+
+        Assert.Contains("; file reads on loops off (option ReadFilesOnLoops)", changed);
+        Assert.Contains("; NO_IOWAIT off (option ReportIoWait)", changed);
+        Assert.Contains("; registered send buffers off (option UseLoopMemoryPools)", changed);
+        Assert.Contains("; zero-copy sends off (option UseLoopMemoryPools)", changed);
+
+        static async Task<string> StartLineAsync(Action<IoUringTransportOptions>? configure)
+        {
+            await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o => o.IoUring = u =>
+            {
+                u.LoopCount = 1;
+                configure?.Invoke(u);
+            });
+            TestLogs.LogRecord started = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, eventId: 102));
+            Assert.Equal(LogLevel.Information, started.Level);
+            Assert.Equal("TransportStarted", started.EventId.Name);
+            Assert.DoesNotContain('\n', started.Message); // one line, to paste into an issue
+            return started.Message;
+        }
+    }
+
+    [Fact]
     public async Task Peer_fin_is_logged_with_the_sockets_transport_event_id()
     {
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()));

@@ -23,13 +23,13 @@ internal sealed class IoUringTransport : IAsyncDisposable
     private readonly MemoryPool<byte>? _ownedPool;
 
     private IoUringTransport(IoUringNetwork network, MemoryPool<byte>? ownedPool, ILogger logger,
-        IoUringMetrics metrics)
+        IoUringMetrics metrics, IoUringTransportOptions options)
     {
         _network = network;
         _ownedPool = ownedPool;
         Logger = logger;
         Metrics = metrics;
-        IoUringTransportLog.TransportStarted(logger, network.Loops.Count, network.Loops[0].SetupFlags);
+        IoUringTransportLog.TransportStarted(logger, DescribeFeatures(network, options, ownedPool is not null));
         if (network.Loops[0].BatchSchedulingError != 0)
         {
             IoUringTransportLog.BatchSchedulingRefused(logger, network.Loops[0].BatchSchedulingError);
@@ -64,13 +64,41 @@ internal sealed class IoUringTransport : IAsyncDisposable
             networkOptions.MeterFactory = meterFactory;
             UseKestrelExceptions(networkOptions);
             return new IoUringTransport(new IoUringNetwork(networkOptions), pool, logger,
-                IoUringMetrics.For(meterFactory));
+                IoUringMetrics.For(meterFactory), options);
         }
         catch
         {
             pool?.Dispose();
             throw;
         }
+    }
+
+    /// <summary>The network's features as <see cref="IoUringNetwork.DescribeFeatures"/> names them, with this layer's
+    /// reasons for the memory pool and its own file reads.</summary>
+    internal static string DescribeFeatures(IoUringNetwork network, IoUringTransportOptions options, bool kestrelPool)
+    {
+        FeatureSummary features = FeatureSummary.For(network);
+        if (kestrelPool && !options.UseLoopMemoryPools)
+        {
+            features.Off("registered send buffers", "option UseLoopMemoryPools");
+            if (options.ZeroCopySendThreshold is not null && IoUringCapabilities.Current.HasZeroCopySend)
+            {
+                features.Off("zero-copy sends", "option UseLoopMemoryPools");
+            }
+        }
+        else if (kestrelPool)
+        {
+            features.Off("registered send buffers", "Kestrel's pool, since zero-copy sends are off");
+        }
+        if (options.ReadFilesOnLoops)
+        {
+            features.On("file reads on loops");
+        }
+        else
+        {
+            features.Off("file reads on loops", "option ReadFilesOnLoops");
+        }
+        return features.ToString();
     }
 
     /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as

@@ -111,10 +111,10 @@ internal static partial class IoUringTransportLog
         EventName = "LoopHandlerException")]
     public static partial void LoopHandlerException(ILogger logger, Exception ex);
 
-    [LoggerMessage(102, LogLevel.Debug,
-        "io_uring transport started {LoopCount} event loops (setup flags 0x{SetupFlags:x}).",
+    // Information: the one line that says what the server runs on, to read at start and to paste into an issue.
+    [LoggerMessage(102, LogLevel.Information, "io_uring transport started: {Features}.",
         EventName = "TransportStarted")]
-    public static partial void TransportStarted(ILogger logger, int loopCount, uint setupFlags);
+    public static partial void TransportStarted(ILogger logger, string features);
 
     [LoggerMessage(104, LogLevel.Information,
         "io_uring event loops run under the normal scheduling policy: the kernel refused SCHED_BATCH " +

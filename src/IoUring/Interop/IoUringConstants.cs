@@ -80,6 +80,8 @@ public static class IoUringConstants
     internal const uint IORING_ENTER_EXT_ARG = 1u << 3;
     /// <summary>IORING_ENTER_REGISTERED_RING</summary>
     internal const uint IORING_ENTER_REGISTERED_RING = 1u << 4;
+    /// <summary>IORING_ENTER_NO_IOWAIT (6.15+, with IORING_FEAT_NO_IOWAIT)</summary>
+    internal const uint IORING_ENTER_NO_IOWAIT = 1u << 7;
 
     // sq_ring flags
     /// <summary>IORING_SQ_NEED_WAKEUP</summary>

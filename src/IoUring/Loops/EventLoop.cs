@@ -64,6 +64,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             RegisterRingFd = false,
             Hooks = _options.Hooks,
         });
+        _ring.SuppressesIoWait = !_options.ReportIoWait && _ring.HasNoIoWait;
         _loopRingOwner = new LoopRingOwner(this);
         _thread = new Thread(Run) { IsBackground = true, Name = _options.ThreadName };
         _thread.UnsafeStart();
@@ -82,6 +83,13 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>Whether io_uring_enter uses the registered ring fd.</summary>
     public bool IsRingFdRegistered => _ring.IsRingFdRegistered;
+
+    /// <summary>
+    /// Whether the loop's waits for completions pass IORING_ENTER_NO_IOWAIT, so that its sleep with requests in flight
+    /// counts as idle time rather than iowait: the kernel has it (6.15+) and
+    /// <see cref="EventLoopOptions.ReportIoWait"/> is false.
+    /// </summary>
+    public bool SuppressesIoWait => _ring.SuppressesIoWait;
 
     /// <summary>Whether <see cref="IsOnLoopThread"/> tests by stack range (the loop thread's stack is known and it
     /// runs).</summary>
@@ -126,6 +134,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     public int InFlight => Volatile.Read(ref _inFlight);
 
     internal Ring Ring => _ring;
+
+    /// <summary>The options the loop was made with (validated; not to be changed).</summary>
+    internal EventLoopOptions Options => _options;
     /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor
     /// returns).</summary>
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;

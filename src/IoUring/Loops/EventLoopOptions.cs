@@ -46,6 +46,20 @@ public sealed class EventLoopOptions
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
+    /// <summary>
+    /// Let the kernel count the loop's sleeps as iowait, as it does for any io_uring_enter that waits while requests
+    /// are in flight: an idle loop then shows as up to 100% iowait on its CPU (top's <c>wa</c>, /proc/stat, node
+    /// exporter's <c>mode="iowait"</c>).
+    /// </summary>
+    /// <remarks>
+    /// Defaults to false: from Linux 6.15 (IORING_FEAT_NO_IOWAIT) the loop waits with IORING_ENTER_NO_IOWAIT and its
+    /// sleep counts as idle, since a loop waiting for network traffic is not a CPU held up by storage. Older kernels
+    /// count it either way (<see cref="EventLoop.SuppressesIoWait"/> says which applies; docs/deployment.md, "iowait").
+    /// Set true to keep the kernel's accounting, and the cpufreq boost that some CPU frequency governors give to tasks
+    /// waiting in iowait.
+    /// </remarks>
+    public bool ReportIoWait { get; set; }
+
     /// <summary>Bytes per block of the loop's <see cref="EventLoop.MemoryPool"/>: a power of two from 4 KiB to 256
     /// KiB.</summary>
     /// <remarks>

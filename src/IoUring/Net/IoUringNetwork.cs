@@ -89,6 +89,14 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     internal ConnectionSettings Settings { get; }
 
     /// <summary>
+    /// One line naming the kernel, the loop count and each io_uring feature the loops and connections use, "on" or
+    /// "off (reason)": for a start log, or to paste into an issue.
+    /// </summary>
+    /// <example><c>kernel 6.18.44, 2 loops; DEFER_TASKRUN on; NO_SQARRAY on; registered ring fd on; ...; NO_IOWAIT off
+    /// (option ReportIoWait); SCHED_BATCH on</c></example>
+    public string DescribeFeatures() => FeatureSummary.For(this).ToString();
+
+    /// <summary>
     /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
     /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its
     /// ring; it lives as long as that loop, and disposing it does nothing).

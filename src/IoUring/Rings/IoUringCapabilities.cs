@@ -86,6 +86,10 @@ public sealed class IoUringCapabilities
     /// </summary>
     public bool HasReceiveBundles { get; private set; }
 
+    /// <summary>A waiting io_uring_enter can ask not to be counted as iowait (IORING_FEAT_NO_IOWAIT, 6.15+; see
+    /// <see cref="Loops.EventLoopOptions.ReportIoWait"/>).</summary>
+    public bool HasNoIoWait => (Features & IORING_FEAT_NO_IOWAIT) != 0;
+
     /// <summary>DEFER_TASKRUN was accepted (6.1+): completions run only when the loop asks for them.</summary>
     public bool HasDeferTaskRun => (SetupFlags & IORING_SETUP_DEFER_TASKRUN) != 0;
 

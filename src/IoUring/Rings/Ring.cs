@@ -51,6 +51,23 @@ internal sealed unsafe class Ring : IDisposable
     public uint SqEntries { get; private set; }
     public uint CqEntries { get; private set; }
     public bool IsRingFdRegistered => (_enterFlags & IORING_ENTER_REGISTERED_RING) != 0;
+
+    /// <summary>The kernel takes IORING_ENTER_NO_IOWAIT (IORING_FEAT_NO_IOWAIT, 6.15+).</summary>
+    public bool HasNoIoWait => (Features & IORING_FEAT_NO_IOWAIT) != 0;
+
+    /// <summary>Waits in <see cref="Enter"/> pass IORING_ENTER_NO_IOWAIT: set only where <see cref="HasNoIoWait"/>,
+    /// since older kernels refuse an enter flag they do not know with EINVAL.</summary>
+    public bool SuppressesIoWait
+    {
+        get => _waitFlags != 0;
+        set
+        {
+            Debug.Assert(!value || HasNoIoWait, "IORING_ENTER_NO_IOWAIT on a kernel without IORING_FEAT_NO_IOWAIT");
+            _waitFlags = value ? IORING_ENTER_NO_IOWAIT : 0;
+        }
+    }
+
+    private uint _waitFlags; // added to enters that wait: IORING_ENTER_NO_IOWAIT or nothing
     public bool IsDisposed => _fd < 0;
 
     /// <summary>Number of setup attempts the last <see cref="Create"/> refused before one succeeded (for
@@ -170,7 +187,7 @@ internal sealed unsafe class Ring : IDisposable
         }
 
         SetupFlags = flags;
-        Features = p.features;
+        Features = p.features & ~(options.Hooks?.HiddenFeatures ?? 0);
         SqEntries = p.sq_entries;
         CqEntries = p.cq_entries;
         MapRings(in p);
@@ -355,7 +372,7 @@ internal sealed unsafe class Ring : IDisposable
         PublishSqes(holdBack);
         uint toSubmit = PendingSubmissions - holdBack;
         // GETEVENTS always: under DEFER_TASKRUN it is what runs the deferred completions, and it flushes overflow.
-        uint flags = _enterFlags | IORING_ENTER_GETEVENTS;
+        uint flags = _enterFlags | IORING_ENTER_GETEVENTS | (minComplete != 0 ? _waitFlags : 0);
         int result;
         if (timeout != null)
         {

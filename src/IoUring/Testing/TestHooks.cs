@@ -23,6 +23,9 @@ internal sealed class TestHooks
     /// EINVAL.</summary>
     public uint RefusedSetupFlags { get; init; }
 
+    /// <summary>Ring setup reports the kernel's IORING_FEAT_* bits without these, as an older kernel would.</summary>
+    public uint HiddenFeatures { get; init; }
+
     /// <summary>Fails chosen requests with injected errors, through the real kernel, or refuses owners' SQEs (see
     /// <see cref="FaultInjector"/>). The loop keeps it in a field: one null check per SQE when unset.</summary>
     public FaultInjector? Faults { get; init; }

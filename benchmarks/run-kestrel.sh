@@ -384,8 +384,8 @@ thread_ticks() { # pid: utime+stime ticks so far of the .NET thread pool's worke
     # CPU less the I/O and other threads')
     local t comm stat n pool=0 io=0 other=0
     for t in /proc/$1/task/*; do
-        comm=$(<"$t/comm") 2>/dev/null || continue
-        stat=$(<"$t/stat") 2>/dev/null || continue
+        # read, not $(<...): a thread that exited since the glob makes $(<...) end the script under set -e
+        { read -r comm <"$t/comm" && read -r stat <"$t/stat"; } 2>/dev/null || continue
         stat=${stat##*) }
         set -- $stat
         n=$((${12} + ${13}))
@@ -408,7 +408,7 @@ cpu_ticks_of_machine() { # busy, irq+softirq and total clock ticks of CPU 0 so f
 pool_threads() { # pid: the .NET thread pool's worker threads now
     local t n=0 comm
     for t in /proc/$1/task/*; do
-        comm=$(<"$t/comm") 2>/dev/null || continue
+        { read -r comm <"$t/comm"; } 2>/dev/null || continue
         [[ $comm == ".NET TP Worker"* ]] && n=$((n + 1))
     done
     echo "$n"

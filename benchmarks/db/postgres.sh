@@ -99,7 +99,7 @@ pids() { # the postmaster and its children
     pm=$(head -1 "$DATA/postmaster.pid")
     echo "$pm"
     for p in /proc/[0-9]*; do
-        stat=$(<"$p/stat") 2>/dev/null || continue
+        { read -r stat <"$p/stat"; } 2>/dev/null || continue   # read: $(<...) of a gone process ends the script
         stat=${stat##*) }
         set -- $stat
         [[ $2 == "$pm" ]] && echo "${p#/proc/}"
@@ -118,7 +118,8 @@ ticks() {
     running || { echo "PostgreSQL is not running in $DB_DIR" >&2; exit 1; }
     pm=$(head -1 "$DATA/postmaster.pid")
     for p in $(pids); do
-        stat=$(<"/proc/$p/stat") 2>/dev/null || continue
+        # read, not $(<...): a backend that exited since pids listed it makes $(<...) end the script under set -e
+        { read -r stat <"/proc/$p/stat"; } 2>/dev/null || continue
         stat=${stat##*) }
         set -- $stat
         total=$((total + ${12} + ${13}))                         # utime, stime (fields 14, 15)

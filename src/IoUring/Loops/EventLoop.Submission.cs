@@ -60,6 +60,25 @@ public sealed unsafe partial class EventLoop
             }
         }, (this, target, retry));
 
+    /// <summary>
+    /// As <see cref="RetryNextIteration{T}(T, Action{T})"/>, for a request whose owner holds what only it can free (an
+    /// fd, native memory, a caller's task): once the loop is gone, <paramref name="abandon"/> runs instead, on the
+    /// thread the post ends on.
+    /// </summary>
+    internal void RetryNextIteration<T>(T target, Action<T> retry, Action<T> abandon) where T : class
+        => Schedule(static s =>
+        {
+            var (loop, target, retry, abandon) = ((EventLoop, T, Action<T>, Action<T>))s!;
+            if (loop.IsOnLoopThread)
+            {
+                retry(target);
+            }
+            else
+            {
+                abandon(target);
+            }
+        }, (this, target, retry, abandon));
+
     /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data
     /// included.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]

@@ -211,6 +211,35 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_connect_the_loop_has_no_sqe_for_is_tried_again_and_connects()
+    {
+        // The SQ still full after an early submit when the CONNECT asks for its SQE: every other request of the loop's
+        // is tried again next iteration, and so must this one (it used to fail: "submission queue stays full").
+        var faults = SqeRefuser();
+        await using var network = RefusingNetwork(faults);
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peer.Listen();
+        EventLoop loop = network.Loops[0];
+        int owners = loop.LiveOwners;
+
+        Task<IoUringConnection> connecting = await OnLoopAsync(loop, () =>
+        {
+            faults.RefuseSqes(1); // the next SQE asked for: the CONNECT's, posted by ConnectAsync
+            return network.ConnectAsync(peer.LocalEndPoint!).AsTask();
+        });
+        IoUringConnection connection = await connecting.WaitAsync(TimeSpan.FromSeconds(5)); // hang guard
+        Assert.Equal(1, faults.SqesRefused);
+
+        using Socket accepted = await peer.AcceptAsync();
+        await connection.Output.WriteAsync(new byte[] { 7, 8 });
+        Assert.Equal(new byte[] { 7, 8 }, await LoopbackPairs.ReceiveExactlyAsync(accepted, 2));
+        await connection.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+        await Eventually.WaitForAsync(() => network.ConnectionCount == 0 && loop.LiveOwners == owners);
+        Assert.Equal(owners, loop.LiveOwners);
+    }
+
+    [Fact]
     public async Task A_connect_cancel_the_loop_refuses_an_sqe_for_is_tried_again_and_the_connect_ends_cancelled()
     {
         // A listener whose accept queue is full drops SYNs, so the CONNECT stays in flight until it is cancelled.

@@ -20,7 +20,9 @@ internal sealed unsafe class ConnectOperation : RingOwner
     private readonly TaskCompletionSource<IoUringConnection> _result =
         new(TaskCreationOptions.RunContinuationsAsynchronously);
     private byte* _address;     // the sockaddr the kernel reads; freed when the connect's final CQE arrived
+    private int _addressLength;
     private int _fd = -1;
+    private CancellationToken _token;
     private CancellationTokenRegistration _cancellation;
 
     public ConnectOperation(EventLoop loop, EndPoint endPoint, ConnectionSettings settings) : base(loop)
@@ -44,7 +46,6 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         try
         {
-            SocketAddress address = _endPoint.Serialize(); // the OS's sockaddr layout on Linux
             int family = _endPoint.AddressFamily switch
             {
                 AddressFamily.InterNetwork => Libc.AF_INET,
@@ -52,30 +53,60 @@ internal sealed unsafe class ConnectOperation : RingOwner
                 AddressFamily.Unix => Libc.AF_UNIX,
                 _ => throw new NotSupportedException($"Endpoint family {_endPoint.AddressFamily} is not supported."),
             };
+            SocketAddress address = _endPoint.Serialize(); // the OS's sockaddr layout on Linux
             _fd = Libc.socket(family, Libc.SOCK_STREAM | Libc.SOCK_CLOEXEC, 0);
             if (_fd < 0)
             {
                 throw SocketErrors.FromErrno(Libc.GetLastErrno());
             }
+            _addressLength = address.Size;
             _address = (byte*)NativeMemory.Alloc((nuint)address.Size);
             address.Buffer.Span[..address.Size].CopyTo(new Span<byte>(_address, address.Size));
-
-            io_uring_sqe* sqe = Loop.NewSqe(this, KindConnect);
-            sqe->opcode = IORING_OP_CONNECT;
-            sqe->fd = _fd;
-            sqe->addr = (ulong)_address;
-            sqe->off = (ulong)address.Size;
-            if (cancellationToken.CanBeCanceled)
-            {
-                _cancellation = cancellationToken.UnsafeRegister(
-                    static s => ((ConnectOperation)s!).RequestCancel(), this);
-            }
+            _token = cancellationToken;
         }
         catch (Exception ex)
         {
             Fail(ex);
             Release();
+            return;
         }
+        SubmitConnect();
+    }
+
+    /// <summary>Queues the CONNECT; with no SQE (the SQ still full after an early submit), again next iteration, as
+    /// every request of the loop's. Loop thread.</summary>
+    private void SubmitConnect()
+    {
+        if (Loop.IsStopping || _token.IsCancellationRequested)
+        {
+            Abandon();
+            return;
+        }
+        io_uring_sqe* sqe = Loop.TryNewSqe(this, KindConnect);
+        if (sqe == null)
+        {
+            Loop.RetryNextIteration(this, static op => op.SubmitConnect(), static op => op.Abandon());
+            return;
+        }
+        sqe->opcode = IORING_OP_CONNECT;
+        sqe->fd = _fd;
+        sqe->addr = (ulong)_address;
+        sqe->off = (ulong)_addressLength;
+        if (_token.CanBeCanceled)
+        {
+            _cancellation = _token.UnsafeRegister(static s => ((ConnectOperation)s!).RequestCancel(), this);
+        }
+    }
+
+    /// <summary>A connect that never reached the kernel ends: cancelled by its token, or the loop stopped.</summary>
+    private void Abandon()
+    {
+        NativeMemory.Free(_address);
+        _address = null;
+        Fail(_token.IsCancellationRequested && !Loop.IsStopping
+            ? new OperationCanceledException("The connect was cancelled.", _token)
+            : LoopStopped());
+        Release();
     }
 
     private void RequestCancel()

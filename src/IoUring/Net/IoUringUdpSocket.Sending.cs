@@ -206,7 +206,7 @@ public sealed partial class IoUringUdpSocket
     {
         ArgumentOutOfRangeException.ThrowIfLessThan(segmentSize, 1);
         ArgumentOutOfRangeException.ThrowIfGreaterThan(segmentSize, IoUringUdpOptions.LargestDatagram);
-        int segments = (length + segmentSize - 1) / segmentSize;
+        long segments = ((long)length + segmentSize - 1) / segmentSize; // long: a length near int.MaxValue
         if (segments > MaxSegments)
         {
             throw new ArgumentOutOfRangeException(nameof(segmentSize), segmentSize,

@@ -23,8 +23,8 @@ namespace IoUring.AspNetCore.Internal.Files;
 internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, EventLoop loop)
     : IHttpResponseBodyFeature
 {
-    // Bytes asked of the writer per read: one loop round trip and one flush per chunk. Above the pool's block size the
-    // writer's memory is a rented array (pinned for the read only); smaller chunks cost a round trip per 4 KiB.
+    // Bytes asked of the writer per read: one loop round trip and one flush per chunk. The loop's output gives a block
+    // of this size from its large pinned pool (EventLoop.LargeBlockPool); smaller chunks cost a round trip per 4 KiB.
     internal const int ChunkSize = 64 * 1024;
 
     public IHttpResponseBodyFeature Inner => inner;

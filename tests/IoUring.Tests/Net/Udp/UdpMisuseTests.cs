@@ -151,6 +151,34 @@ public sealed class UdpMisuseTests : NetworkTests
         Assert.Equal(payloads.Select(Convert.ToHexString).Order(), received.Select(Convert.ToHexString).Order());
     }
 
+    [Fact]
+    public async Task A_segmented_send_of_nearly_two_gigabytes_is_refused_for_its_segment_count()
+    {
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var huge = new HugeMemory(); // its bytes are never read: the call is refused first
+        SocketAddress to = new IPEndPoint(IPAddress.Loopback, 9).Serialize();
+
+        var refused = Assert.Throws<ArgumentOutOfRangeException>(() => sender.SendSegmentsToAsync(huge.Memory, 1200, to));
+        Assert.Contains("1789570 datagrams", refused.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>A span of int.MaxValue bytes over one small allocation: only for calls refused before any byte is
+    /// read.</summary>
+    private sealed unsafe class HugeMemory : MemoryManager<byte>
+    {
+        private readonly byte* _bytes = (byte*)System.Runtime.InteropServices.NativeMemory.Alloc(16);
+
+        public override Span<byte> GetSpan() => new(_bytes, int.MaxValue);
+
+        public override MemoryHandle Pin(int elementIndex = 0) => new(_bytes + elementIndex);
+
+        public override void Unpin()
+        {
+        }
+
+        protected override void Dispose(bool disposing) => System.Runtime.InteropServices.NativeMemory.Free(_bytes);
+    }
+
     /// <summary>Memory whose Pin throws, as a caller's own MemoryManager may.</summary>
     private sealed class UnpinnableOwner(int size) : MemoryManager<byte>
     {

@@ -59,7 +59,7 @@ def summary(rounds, a, b):
     half = T95[min(len(logs) - 1, len(T95)) - 1] * sd / math.sqrt(len(logs))
     low, high = math.exp(mean - half), math.exp(mean + half)
     q1, q3 = quartiles(ratios)
-    return dict(n=len(pairs), median=statistics.median(ratios), q1=q1, q3=q3, low=low, high=high,
+    return dict(n=len(pairs), logs=logs, median=statistics.median(ratios), q1=q1, q3=q3, low=low, high=high,
                 detectable=math.exp(half) - 1,
                 a=statistics.median(x["per_cpu"] for x, _ in pairs), b=statistics.median(y["per_cpu"] for _, y in pairs),
                 a_p99=statistics.median(x["p99"] for x, _ in pairs), b_p99=statistics.median(y["p99"] for _, y in pairs),
@@ -88,16 +88,26 @@ def main():
     print(f"| scenario | rounds | {a} req/CPU-s | {b} req/CPU-s | ratio median | IQR | 95% CI | detectable | verdict "
           f"| p99 ms {a} / {b} | peak RSS MiB {a} / {b} |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    logs = []  # every round's log ratio, of every scenario: the row "all" below
     for scen in order or sorted(by):
         s = summary(by.get(scen, {}), a, b)
         if s is None:
             print(f"| {scen} | 0 | | | | | | | not measured (a server failed its probe or served nothing) | | |")
             continue
+        logs += s["logs"]
         note = " (errors: %d)" % s["errors"] if s["errors"] else ""
         note += " (server CPU below 90%% busy: %.0f%%)" % (100 * s["busy"]) if s["busy"] < 0.9 else ""
         print(f"| {scen} | {s['n']} | {s['a']:,.0f} | {s['b']:,.0f} | {s['median']:.3f} | {s['q1']:.3f}-{s['q3']:.3f} "
               f"| {s['low']:.3f}-{s['high']:.3f} | ±{s['detectable']:.1%} | {verdict(s)}{note} "
               f"| {s['a_p99']:.2f} / {s['b_p99']:.2f} | {s['a_hwm']:.0f} / {s['b_hwm']:.0f} |")
+    if len(logs) > 2:
+        # A change common to every scenario (a uniform regression) shows in all rounds together, with a narrower
+        # interval than any one scenario's; scenarios that moved apart widen it.
+        mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+        half = 1.96 * sd / math.sqrt(len(logs))
+        t = dict(low=math.exp(mean - half), high=math.exp(mean + half))
+        print(f"| all, pooled | {len(logs)} | | | {math.exp(statistics.median(logs)):.3f} | | {t['low']:.3f}-{t['high']:.3f} "
+              f"| ±{math.exp(half) - 1:.1%} | {verdict(t)} | | |")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ internal sealed unsafe partial class UdpReceiver
         ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize,
             (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
         ReadOnlySpan<byte> payload = buffer[payloadOffset..];
+        int largest = _largestDatagram; // coalescing, buffers hold 64 KiB: cut here, as the kernel would
         // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
         int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
         int segmentSize = 0, interfaceIndex = 0, localLength = 0;
@@ -69,11 +70,11 @@ internal sealed unsafe partial class UdpReceiver
                 ReadOnlySpan<byte> segment = offset < payload.Length
                     ? payload.Slice(offset, Math.Min(length, payload.Length - offset))
                     : default;
-                Deliver(datagram with { Payload = segment, Length = length });
+                Deliver(datagram with { Payload = segment[..Math.Min(segment.Length, largest)], Length = length });
             }
             return;
         }
-        Deliver(datagram);
+        Deliver(datagram with { Payload = payload[..Math.Min(payload.Length, largest)] });
     }
 
     /// <summary>One datagram: to the oldest waiting receive (or a batch still filling), else the queue.</summary>

@@ -33,6 +33,7 @@ internal sealed unsafe partial class UdpReceiver
     private readonly RingOwner _owner;
     private readonly int _fd;
     private readonly IoUringUdpOptions _options; // the caller's, who may change it later: read at start only
+    private int _largestDatagram;                 // MaxDatagramSize, read at start
     private readonly bool _reportsLocalAddresses;
     private readonly Lock _gate = new();
     private readonly DatagramQueue _queue;
@@ -104,9 +105,8 @@ internal sealed unsafe partial class UdpReceiver
         {
             EnableLocalAddresses();
         }
-        int payloadRoom = _coalescing
-            ? Math.Max(_options.MaxDatagramSize, Datagrams.LargestCoalesced)
-            : _options.MaxDatagramSize;
+        _largestDatagram = _options.MaxDatagramSize;
+        int payloadRoom = _coalescing ? Math.Max(_largestDatagram, Datagrams.LargestCoalesced) : _largestDatagram;
         _buffers = new ReceiveBuffers(_owner.Loop.Ring, _options.ReceiveBufferCount,
             Datagrams.PayloadOffset + _controlSpace + payloadRoom);
         _owner.OwnReceiveBuffers = _buffers;

@@ -54,6 +54,42 @@ public sealed class CoalescedReceiveTests : NetworkTests
         }
     }
 
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task A_coalescing_socket_cuts_datagrams_to_its_largest_size_and_says_so(bool coalesced)
+    {
+        // MaxDatagramSize holds for a coalescing socket too, though its buffers take 64 KiB bursts: a datagram over it
+        // is cut and reported truncated, waiting in the queue (the bound on its memory) or taken at once.
+        await using IoUringUdpSocket receiver = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0),
+            new IoUringUdpOptions { ReceiveCoalesced = coalesced, MaxDatagramSize = 100 });
+        await using IoUringUdpSocket sender = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = receiver.LocalEndPoint.Serialize();
+        byte[] single = RandomNumberGenerator.GetBytes(300);
+        byte[] burst = RandomNumberGenerator.GetBytes(300 * 4);
+        await sender.SendToAsync(single, to);
+        await sender.SendSegmentsToAsync(burst, 300, to);
+        await Task.Delay(200); // all five wait in the receiver's queue
+        var expected = new List<byte[]> { single[..100] };
+        for (int i = 0; i < 4; i++)
+        {
+            expected.Add(burst[(300 * i)..(300 * i + 100)]);
+        }
+
+        var buffer = new byte[2048];
+        foreach (byte[] cut in expected)
+        {
+            DatagramResult received = await receiver.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout);
+            Assert.True(received.Truncated);
+            Assert.Equal(cut, buffer[..received.BytesReceived]);
+        }
+        ValueTask<DatagramResult> waiting = receiver.ReceiveAsync(buffer); // and one taken as it arrives
+        await sender.SendToAsync(single, to);
+        DatagramResult direct = await waiting.AsTask().WaitAsync(Timeout);
+        Assert.True(direct.Truncated);
+        Assert.Equal(single[..100], buffer[..direct.BytesReceived]);
+    }
+
     [Fact]
     public async Task Interleaved_bursts_of_two_sources_are_split_back_each_datagram_with_its_own_source_in_order()
     {

@@ -72,7 +72,15 @@ public sealed partial class EventLoop
         {
             Interlocked.Decrement(ref _pooledFileReads);
         }
-        read.Start(file, buffer, fileOffset, cancellationToken);
+        try
+        {
+            read.Start(file, buffer, fileOffset, cancellationToken);
+        }
+        catch
+        {
+            ReturnFileRead(read); // Start takes nothing when it throws
+            throw;
+        }
         short version = read.Version;
         if (IsOnLoopThread)
         {

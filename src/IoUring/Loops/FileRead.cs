@@ -50,11 +50,21 @@ internal sealed class FileRead : IValueTaskSource<int>
     /// token.</summary>
     public void Start(SafeFileHandle file, Memory<byte> buffer, long offset, CancellationToken token)
     {
+        // Pinned first: a caller's MemoryManager may throw here, and then nothing is taken yet.
+        MemoryHandle pin = buffer.Pin();
         bool referenced = false;
-        file.DangerousAddRef(ref referenced); // the fd stays this file's while the kernel may read it
+        try
+        {
+            file.DangerousAddRef(ref referenced); // the fd stays this file's while the kernel may read it
+        }
+        catch
+        {
+            pin.Dispose(); // a closed handle: the read never was
+            throw;
+        }
+        _pin = pin;
         _file = file;
         FileDescriptor = (int)file.DangerousGetHandle();
-        _pin = buffer.Pin();
         Buffer = buffer;
         Offset = offset;
         Token = token;

@@ -41,6 +41,38 @@ public sealed class FileReadTests : IDisposable
     }
 
     [Fact]
+    public async Task A_buffer_that_cannot_be_pinned_fails_the_read_and_leaves_the_file_to_close()
+    {
+        using var loop = new EventLoop();
+        SafeFileHandle file = File.OpenHandle(_path);
+        int fd = (int)file.DangerousGetHandle();
+        using var unpinnable = new UnpinnableMemory(100);
+
+        await Assert.ThrowsAsync<NotSupportedException>(async () => await loop.ReadAsync(file, unpinnable.Memory, 0));
+
+        file.Dispose(); // closes the fd, unless a reference to the handle was left taken
+        Assert.NotEqual(_path, new FileInfo($"/proc/self/fd/{fd}").LinkTarget);
+    }
+
+    /// <summary>Memory whose Pin throws, as a caller's own MemoryManager may.</summary>
+    private sealed class UnpinnableMemory(int size) : System.Buffers.MemoryManager<byte>
+    {
+        private readonly byte[] _array = new byte[size];
+
+        public override Span<byte> GetSpan() => _array;
+
+        public override System.Buffers.MemoryHandle Pin(int elementIndex = 0) => throw new NotSupportedException("no pinning here");
+
+        public override void Unpin()
+        {
+        }
+
+        protected override void Dispose(bool disposing)
+        {
+        }
+    }
+
+    [Fact]
     public async Task Reads_fewer_bytes_at_the_end_and_none_past_it()
     {
         using var loop = new EventLoop();

@@ -24,8 +24,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     private CancellationTokenRegistration _cancellation;
     // Back to the pool once both its completion has run and its caller is done with it (took the result, or took it
     // too early): 2, 1, 0. A receive withdrawn before any completion was queued gives up the completion's hold too.
-    private int _holds;
-    private int _callerDone;
+    private OperationHolds _holds;
 
     public Memory<byte> Buffer;
     public SocketAddress? From;
@@ -47,8 +46,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         Batch = batch;
         Token = token;
         Completed = false;
-        _holds = 2;
-        _callerDone = 0;
+        _holds.Reset();
         _error = null;
         _result = default;
     }
@@ -96,7 +94,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         // A stale token throws here, before anything changes. A result taken before a datagram came withdraws the
         // receive, so the next datagram goes to the next receive (or the queue), not to a caller who gave up.
         ValueTaskSourceStatus status = _core.GetStatus(token);
-        if (Volatile.Read(ref _callerDone) == 1)
+        if (_holds.CallerDone)
         {
             throw new InvalidOperationException("The receive's result was taken already: a ValueTask is awaited once.");
         }
@@ -122,20 +120,22 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
 
     private void ReleaseCallerHold()
     {
-        if (Interlocked.Exchange(ref _callerDone, 1) == 0)
+        if (_holds.ReleaseCaller())
         {
-            ReleaseHold();
+            ToPool();
         }
     }
 
     private void ReleaseHold()
     {
-        int holds = Interlocked.Decrement(ref _holds);
-        Debug.Assert(holds >= 0, "a receive released more often than it was held");
-        if (holds > 0)
+        if (_holds.Release())
         {
-            return;
+            ToPool();
         }
+    }
+
+    private void ToPool()
+    {
         Debug.Assert(Completed && Previous is null && Next is null, "a receive back to the pool while still waiting");
         _cancellation.Dispose(); // the callback may be completing this operation: it is over when Dispose returns
         _cancellation = default;

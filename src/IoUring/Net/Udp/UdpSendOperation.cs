@@ -41,8 +41,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private bool _offloading;
     // An awaited send goes back to the pool when both its completion has run and its caller is done with it (took
     // the result, or took it too early): 2, 1, 0. A caller's misuse thus never returns one still in the kernel.
-    private int _holds;
-    private int _callerDone;
+    private OperationHolds _holds;
 
     public UdpSendOperation(UdpSender sender, ushort index)
     {
@@ -100,8 +99,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     {
         _core.Reset();
         Awaited = awaited;
-        _holds = 2;
-        _callerDone = 0;
+        _holds.Reset();
         SegmentRefusal = 0;
         Length = payload.Length; // first: SegmentCount gives the room back even if the pin below throws
         SegmentSize = segmentSize > 0 && payload.Length > segmentSize ? segmentSize : 0;
@@ -233,7 +231,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         // A stale token throws here, before anything changes; so does a result taken before the kernel answered,
         // which leaves the send to finish (and come back to the pool) on its own.
         ValueTaskSourceStatus status = _core.GetStatus(token);
-        if (Volatile.Read(ref _callerDone) == 1)
+        if (_holds.CallerDone)
         {
             throw new InvalidOperationException("The send's result was taken already: a ValueTask is awaited once.");
         }
@@ -255,21 +253,24 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     private void ReleaseCallerHold()
     {
-        if (Interlocked.Exchange(ref _callerDone, 1) == 0)
+        if (_holds.ReleaseCaller())
         {
-            ReleaseHold();
+            ToPool();
         }
     }
 
     private void ReleaseHold()
     {
-        int holds = Interlocked.Decrement(ref _holds);
-        Debug.Assert(holds >= 0, "a send released more often than it was held");
-        if (holds == 0)
+        if (_holds.Release())
         {
-            _core.Reset(); // a token of this send fails from now on, before the pool hands the operation out again
-            _sender.ToPool(this);
+            ToPool();
         }
+    }
+
+    private void ToPool()
+    {
+        _core.Reset(); // a token of this send fails from now on, before the pool hands the operation out again
+        _sender.ToPool(this);
     }
 
     public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);

@@ -13,7 +13,7 @@
 #
 # Environment: SCENARIOS (default: the set below, ~23 min on this 2-CPU machine), ROUNDS (pairs of windows per scenario, default 10),
 # DURATION (s per window, default 2), WARMUP and WARMUP_MAX (s, default 3 and 21: each server warms up until it stops
-# compiling), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
+# compiling), KEEP_SERVERS (default 1: scenarios that start the servers alike share the processes), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
 # base cannot serve (e.g. static files or the database before they existed) fails its probe and reads "not measured".
 # Output: OUT/compare.md (and the harness's own results.md beside it).
 set -Eeuo pipefail
@@ -21,7 +21,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BASE=${1:?usage: benchmarks/compare.sh BASE (a git revision or a KestrelSample binary)}
 export SCENARIOS=${SCENARIOS:-"plaintext-256 json-256 pipelined-256 download-1m static-64k static-1m upload-1m h2c-64x16 tls-64 h2-64x16 db-64 queries-64 fortunes-64 updates-64"}
 export ROUNDS=${ROUNDS:-10} DURATION=${DURATION:-2} WARMUP=${WARMUP:-3} WARMUP_MAX=${WARMUP_MAX:-21}
-export SERVERS="iouring iouring-base"
+export SERVERS="iouring iouring-base" KEEP_SERVERS=${KEEP_SERVERS:-1}
 export OUT=${OUT:-$(mktemp -d /tmp/compare.XXXXXX)}
 
 if [[ -x $BASE && -f $BASE ]]; then

@@ -105,7 +105,9 @@
 # COLD_CACHE=1, also evict the scenario's file every that many seconds during the window with
 # posix_fadvise(DONTNEED), that file's pages only, so reads keep missing; default 0: only before the window),
 # IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
-# KESTREL_SAMPLE_SLOWDOWN self-check), OUT (directory for everything;
+# KESTREL_SAMPLE_SLOWDOWN self-check), KEEP_SERVERS=1 (load scenarios that start the servers alike — same scheme,
+# HTTP/2 setting and database — run on the same processes, started and warmed once; each scenario still warms up
+# until it stops compiling; benchmarks/compare.sh sets it), OUT (directory for everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs (memory scenarios: also the VmRSS
@@ -124,6 +126,7 @@ PORT_BASE=${PORT_BASE:-18280}
 DOCS=${DOCS:-0}
 COLD_CACHE=${COLD_CACHE:-0}
 COLD_CACHE_EVERY=${COLD_CACHE_EVERY:-0}
+KEEP_SERVERS=${KEEP_SERVERS:-0}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE="$ROOT/benchmarks/kestrel"
 OUT=${OUT:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
@@ -131,6 +134,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP WARMUP_MAX=$WARMUP_MAX SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
 ((COLD_CACHE)) && COMMAND="COLD_CACHE=$COLD_CACHE COLD_CACHE_EVERY=$COLD_CACHE_EVERY $COMMAND"
+((KEEP_SERVERS)) && COMMAND="KEEP_SERVERS=1 $COMMAND"
 [[ $GENERATOR == wrk || $GENERATOR == loadgen ]] || { echo "GENERATOR must be wrk or loadgen"; exit 2; }
 
 # ---- processes: everything started in the background is killed on exit, Ctrl-C or failure ----
@@ -343,6 +347,8 @@ start_server() { # name port tag (names the log)
     fi
 }
 stop_server() { reap "${PID[$1]}"; unset "PID[$1]"; }
+KEPT=""   # KEEP_SERVERS=1: what the running servers were started for (their names and start arguments), else empty
+stop_kept() { local name; for name in "${!PID[@]}"; do stop_server "$name"; done; KEPT=""; }
 
 # The servers' order in round $1: each io_uring server next to its Sockets counterpart (iouring with sockets,
 # iouring-inline with sockets-inline), so each round's ratio compares two windows seconds apart, not up to a minute
@@ -576,8 +582,12 @@ load_scenario() {
     declare -A PROBE
     for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
     echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN$( ((COLD_CACHE)) && [[ $S_FILE ]] && echo ", cold cache")"
-    i=0
-    for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
+    local started="${servers[*]} | $S_SCHEME $S_H2C $S_DB"
+    if [[ $KEPT != "$started" ]]; then
+        stop_kept
+        i=0
+        for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
+    fi
     local ok=()
     for name in "${servers[@]}"; do
         if [[ $S_GEN == h2load ]]; then
@@ -605,6 +615,9 @@ load_scenario() {
         done
         echo "  holding $S_HOLD idle connections on each server"
     fi
+    # The peak RSS columns count from here: the scenario's measured windows (a kept server's earlier scenarios and
+    # every warm-up are not in them). Writing 5 to clear_refs resets VmHWM to the current RSS.
+    for name in "${ok[@]}"; do echo 5 >"/proc/${PID[$name]}/clear_refs"; done
     for round in $(seq "$ROUNDS"); do
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
@@ -650,7 +663,7 @@ load_scenario() {
     done
     local holder
     for holder in "${holders[@]}"; do reap "$holder"; done
-    for name in "${servers[@]}"; do stop_server "$name"; done
+    if ((KEEP_SERVERS)); then KEPT=$started; else stop_kept; fi
 }
 
 # ---- idle connections: per round and server a fresh server, warm-up, RSS before, N connections held, RSS after ----
@@ -674,6 +687,7 @@ idle_round() { # scenario name round out
 
 for scen in $SCENARIOS; do
     scenario "$scen"
+    if ((S_MEMORY)) || [[ $S_KIND == idle ]]; then stop_kept; fi   # these start fresh servers of their own
     if ((S_MEMORY)); then
         memory_scenario "$scen"
     elif [[ $S_KIND == idle ]]; then
@@ -682,6 +696,7 @@ for scen in $SCENARIOS; do
         load_scenario "$scen"
     fi
 done
+stop_kept
 stop_db
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/header.txt"
 

@@ -15,11 +15,17 @@ namespace IoUring.Testing;
 /// class, method) contains some <c>--include</c> (or none was given) and no <c>--exclude</c>; <c>--trace</c> also prints
 /// each test as it starts, to name the one a crash killed. The summary lines match
 /// vstest's console logger, so run.sh reads both alike. Exit status: 0 all passed, 1 a test failed, 2 bad arguments.
+/// <c>PROJECT --call NAMESPACE.TYPE.METHOD</c> runs that static method alone, for tests that need a fresh process of
+/// their own (its int result is the exit status).
 /// </remarks>
 public static class InProcessRunner
 {
     public static int Main(string[] args)
     {
+        if (args is ["--call", string method])
+        {
+            return Call(method);
+        }
         var include = new List<string>();
         var exclude = new List<string>();
         bool trace = false;
@@ -66,6 +72,17 @@ public static class InProcessRunner
         if (execution.Skipped > 0) Console.WriteLine($"    Skipped: {execution.Skipped}");
         Console.WriteLine($" Total time: {clock.Elapsed.TotalMinutes:F1} Minutes");
         return execution.Failed == 0 ? 0 : 1;
+    }
+
+    private static int Call(string name)
+    {
+        int dot = name.LastIndexOf('.');
+        Type type = typeof(InProcessRunner).Assembly.GetType(name[..dot], throwOnError: true)!;
+        System.Reflection.MethodInfo method = type.GetMethod(name[(dot + 1)..],
+            System.Reflection.BindingFlags.Public | System.Reflection.BindingFlags.NonPublic
+            | System.Reflection.BindingFlags.Static)
+            ?? throw new ArgumentException($"{type} has no static method {name[(dot + 1)..]}");
+        return method.Invoke(null, null) is int status ? status : 0;
     }
 
     /// <summary>Discovery and execution options: xunit's defaults (and the assembly's attributes) for every name.</summary>

@@ -62,7 +62,7 @@ public sealed class IoUringTransportTests
         IoUring.Net.IoUringNetworkOptions network = options.ToNetworkOptions();
         IoUringTransport.UseKestrelExceptions(network);
 
-        IoUring.Net.ConnectionSettings settings = IoUring.Net.ConnectionSettings.From(network, System.Buffers.MemoryPool<byte>.Shared, new IoUring.Net.ConnectionRegistry());
+        IoUring.Net.ConnectionSettings settings = IoUring.Net.ConnectionSettings.From(network, System.Buffers.MemoryPool<byte>.Shared, new IoUring.Net.ConnectionRegistry(), IoUring.Rings.IoUringCapabilities.Current);
 
         Assert.False(settings.NoDelay);
         Assert.False(settings.MultishotAccept);

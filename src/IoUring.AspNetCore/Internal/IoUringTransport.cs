@@ -53,7 +53,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
             options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
         // The loops' own pools (registered with their rings) where zero-copy sends can use them; Kestrel's otherwise.
         bool loopPools = options.UseLoopMemoryPools && networkOptions.ZeroCopySendThreshold is not null
-            && IoUringCapabilities.Current.HasZeroCopySend;
+            && IoUringCapabilities.For(networkOptions.Loop.Hooks).HasZeroCopySend;
         MemoryPool<byte>? pool = loopPools
             ? null
             : memoryPoolFactory?.Create(new MemoryPoolOptions { Owner = "iouring" });
@@ -81,7 +81,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
         if (kestrelPool && !options.UseLoopMemoryPools)
         {
             features.Off("registered send buffers", "option UseLoopMemoryPools");
-            if (options.ZeroCopySendThreshold is not null && IoUringCapabilities.Current.HasZeroCopySend)
+            if (options.ZeroCopySendThreshold is not null && network.Settings.Capabilities.HasZeroCopySend)
             {
                 features.Off("zero-copy sends", "option UseLoopMemoryPools");
             }

@@ -138,7 +138,8 @@ internal sealed class LazyTransport
             {
                 if (_transport is null && _unavailable is null)
                 {
-                    IoUringCapabilities capabilities = IoUringCapabilities.Current;
+                    IoUringCapabilities capabilities =
+                        IoUringCapabilities.For(options.ToNetworkOptions().Loop.Hooks);
                     try
                     {
                         // Unsupported (off Linux, among other causes): throws naming the cause, as the loops' setup

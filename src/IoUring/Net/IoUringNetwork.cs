@@ -46,13 +46,11 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     {
         _options = options ?? new IoUringNetworkOptions();
         _options.Validate();
-        IoUringCapabilities.Current.EnsureSupported();
+        IoUringCapabilities capabilities = IoUringCapabilities.For(_options.Loop.Hooks);
+        capabilities.EnsureSupported();
 
         // No pool given: each loop's own, registered with its ring (IoUringConnection.MemoryPool).
-        ConnectionSettings settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry);
-        Settings = _options.Loop.Hooks?.Capabilities is { } capabilities
-            ? settings with { Capabilities = capabilities }
-            : settings;
+        Settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry, capabilities);
 
         // Before the loops: a factory's Create may throw (a disposed host's does), and no loop may be left running.
         _metrics = IoUringMetrics.For(_options.MeterFactory);

@@ -21,6 +21,15 @@ public sealed class IoUringCapabilities
     /// <summary>The capabilities of the running kernel, probed on first use.</summary>
     public static IoUringCapabilities Current => s_current.Value;
 
+    /// <summary><see cref="Current"/>, or for a test's hooks (which may stand for another kernel or OS) what they
+    /// give or a probe through them: a simulated OS must not reach the process's native probe.</summary>
+    internal static IoUringCapabilities For(Testing.TestHooks? hooks) => hooks switch
+    {
+        null => Current,
+        { Capabilities: { } given } => given,
+        _ => Probe(new RingOptions { SqEntries = 8, Hooks = hooks }),
+    };
+
     /// <summary>True when io_uring and every feature this library requires are available (never off Linux).</summary>
     /// <remarks>A guard the platform analyzer (CA1416) knows: code it guards may use the Linux-only types.</remarks>
     [SupportedOSPlatformGuard("linux")]

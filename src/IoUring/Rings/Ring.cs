@@ -134,10 +134,6 @@ internal sealed unsafe class Ring : IDisposable
             }
             else
             {
-                if (options.Hooks is { } counted)
-                {
-                    Interlocked.Increment(ref counted.SetupCalls);
-                }
                 fd = Libc.io_uring_setup(options.SqEntries, &p);
                 errno = fd < 0 ? Libc.GetLastErrno() : 0;
             }

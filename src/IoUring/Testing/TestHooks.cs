@@ -16,9 +16,6 @@ internal sealed class TestHooks
     /// Linux.</summary>
     public string? OtherOperatingSystem { get; init; }
 
-    /// <summary>How many io_uring_setup calls rings set up with these hooks made (to prove that none was).</summary>
-    public int SetupCalls;
-
     /// <summary>Ring setup treats any attempt containing one of these IORING_SETUP_* flags as refused with
     /// EINVAL.</summary>
     public uint RefusedSetupFlags { get; init; }

@@ -106,7 +106,6 @@ public sealed class HttpClientFactoryOnIoUringTests
         TestLogs.LogRecord warning = Assert.Single(logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
         Assert.Equal(105, warning.EventId.Id);
         Assert.EndsWith("io_uring needs Linux; this is macOS.", warning.Message, StringComparison.Ordinal);
-        Assert.Equal(0, macOS.SetupCalls);
     }
 
     [Fact]

@@ -90,7 +90,7 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
     }
 
     [Fact]
-    public async Task Off_Linux_Kestrel_serves_on_Sockets_with_one_warning_naming_the_OS_and_no_native_call()
+    public async Task Off_Linux_Kestrel_serves_on_Sockets_with_one_warning_naming_the_OS()
     {
         var windows = new TestHooks { OtherOperatingSystem = "Windows" };
         await using TestServer server = await TestServer.StartAsync(TransportKind.IoUring, TestApp.Map(new AppProbe()), o =>
@@ -103,7 +103,37 @@ public sealed class IoUringSwitchedOffTests(LauncherFixture launcher, ITestOutpu
         TestLogs.LogRecord warning = Assert.Single(server.Logs.Where(IoUringTransportLog.Category, level: LogLevel.Warning));
         Assert.Equal(100, warning.EventId.Id);
         Assert.EndsWith("io_uring needs Linux; this is Windows.", warning.Message, StringComparison.Ordinal);
-        Assert.Equal(0, windows.SetupCalls);
+    }
+
+    // "Before any native call" observed for real: each body runs in a process of its own where the first io_uring
+    // system call kills it (SIGSYS), so a body that ends normally made none. The control shows the filter catches one.
+    [Fact]
+    public async Task Off_Linux_neither_the_plain_api_nor_Kestrel_makes_an_io_uring_system_call()
+    {
+        (int status, string seen) = await RunChildAsync(nameof(OffLinuxChild.RealRing));
+        Assert.True(status == 128 + 31, $"the control made a real ring and was not killed by SIGSYS: {status}\n{seen}");
+        Assert.DoesNotContain("made a ring", seen, StringComparison.Ordinal);
+
+        (status, seen) = await RunChildAsync(nameof(OffLinuxChild.PlainApi));
+        Assert.True(status == 0, $"the plain API off Linux ended with {status}:\n{seen}");
+        Assert.Contains("network: io_uring needs Linux; this is Windows.", seen, StringComparison.Ordinal);
+        Assert.Contains("loop: io_uring needs Linux; this is Windows.", seen, StringComparison.Ordinal);
+        Assert.Contains("probe: supported False, io_uring needs Linux; this is Windows.", seen, StringComparison.Ordinal);
+
+        (status, seen) = await RunChildAsync(nameof(OffLinuxChild.Kestrel));
+        Assert.True(status == 0, $"Kestrel off Linux ended with {status}:\n{seen}");
+        Assert.Contains("served: Hello, World!", seen, StringComparison.Ordinal);
+        Assert.Contains("connection: SocketConnection", seen, StringComparison.Ordinal);
+    }
+
+    private async Task<(int Status, string Output)> RunChildAsync(string body)
+    {
+        (int status, string seen) = await ChildProcess.RunAsync(launcher.Path,
+            ["--kill-on-io-uring", "--lifetime", "120", "--", ChildProcess.DotnetHost(),
+                typeof(OffLinuxChild).Assembly.Location, "--call", $"{typeof(OffLinuxChild).FullName}.{body}"],
+            TimeSpan.FromSeconds(120));
+        output.WriteLine($"{body}: exit {status}\n{seen}");
+        return (status, seen);
     }
 
     [Fact]

@@ -1,5 +1,6 @@
 /*
- * launcher [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]
+ * launcher [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring | --kill-on-io-uring] [--lifetime SECONDS]
+ *          -- PROGRAM [ARGS...]
  *
  * Sets up the process the reliability tests need, then execs PROGRAM (same pid, so the test reads
  * /proc/<pid> of PROGRAM itself):
@@ -13,6 +14,8 @@
  *                    does: io_uring_setup, io_uring_enter and io_uring_register fail with EPERM. The global
  *                    sysctl (kernel.io_uring_disabled) is left alone, so tests running in parallel keep io_uring.
  *                    The filter is inherited across execve and by every thread PROGRAM starts.
+ *   --kill-on-io-uring  The same filter, but the first io_uring call kills PROGRAM with SIGSYS: a run that ends
+ *                    normally made none (what "no native call" tests observe).
  *   --lifetime S     SIGALRM after S seconds (an alarm survives execve): PROGRAM cannot outlive a test run
  *                    that died before it could kill it.
  *
@@ -46,7 +49,8 @@
 _Static_assert(__NR_io_uring_setup == 425 && __NR_io_uring_enter == 426 && __NR_io_uring_register == 427,
                "unexpected io_uring syscall numbers");
 
-static int deny_io_uring(void)
+/* action: SECCOMP_RET_ERRNO with EPERM, or SECCOMP_RET_KILL_PROCESS. */
+static int deny_io_uring(unsigned int action)
 {
     struct sock_filter filter[] = {
         /* Another ABI on this CPU (e.g. i386 via int 0x80) has other numbers: leave it alone. */
@@ -62,7 +66,7 @@ static int deny_io_uring(void)
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 2, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, action),
     };
     struct sock_fprog program = { .len = sizeof(filter) / sizeof(filter[0]), .filter = filter };
 
@@ -74,6 +78,9 @@ static int deny_io_uring(void)
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
         fprintf(stderr, "launcher: PR_SET_SECCOMP: %s\n", strerror(errno));
         return 125;
+    }
+    if (action == SECCOMP_RET_KILL_PROCESS) {
+        return 0; /* a check would kill this process: the tests' own control run shows the filter works */
     }
     /* Unfiltered, a NULL params pointer gives EFAULT: EPERM proves the filter answers. */
     errno = 0;
@@ -115,7 +122,12 @@ int main(int argc, char **argv)
                 return 125;
             }
         } else if (strcmp(argv[i], "--no-io-uring") == 0) {
-            int rc = deny_io_uring();
+            int rc = deny_io_uring(SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
+            if (rc != 0) {
+                return rc;
+            }
+        } else if (strcmp(argv[i], "--kill-on-io-uring") == 0) {
+            int rc = deny_io_uring(SECCOMP_RET_KILL_PROCESS);
             if (rc != 0) {
                 return rc;
             }
@@ -127,7 +139,8 @@ int main(int argc, char **argv)
         }
     }
     if (i + 1 >= argc) {
-        fprintf(stderr, "usage: %s [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring] [--lifetime SECONDS] -- PROGRAM [ARGS...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring | --kill-on-io-uring] "
+                        "[--lifetime SECONDS] -- PROGRAM [ARGS...]\n", argv[0]);
         return 2;
     }
     execvp(argv[i + 1], argv + i + 1);

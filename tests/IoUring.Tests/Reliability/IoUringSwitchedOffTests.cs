@@ -60,6 +60,7 @@ public sealed class IoUringSwitchedOffTests
         IoUringCapabilities caps = IoUringCapabilities.Probe(new RingOptions { SqEntries = 8, Hooks = windows });
         Assert.False(caps.IsSupported);
         Assert.Equal(ex.Message, caps.UnavailableReason);
-        Assert.Equal(0, windows.SetupCalls);
+        // That no native call was made is observed in a process of its own: IoUring.AspNetCore.Tests'
+        // IoUringSwitchedOffTests.Off_Linux_neither_the_plain_api_nor_Kestrel_makes_an_io_uring_system_call.
     }
 }

@@ -36,7 +36,7 @@ internal sealed record ConnectionSettings
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
     /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
-    public IoUringCapabilities Capabilities { get; init; } = IoUringCapabilities.Current;
+    public required IoUringCapabilities Capabilities { get; init; }
 
     /// <summary>The exception a peer reset surfaces as (the Kestrel layer makes it ConnectionResetException).</summary>
     public Func<string, Exception> CreateResetException { get; init; } =
@@ -54,11 +54,12 @@ internal sealed record ConnectionSettings
         : new IOException($"Send failed: {IoUringException.ErrnoName(errno)}.", SocketErrors.FromErrno(errno));
 
     public static ConnectionSettings From(IoUringNetworkOptions options, MemoryPool<byte>? pool,
-        ConnectionRegistry registry)
+        ConnectionRegistry registry, IoUringCapabilities capabilities)
     {
         var settings = new ConnectionSettings
         {
             MemoryPool = pool,
+            Capabilities = capabilities,
             MaxReadBufferSize = options.MaxReadBufferSize,
             MaxWriteBufferSize = options.MaxWriteBufferSize,
             NoDelay = options.NoDelay,

@@ -47,11 +47,13 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
     public Task SendFileAsync(string path, long offset, long? count,
         CancellationToken cancellationToken = default)
     {
-        if (count <= ChunkSize)
+        // One read's worth goes to Kestrel's copy, cheaper there (docs/benchmarks.md, "Files"). Without a count the
+        // file's size decides, by a stat: the copy opens the file itself. An empty-looking file (/proc's) is read to
+        // its end on the loop.
+        if (count <= ChunkSize
+            || (count is null && new FileInfo(path) is { Exists: true, Length: > 0 and var length }
+                && length - offset <= ChunkSize))
         {
-            // One read's worth: Kestrel's copy measured cheaper here, hot cache and cold (docs/benchmarks.md,
-            // "Files"). Decided before opening the file: opening it twice cost more still. Without a count the file's
-            // length decides, below (an empty one, as /proc's say they are, is read to its end on the loop).
             return inner.SendFileAsync(path, offset, count, cancellationToken);
         }
         return SendOnLoopAsync(path, offset, count, cancellationToken);
@@ -72,12 +74,6 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
                 $"'{path}' is {length} bytes: at most {length - offset} from offset {offset}.");
         }
         cancellationToken.ThrowIfCancellationRequested();
-        if (count is null && length - offset <= ChunkSize && length > 0)
-        {
-            file.Dispose();
-            await inner.SendFileAsync(path, offset, count, cancellationToken).ConfigureAwait(false);
-            return;
-        }
 
         // Without a count the file is sent to its end as it is then (Kestrel's copy does the same): a file that grew
         // meanwhile goes whole, and one whose size says 0 (/proc, /sys) still sends what it holds.

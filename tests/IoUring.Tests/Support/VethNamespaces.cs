@@ -8,7 +8,7 @@ namespace IoUring.Tests.Support;
 /// Two network namespaces of the test's own joined by a veth pair (a real device with a real MTU, unlike loopback's
 /// 64 KiB): <see cref="A"/> at <see cref="AddressA"/>, <see cref="B"/> at <see cref="AddressB"/>. Sockets made by
 /// <see cref="Run{T}"/> live in a namespace for good (a socket keeps the namespace it was made in). Dispose deletes
-/// both namespaces, and with them the veth pair.
+/// both namespaces, and with them the veth pair; those of a killed test process go at the next construction.
 /// </summary>
 internal sealed partial class VethNamespaces : IDisposable
 {
@@ -17,6 +17,7 @@ internal sealed partial class VethNamespaces : IDisposable
 
     public VethNamespaces(int mtu)
     {
+        RemoveLeftovers();
         string id = $"{Environment.ProcessId}-{Interlocked.Increment(ref s_next)}";
         A = $"iou-a-{id}";
         B = $"iou-b-{id}";
@@ -77,6 +78,28 @@ internal sealed partial class VethNamespaces : IDisposable
         Ip($"netns del {A}", mayFail: true);
         Ip($"netns del {B}", mayFail: true);
     }
+
+    /// <summary>Deletes the namespaces of test processes that are gone (killed before their Dispose ran); their
+    /// names carry their process id.</summary>
+    private static void RemoveLeftovers()
+    {
+        if (!Directory.Exists("/run/netns"))
+        {
+            return;
+        }
+        foreach (string path in Directory.GetFiles("/run/netns", "iou-*"))
+        {
+            string name = Path.GetFileName(path);
+            if (LeftoverName().Match(name) is { Success: true } match
+                && !Directory.Exists($"/proc/{match.Groups[1].Value}"))
+            {
+                Ip($"netns del {name}", mayFail: true);
+            }
+        }
+    }
+
+    [System.Text.RegularExpressions.GeneratedRegex(@"^iou-[ab]-(\d+)-\d+$")]
+    private static partial System.Text.RegularExpressions.Regex LeftoverName();
 
     /// <summary>Runs ip(8) with <paramref name="arguments"/> (e.g. "-n NS addr add ..."); throws with its
     /// errors.</summary>

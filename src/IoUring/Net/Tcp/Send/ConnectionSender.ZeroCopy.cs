@@ -23,8 +23,7 @@ internal sealed partial class ConnectionSender
                 _owner.Loop.OnZeroCopySendCopied();
                 if (_zeroCopy && !_ignoreCopied)
                 {
-                    _zeroCopy = false;
-                    ZeroCopyReverted = true;
+                    RevertZeroCopy(); // the kernel copied anyway: plain sends cost less
                 }
             }
             _notificationsPending--;
@@ -54,8 +53,8 @@ internal sealed partial class ConnectionSender
         _connection.CheckCloseProgress();
     }
 
-    /// <summary>A zero-copy send failed with EINVAL: back to plain sends for good (the caller sends the same bytes
-    /// again).</summary>
+    /// <summary>Back to plain sends for good: a zero-copy send failed with EINVAL (the caller sends the same bytes
+    /// again), or the kernel said it copied.</summary>
     private void RevertZeroCopy()
     {
         _zeroCopy = false;

@@ -6,7 +6,8 @@
 Each round of a load scenario measured A and B in adjacent windows (their order flips every round), so each round
 gives one ratio A/B of requests per server CPU-second taken under the same machine conditions. The report gives, per
 scenario, the median of those ratios, their interquartile range, a 95% confidence interval of the mean log ratio
-(Student's t over the rounds) and its half-width: the smallest difference the run could have told from noise.
+(Student's t over the rounds) and its half-width: the smallest difference the run could have told from noise, and
+the rounds the scenario's spread would need for a half-width of ±5%.
 A verdict says "same" when the interval holds 1.00. Peak RSS (VmHWM at the last window) and p99 stand beside.
 """
 import csv
@@ -59,7 +60,9 @@ def summary(rounds, a, b):
     half = T95[min(len(logs) - 1, len(T95)) - 1] * sd / math.sqrt(len(logs))
     low, high = math.exp(mean - half), math.exp(mean + half)
     q1, q3 = quartiles(ratios)
-    return dict(n=len(pairs), logs=logs, median=statistics.median(ratios), q1=q1, q3=q3, low=low, high=high,
+    # Rounds this scenario's spread needs for a ±5% half-width: the least n with t(n-1) * sd / sqrt(n) <= ln 1.05.
+    need = next((n for n in range(2, 1000) if T95[min(n - 1, len(T95)) - 1] * sd / math.sqrt(n) <= math.log(1.05)), 1000)
+    return dict(n=len(pairs), logs=logs, need=need, median=statistics.median(ratios), q1=q1, q3=q3, low=low, high=high,
                 detectable=math.exp(half) - 1,
                 a=statistics.median(x["per_cpu"] for x, _ in pairs), b=statistics.median(y["per_cpu"] for _, y in pairs),
                 a_p99=statistics.median(x["p99"] for x, _ in pairs), b_p99=statistics.median(y["p99"] for _, y in pairs),
@@ -86,19 +89,19 @@ def main():
           "CI: 95% interval of the geometric mean ratio; detectable: its half-width, the smallest change this run "
           "could tell from noise. Verdict: the change when the interval excludes 1.00, else same.\n")
     print(f"| scenario | rounds | {a} req/CPU-s | {b} req/CPU-s | ratio median | IQR | 95% CI | detectable | verdict "
-          f"| p99 ms {a} / {b} | peak RSS MiB {a} / {b} |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"| rounds for ±5% | p99 ms {a} / {b} | peak RSS MiB {a} / {b} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     logs = []  # every round's log ratio, of every scenario: the row "all" below
     for scen in order or sorted(by):
         s = summary(by.get(scen, {}), a, b)
         if s is None:
-            print(f"| {scen} | 0 | | | | | | | not measured (a server failed its probe or served nothing) | | |")
+            print(f"| {scen} | 0 | | | | | | | not measured (a server failed its probe or served nothing) | | | |")
             continue
         logs += s["logs"]
         note = " (errors: %d)" % s["errors"] if s["errors"] else ""
         note += " (server CPU below 90%% busy: %.0f%%)" % (100 * s["busy"]) if s["busy"] < 0.9 else ""
         print(f"| {scen} | {s['n']} | {s['a']:,.0f} | {s['b']:,.0f} | {s['median']:.3f} | {s['q1']:.3f}-{s['q3']:.3f} "
-              f"| {s['low']:.3f}-{s['high']:.3f} | ±{s['detectable']:.1%} | {verdict(s)}{note} "
+              f"| {s['low']:.3f}-{s['high']:.3f} | ±{s['detectable']:.1%} | {verdict(s)}{note} | {s['need']} "
               f"| {s['a_p99']:.2f} / {s['b_p99']:.2f} | {s['a_hwm']:.0f} / {s['b_hwm']:.0f} |")
     if len(logs) > 2:
         # A change common to every scenario (a uniform regression) shows in all rounds together, with a narrower
@@ -107,7 +110,7 @@ def main():
         half = 1.96 * sd / math.sqrt(len(logs))
         t = dict(low=math.exp(mean - half), high=math.exp(mean + half))
         print(f"| all, pooled | {len(logs)} | | | {math.exp(statistics.median(logs)):.3f} | | {t['low']:.3f}-{t['high']:.3f} "
-              f"| ±{math.exp(half) - 1:.1%} | {verdict(t)} | | |")
+              f"| ±{math.exp(half) - 1:.1%} | {verdict(t)} | | | |")
 
 
 if __name__ == "__main__":

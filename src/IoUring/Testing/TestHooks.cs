@@ -34,6 +34,10 @@ internal sealed class TestHooks
     /// the kernel refused.</summary>
     public int BufferRegistrationErrno { get; init; }
 
+    /// <summary>Emptying a registered buffer's entry fails with this errno as if the kernel refused (the entry stays
+    /// taken).</summary>
+    public int BufferUnregistrationErrno { get; init; }
+
     /// <summary>The loop's memory pool fills every returned block with a poison byte, so bytes sent after a block's
     /// return show up.</summary>
     public bool PoisonReturnedMemory { get; init; }

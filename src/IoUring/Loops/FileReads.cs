@@ -125,6 +125,26 @@ internal sealed unsafe class FileReads : RingOwner
     internal static ObjectDisposedException Stopped()
         => new(nameof(EventLoop), "The event loop stopped before the file read completed.");
 
+    /// <summary>
+    /// The loop leaves with reads still in the kernel (its stop's deadline passed): no completion of theirs will be
+    /// read, so their awaiters fail now. Each keeps its buffer pinned and its file referenced for good, as the kernel
+    /// may still write; their slots and this owner are never freed.
+    /// </summary>
+    public void AbandonInFlight()
+    {
+        Loop.AssertOnLoopThread();
+        for (int slot = 0; slot < _used; slot++)
+        {
+            if (_slots[slot] is { } read)
+            {
+                _slots[slot] = null;
+                read.Abandon(new ObjectDisposedException(nameof(EventLoop),
+                    "The event loop stopped with the file read still in the kernel (not ended within the stop's " +
+                    "deadline): its buffer may still be written and stays pinned, and the file stays referenced."));
+            }
+        }
+    }
+
     private int RentSlot(FileRead read)
     {
         int slot;

@@ -42,6 +42,10 @@ internal sealed class TestHooks
     /// return show up.</summary>
     public bool PoisonReturnedMemory { get; init; }
 
+    /// <summary>How long a loop's stop waits for the requests in flight before it leaves them (10 s when
+    /// null).</summary>
+    public TimeSpan? ShutdownDeadline { get; init; }
+
     /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always
     /// copies), to test zero-copy lifetimes here.</summary>
     public bool IgnoreZeroCopyCopied { get; init; }

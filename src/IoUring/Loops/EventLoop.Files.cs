@@ -136,7 +136,7 @@ public sealed partial class EventLoop
 
     /// <summary>Wherever a posted read runs: on the loop before its stop it is submitted, else it fails as
     /// disposed.</summary>
-    private void SubmitFileRead(FileRead read)
+    internal void SubmitFileRead(FileRead read)
     {
         if (!IsOnLoopThread || _stopping)
         {

@@ -245,6 +245,35 @@ public sealed class FileReadTests : IDisposable
     }
 
     [Fact]
+    public async Task A_read_the_loop_has_no_sqe_for_when_it_stops_fails_and_leaves_the_file_to_close()
+    {
+        // The loop refuses the read's SQE again and again (as when the SQ stays full after an early submit): it is tried
+        // every iteration, and the stop comes while it is. It never reached the kernel: it must fail and give the file
+        // back, so that the handle's Dispose closes the fd.
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.EIO], probability: 0, seed: 1);
+        var loop = new EventLoop(new EventLoopOptions
+        {
+            Hooks = new() { Faults = faults, ShutdownDeadline = TimeSpan.FromMilliseconds(300) },
+            UnhandledException = _ => { }, // the refusals
+        });
+        (SafeFileHandle readEnd, SafeFileHandle writeEnd) = Pipe();
+        using (writeEnd)
+        {
+            faults.RefuseSqes(int.MaxValue);
+            ValueTask<int> pending = loop.ReadAsync(readEnd, new byte[64], 0);
+            await Eventually.WaitForAsync(() => faults.SqesRefused >= 3); // its retries are under way
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(30));
+
+            Task<int> read = pending.AsTask();
+            await Task.WhenAny(read, Task.Delay(TimeSpan.FromSeconds(10)));
+            Assert.True(read.IsCompleted, "the read's awaiter still waits after the loop stopped");
+            await Assert.ThrowsAsync<ObjectDisposedException>(() => read);
+            readEnd.Dispose();
+            Assert.True(readEnd.IsClosed); // no reference held: the fd is closed now
+        }
+    }
+
+    [Fact]
     public async Task Tokens_cancelled_after_their_read_completed_do_not_touch_later_reads()
     {
         using var loop = new EventLoop();

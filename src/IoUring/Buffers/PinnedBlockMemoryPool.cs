@@ -434,6 +434,7 @@ internal interface IRegionRegistrar
     void Register(PinnedBlockMemoryPool.Region region);
 
     /// <summary>A trimmed region (any thread; none of its blocks is rented or pinned): empty its entry, then
-    /// <see cref="PinnedBlockMemoryPool.Region.ReleasePages"/>.</summary>
+    /// <see cref="PinnedBlockMemoryPool.Region.ReleasePages"/>, but only if the entry is empty (while a ring's table
+    /// holds the pages, the kernel keeps them).</summary>
     void Unregister(PinnedBlockMemoryPool.Region region);
 }

@@ -33,8 +33,9 @@ public sealed partial class EventLoop
     /// disk is waited for by the kernel (its asynchronous buffered reads, or an io-wq worker), not by a .NET
     /// thread.</para>
     /// <para>The loop's stop cancels the reads in flight (they fail with <see cref="ObjectDisposedException"/>). A read
-    /// the kernel cannot cancel that outlives the stop's deadline (10 s; a hung network file system) never completes:
-    /// its buffer stays pinned and its file referenced, as the kernel may still write.</para>
+    /// the kernel cannot cancel that outlives the stop's deadline (10 s; a hung network file system) fails the same
+    /// way when the loop leaves, but its buffer stays pinned and its file referenced (never closed) for good, as the
+    /// kernel may still write: such a buffer must not be reused.</para>
     /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="file"/> is null.</exception>
     /// <exception cref="ArgumentException"><paramref name="file"/> is invalid.</exception>
@@ -135,7 +136,7 @@ public sealed partial class EventLoop
 
     /// <summary>Wherever a posted read runs: on the loop before its stop it is submitted, else it fails as
     /// disposed.</summary>
-    private void SubmitFileRead(FileRead read)
+    internal void SubmitFileRead(FileRead read)
     {
         if (!IsOnLoopThread || _stopping)
         {

@@ -146,12 +146,19 @@ public sealed unsafe partial class EventLoop
 
         private void UnregisterNow(PinnedBlockMemoryPool.Region region)
         {
-            if (region.BufferIndex >= 0 && loop.IsOnLoopThread && !loop.IsStopping && loop._bufferTable is { } table)
+            // The pages go back only once no table holds them. An entry left as it was (the loop stops: the ring's
+            // close empties it later; or the kernel refused) keeps them pinned and charged to RLIMIT_MEMLOCK, and
+            // releasing them then would make RSS say they are free: they stay, and the GC takes them with the array.
+            bool held = region.BufferIndex >= 0;
+            if (held && loop.IsOnLoopThread && !loop.IsStopping && loop._bufferTable is { } table)
             {
-                table.Unregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
+                held = !table.TryUnregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
             }
             region.BufferIndex = -1;
-            region.ReleasePages(); // after the update: the ring's table no longer holds these pages
+            if (!held)
+            {
+                region.ReleasePages();
+            }
         }
     }
 }

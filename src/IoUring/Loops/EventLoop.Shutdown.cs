@@ -56,7 +56,8 @@ public sealed unsafe partial class EventLoop
     /// <summary>Requests in flight that a stop waits for: all but zero-copy notifications.</summary>
     private bool HasRequestsToWaitFor => _inFlight > _notificationsPending;
 
-    private bool ShutdownDeadlinePassed => _stopping && Stopwatch.GetElapsedTime(_shutdownStarted) > s_shutdownDeadline;
+    private bool ShutdownDeadlinePassed => _stopping
+        && Stopwatch.GetElapsedTime(_shutdownStarted) > (_options.Hooks?.ShutdownDeadline ?? s_shutdownDeadline);
 
     private void RequestStop()
     {
@@ -161,6 +162,8 @@ public sealed unsafe partial class EventLoop
             ReportUnhandled(new IoUringException(
                 $"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.",
                 Errno.EBUSY));
+            // Their completions will never be read: callers awaiting file reads would wait for ever.
+            _fileReads?.AbandonInFlight();
         }
         else
         {

@@ -47,14 +47,15 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// Runs <paramref name="retry"/> on <paramref name="target"/> in the loop's next iteration, for a request
-    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone (its stop
-    /// ended everything).
+    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone. Only for
+    /// an owner that then holds nothing to free: one holding an fd, native memory or a caller's task gives an abandon
+    /// step (the other overload).
     /// </summary>
     internal void RetryNextIteration<T>(T target, Action<T> retry) where T : class
         => Schedule(static s =>
         {
             var (loop, target, retry) = ((EventLoop, T, Action<T>))s!;
-            if (loop.IsOnLoopThread)
+            if (loop.CanSubmitHere)
             {
                 retry(target);
             }
@@ -62,14 +63,14 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>
     /// As <see cref="RetryNextIteration{T}(T, Action{T})"/>, for a request whose owner holds what only it can free (an
-    /// fd, native memory, a caller's task): once the loop is gone, <paramref name="abandon"/> runs instead, on the
-    /// thread the post ends on.
+    /// fd, native memory, a caller's task): once the loop is gone (the post runs elsewhere, or on the loop thread after
+    /// the ring closed), <paramref name="abandon"/> runs instead, on the thread the post ends on.
     /// </summary>
     internal void RetryNextIteration<T>(T target, Action<T> retry, Action<T> abandon) where T : class
         => Schedule(static s =>
         {
             var (loop, target, retry, abandon) = ((EventLoop, T, Action<T>, Action<T>))s!;
-            if (loop.IsOnLoopThread)
+            if (loop.CanSubmitHere)
             {
                 retry(target);
             }
@@ -78,6 +79,10 @@ public sealed unsafe partial class EventLoop
                 abandon(target);
             }
         }, (this, target, retry, abandon));
+
+    /// <summary>Whether the calling thread may ask for SQEs: the loop thread, while the ring is open (posts that raced
+    /// the stop run on the loop thread after the ring closed).</summary>
+    private bool CanSubmitHere => IsOnLoopThread && !_ring.IsDisposed;
 
     /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data
     /// included.</summary>

@@ -316,7 +316,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             }
         }
         _ring.Enable(_options.RegisterRingFd);
-        _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0);
+        _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0,
+            _options.Hooks?.BufferUnregistrationErrno ?? 0);
         _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize,
             _options.Hooks?.PoisonReturnedMemory ?? false);
         OpenWakeup();

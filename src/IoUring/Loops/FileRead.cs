@@ -15,7 +15,8 @@ namespace IoUring.Loops;
 /// posted may still be on its way, so that read is left to the GC rather than reused (the version a cancel carries
 /// guards the rest: a read reset since has another).</para>
 /// <para>The buffer stays pinned and the file referenced (its fd number cannot be reused) until the read's final
-/// completion, also when the token or the loop's stop cancelled it.</para>
+/// completion, also when the token or the loop's stop cancelled it; a read the loop left in the kernel keeps both for
+/// good (<see cref="Abandon"/>).</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class FileRead : IValueTaskSource<int>
@@ -28,6 +29,7 @@ internal sealed class FileRead : IValueTaskSource<int>
     // The token's callback ran, or runs now: a cancel it posted may still reach the loop and find this object, so it
     // is not reused (a reused one would take that cancel as its own).
     private bool _cancelMayArrive;
+    private bool _abandoned; // the loop left it in the kernel: it keeps its pin and file for good
 
     public FileRead(EventLoop loop) => Loop = loop;
 
@@ -107,6 +109,21 @@ internal sealed class FileRead : IValueTaskSource<int>
         }
     }
 
+    /// <summary>
+    /// Loop thread, the loop leaving while the kernel still holds this read: the awaiter fails with
+    /// <paramref name="error"/>, but the buffer stays pinned and the file referenced (its fd number is not reused), for
+    /// good: the kernel may still write, and no completion will say when it stopped. Never reused.
+    /// </summary>
+    public void Abandon(Exception error)
+    {
+        _abandoned = true;
+        _cancelMayArrive = _registered && !_registration.Unregister();
+        _registration = default;
+        _registered = false;
+        Slot = -1;
+        _source.SetException(error);
+    }
+
     public int GetResult(short token)
     {
         // A stale token throws here, and so does a read not completed (ValueTask.Result on a pending read): before
@@ -122,7 +139,7 @@ internal sealed class FileRead : IValueTaskSource<int>
         finally
         {
             Token = default;
-            if (!_cancelMayArrive)
+            if (!_cancelMayArrive && !_abandoned)
             {
                 _source.Reset();
                 Loop.ReturnFileRead(this);

@@ -29,10 +29,10 @@ internal sealed unsafe class FileReads : RingOwner
     /// read when it cannot go to the kernel.</summary>
     public void Submit(FileRead read)
     {
-        if (!Loop.IsOnLoopThread || Loop.IsStopping || IsReleased)
+        Loop.AssertOnLoopThread();
+        if (Loop.IsStopping || IsReleased)
         {
-            // Posted as the loop stopped: it ran elsewhere, or the stop is under way.
-            read.Complete(0, Stopped());
+            read.Complete(0, Stopped()); // the stop is under way
             return;
         }
         if (read.CancelRequested)
@@ -50,9 +50,10 @@ internal sealed unsafe class FileReads : RingOwner
         io_uring_sqe* sqe = Loop.TryNewSqe(this, KindRead, (uint)slot);
         if (sqe == null)
         {
-            // No SQE now: the iteration's submit makes room; a loop that stops meanwhile runs this elsewhere.
+            // No SQE now: the iteration's submit makes room. Once the loop is gone the read, never in the kernel,
+            // fails and gives back its buffer and file.
             ReturnSlot(slot);
-            Loop.Schedule(static s => { var (reads, r) = ((FileReads, FileRead))s!; reads.Submit(r); }, (this, read));
+            Loop.RetryNextIteration(read, static r => r.Loop.SubmitFileRead(r), static r => r.Complete(0, Stopped()));
             return;
         }
         if (Loop.TryGetRegisteredBuffer(read.Buffer, out ushort bufferIndex))
@@ -87,14 +88,8 @@ internal sealed unsafe class FileReads : RingOwner
         io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
         if (sqe == null)
         {
-            Loop.Schedule(static s =>
-            {
-                var (reads, r, v) = ((FileReads, FileRead, short))s!;
-                if (reads.Loop.IsOnLoopThread)
-                {
-                    reads.Cancel(r, v);
-                }
-            }, (this, read, version));
+            // Dropped once the loop is gone: its stop ended the read, or left it in the kernel (AbandonInFlight).
+            Loop.RetryNextIteration(this, reads => reads.Cancel(read, version));
             return;
         }
         sqe->opcode = IORING_OP_ASYNC_CANCEL;
@@ -124,6 +119,26 @@ internal sealed unsafe class FileReads : RingOwner
 
     internal static ObjectDisposedException Stopped()
         => new(nameof(EventLoop), "The event loop stopped before the file read completed.");
+
+    /// <summary>
+    /// The loop leaves with reads still in the kernel (its stop's deadline passed): no completion of theirs will be
+    /// read, so their awaiters fail now. Each keeps its buffer pinned and its file referenced for good, as the kernel
+    /// may still write; their slots and this owner are never freed.
+    /// </summary>
+    public void AbandonInFlight()
+    {
+        Loop.AssertOnLoopThread();
+        for (int slot = 0; slot < _used; slot++)
+        {
+            if (_slots[slot] is { } read)
+            {
+                _slots[slot] = null;
+                read.Abandon(new ObjectDisposedException(nameof(EventLoop),
+                    "The event loop stopped with the file read still in the kernel (not ended within the stop's " +
+                    "deadline): its buffer may still be written and stays pinned, and the file stays referenced."));
+            }
+        }
+    }
 
     private int RentSlot(FileRead read)
     {

@@ -122,7 +122,8 @@ public sealed partial class IoUringConnection
     }
 
     // A cancel the loop had no SQE for (the SQ stayed full after an early submit) is tried again next iteration, or the
-    // close would wait for ever; cancelling a request twice is harmless (the second finds nothing).
+    // close would wait for ever; cancelling a request twice is harmless (the second finds nothing). Once the loop is
+    // gone the retry is dropped: its requests still in the kernel may use the fd, which therefore stays open.
     private void CancelForClose()
     {
         if (!(_receiver.CancelForClose() & _sender.CancelForClose()))
@@ -143,7 +144,7 @@ public sealed partial class IoUringConnection
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Close);
         if (sqe == null)
         {
-            RetryOnLoop(static c => c.SubmitCloseRequest());
+            _owner.Loop.RetryNextIteration(this, static c => c.SubmitCloseRequest(), static c => c.CloseWithoutRing());
             return;
         }
         sqe->opcode = IORING_OP_CLOSE;
@@ -151,6 +152,19 @@ public sealed partial class IoUringConnection
     }
 
     private void RetryOnLoop(Action<IoUringConnection> retry) => _owner.Loop.RetryNextIteration(this, retry);
+
+    /// <summary>
+    /// The loop went with the CLOSE still waiting for an SQE: no request on the fd runs any more (only zero-copy
+    /// notifications may be pending, which hold memory, not the fd), so it is closed here, and the close finishes as
+    /// the CLOSE's completion would have finished it. Any thread, the loop gone.
+    /// </summary>
+    private void CloseWithoutRing()
+    {
+        Debug.Assert(_state == ConnectionState.ClosingFd, $"closing the fd directly in state {_state}");
+        _ = Libc.close(_fd);
+        OnFdClosed();
+        CheckCloseProgress();
+    }
 
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
 

@@ -22,13 +22,18 @@ internal sealed unsafe class RegisteredBufferTable
 
     private readonly Ring _ring;
     private readonly int _injectedErrno;
+    private readonly int _injectedUnregisterErrno;
     private ushort[]? _free;    // free entries, a stack; null until the sparse table is registered
     private int _freeCount;
 
-    public RegisteredBufferTable(Ring ring, int injectedErrno = 0)
+    /// <param name="ring">The ring whose table this is.</param>
+    /// <param name="injectedErrno">Test seam: registrations fail with this errno.</param>
+    /// <param name="injectedUnregisterErrno">Test seam: emptying an entry fails with this errno.</param>
+    public RegisteredBufferTable(Ring ring, int injectedErrno = 0, int injectedUnregisterErrno = 0)
     {
         _ring = ring;
         _injectedErrno = injectedErrno;
+        _injectedUnregisterErrno = injectedUnregisterErrno;
     }
 
     /// <summary>The errno of the last refused registration (0: none was refused).</summary>
@@ -70,17 +75,20 @@ internal sealed unsafe class RegisteredBufferTable
         return true;
     }
 
-    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any
-    /// more).</summary>
-    public void Unregister(ushort index, int length)
+    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any more); false
+    /// if the kernel refused, and the entry still holds the memory.</summary>
+    public bool TryUnregister(ushort index, int length)
     {
         // Emptying an entry cannot fail for a valid index on a live ring; if it did the entry stays taken (a leak of
-        // one table slot, never a reuse of memory the kernel still maps there).
-        if (Update(index, null, 0) >= 0)
+        // one table slot, never a reuse of memory the kernel still maps there) and its bytes stay counted.
+        int result = _injectedUnregisterErrno != 0 ? -_injectedUnregisterErrno : Update(index, null, 0);
+        if (result < 0)
         {
-            _free![_freeCount++] = index;
-            RegisteredBytes -= length;
+            return false;
         }
+        _free![_freeCount++] = index;
+        RegisteredBytes -= length;
+        return true;
     }
 
     private bool TryRegisterTable()

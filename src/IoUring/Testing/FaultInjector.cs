@@ -6,7 +6,8 @@ namespace IoUring.Testing;
 /// <summary>
 /// Test seam (internal, off unless set in <see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs
 /// into NOPs that make the real kernel complete them with an injected error (IORING_NOP_INJECT_RESULT), keeping their
-/// user_data. The owner then sees exactly what a failing request looks like: one final CQE with -errno and no buffer.
+/// user_data and link flags. The owner then sees exactly what a failing request looks like: one final CQE with -errno
+/// and no buffer, and the rest of its linked chain cancelled.
 /// Only data-path opcodes may be targeted, never CLOSE or cancels, so injection cannot leak an fd.
 /// </summary>
 internal sealed class FaultInjector
@@ -198,9 +199,13 @@ internal sealed class FaultInjector
                 errno = _errnos[_random.Next(_errnos.Length)];
             }
             ulong userData = sqe->user_data;
+            // The link flags stay: a failed link cancels the rest of its chain, as a real failure does. The others go
+            // (BUFFER_SELECT would make the NOP take a buffer, FIXED_FILE names no file a NOP has).
+            byte links = (byte)(sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
             *sqe = new io_uring_sqe
             {
                 opcode = IORING_OP_NOP,
+                flags = links,
                 nop_flags = IORING_NOP_INJECT_RESULT,
                 len = unchecked((uint)-errno),
                 user_data = userData,

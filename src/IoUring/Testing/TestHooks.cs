@@ -31,9 +31,17 @@ internal sealed class TestHooks
     /// the kernel refused.</summary>
     public int BufferRegistrationErrno { get; init; }
 
+    /// <summary>Emptying a registered buffer's entry fails with this errno as if the kernel refused (the entry stays
+    /// taken).</summary>
+    public int BufferUnregistrationErrno { get; init; }
+
     /// <summary>The loop's memory pool fills every returned block with a poison byte, so bytes sent after a block's
     /// return show up.</summary>
     public bool PoisonReturnedMemory { get; init; }
+
+    /// <summary>How long a loop's stop waits for the requests in flight before it leaves them (10 s when
+    /// null).</summary>
+    public TimeSpan? ShutdownDeadline { get; init; }
 
     /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always
     /// copies), to test zero-copy lifetimes here.</summary>

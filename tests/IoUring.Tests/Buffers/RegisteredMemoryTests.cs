@@ -82,6 +82,51 @@ public sealed class RegisteredMemoryTests
         _ = index;
     }
 
+    /// <summary>A block of <paramref name="loop"/>'s pool whose region the ring has registered.</summary>
+    private static async Task<PinnedBlockMemoryPool.Region> RegisteredRegionAsync(EventLoop loop)
+    {
+        IMemoryOwner<byte> block = loop.MemoryPool.Rent();
+        await Eventually.WaitForAsync(() => OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(block.Memory, out _)).Result);
+        Assert.True(await OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(block.Memory, out _)));
+        block.Memory.Span.Fill(1);
+        block.Dispose();
+        return ((PinnedBlockMemoryPool.Block)block).Region;
+    }
+
+    private static int RegionPages => PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize;
+
+    [Fact]
+    public async Task A_trimmed_region_whose_entry_the_kernel_did_not_empty_keeps_its_pages_and_stays_counted()
+    {
+        // The ring's table still holds the pages (pinned, charged to RLIMIT_MEMLOCK): given back with madvise, RSS
+        // would say they are free while the kernel keeps them.
+        using var loop = new EventLoop(new EventLoopOptions { Hooks = new() { BufferUnregistrationErrno = Errno.EBUSY } });
+        PinnedBlockMemoryPool.Region region = await RegisteredRegionAsync(loop);
+        PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
+        Assert.Equal(0, pool.Trim()); // rented during this interval
+        Assert.Equal(pool.BlocksPerRegion, pool.Trim());
+
+        // Posted after the unregister the trim posted, so it runs after it.
+        Assert.Equal(RegionPages, await OnLoopAsync(loop, () => MemoryPoolTests.ResidentPages(region)));
+        Assert.Equal(1, await OnLoopAsync(loop, () => loop.BufferTable!.Registered));
+        Assert.Equal(PinnedBlockMemoryPool.RegionSize, loop.Counters.RegisteredMemoryBytes);
+    }
+
+    [Fact]
+    public async Task A_region_trimmed_as_the_loop_stops_keeps_its_pages()
+    {
+        // Stopping, the loop leaves the entry to the ring's close: until then the kernel holds the pages.
+        var loop = new EventLoop();
+        PinnedBlockMemoryPool.Region region = await RegisteredRegionAsync(loop);
+        PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
+        Assert.Equal(0, pool.Trim()); // rented during this interval
+        int trimmed = 0;
+        loop.Stopping += () => trimmed = pool.Trim(); // on the loop thread, the stop begun
+        loop.Dispose();
+        Assert.Equal(pool.BlocksPerRegion, trimmed);
+        Assert.Equal(RegionPages, MemoryPoolTests.ResidentPages(region));
+    }
+
     [Fact]
     public void Disposing_a_loops_pool_from_outside_does_not_end_it_and_a_stopped_loops_pool_still_rents()
     {

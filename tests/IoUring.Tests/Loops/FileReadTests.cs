@@ -1,6 +1,7 @@
 using System.Security.Cryptography;
 using IoUring.Interop;
 using IoUring.Loops;
+using IoUring.Testing;
 using IoUring.Tests.Support;
 using Microsoft.Win32.SafeHandles;
 
@@ -206,6 +207,69 @@ public sealed class FileReadTests : IDisposable
             await Assert.ThrowsAsync<ObjectDisposedException>(async () => await pending);
             using SafeFileHandle file = File.OpenHandle(_path);
             Assert.Throws<ObjectDisposedException>(() => loop.ReadAsync(file, new byte[64], 0));
+        }
+    }
+
+    [Fact]
+    public async Task A_read_still_in_the_kernel_when_the_stop_gives_up_fails_its_awaiter_and_keeps_the_file()
+    {
+        // The stop's cancel never reaches the kernel (refused here; a read on a hung network file system ignores it):
+        // the stop waits out its deadline and leaves with the read in flight. Its awaiter used to wait for ever.
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.EIO], probability: 0, seed: 1);
+        var loop = new EventLoop(new EventLoopOptions
+        {
+            Hooks = new() { Faults = faults, ShutdownDeadline = TimeSpan.FromMilliseconds(300) },
+            UnhandledException = _ => { }, // the refused cancels, and the requests left in flight
+        });
+        (SafeFileHandle readEnd, SafeFileHandle writeEnd) = Pipe();
+        using (writeEnd)
+        {
+            ValueTask<int> pending = loop.ReadAsync(readEnd, new byte[64], 0);
+            await Eventually.WaitForAsync(() => loop.InFlight >= 2); // the wakeup READ and this read
+            faults.RefuseLoopSqes(int.MaxValue);
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(30)); // hang guard
+
+            Task<int> read = pending.AsTask();
+            await Task.WhenAny(read, Task.Delay(TimeSpan.FromSeconds(10)));
+            Assert.True(read.IsCompleted, "the read's awaiter still waits after the loop stopped");
+            ObjectDisposedException error = await Assert.ThrowsAsync<ObjectDisposedException>(() => read);
+            Assert.Contains("stop", error.Message, StringComparison.Ordinal);
+
+            // The kernel may still read into the buffer and from the file: the file stays referenced, so its fd (and
+            // that number) is not given back, whatever the caller does with the handle.
+            int fd = (int)readEnd.DangerousGetHandle();
+            readEnd.Dispose();
+            Assert.False(readEnd.IsClosed);
+            Assert.True(File.Exists($"/proc/self/fd/{fd}"));
+        }
+    }
+
+    [Fact]
+    public async Task A_read_the_loop_has_no_sqe_for_when_it_stops_fails_and_leaves_the_file_to_close()
+    {
+        // The loop refuses the read's SQE again and again (as when the SQ stays full after an early submit): it is tried
+        // every iteration, and the stop comes while it is. It never reached the kernel: it must fail and give the file
+        // back, so that the handle's Dispose closes the fd.
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.EIO], probability: 0, seed: 1);
+        var loop = new EventLoop(new EventLoopOptions
+        {
+            Hooks = new() { Faults = faults, ShutdownDeadline = TimeSpan.FromMilliseconds(300) },
+            UnhandledException = _ => { }, // the refusals
+        });
+        (SafeFileHandle readEnd, SafeFileHandle writeEnd) = Pipe();
+        using (writeEnd)
+        {
+            faults.RefuseSqes(int.MaxValue);
+            ValueTask<int> pending = loop.ReadAsync(readEnd, new byte[64], 0);
+            await Eventually.WaitForAsync(() => faults.SqesRefused >= 3); // its retries are under way
+            await loop.StopAsync().WaitAsync(TimeSpan.FromSeconds(30));
+
+            Task<int> read = pending.AsTask();
+            await Task.WhenAny(read, Task.Delay(TimeSpan.FromSeconds(10)));
+            Assert.True(read.IsCompleted, "the read's awaiter still waits after the loop stopped");
+            await Assert.ThrowsAsync<ObjectDisposedException>(() => read);
+            readEnd.Dispose();
+            Assert.True(readEnd.IsClosed); // no reference held: the fd is closed now
         }
     }
 

@@ -426,4 +426,24 @@ public sealed class FaultInjectionTests(ITestOutputHelper output)
             server.Abort();
         }
     }
+
+    [NopInjectFact]
+    public async Task An_injected_failure_in_a_linked_chain_cancels_the_rest_as_a_real_failure_does()
+    {
+        // A real failure of a linked request cancels the rest of its chain (the kernel completes them with ECANCELED);
+        // an injected one must too, or a test of a chain's failure sees the next link run as if nothing had failed.
+        var faults = new FaultInjector([IORING_OP_NOP], [Errno.EIO], probability: 0, seed: 1);
+        using var loop = new EventLoop(new EventLoopOptions { Hooks = new() { Faults = faults } });
+        using var handler = new RecordingHandler(loop);
+        await handler.OnLoopAsync(h =>
+        {
+            faults.FailSqe(IORING_OP_NOP, after: 0, Errno.EIO);
+            h.Submit(new io_uring_sqe { opcode = IORING_OP_NOP, flags = IOSQE_IO_LINK }, 1);
+            h.Submit(RecordingHandler.Nop(), 2);
+        });
+        await handler.WaitForAsync(2);
+        Assert.Equal(1, faults.Injected);
+        Assert.Equal(-Errno.EIO, handler.Completions.Single(c => c.Value == 1).Result);
+        Assert.Equal(-Errno.ECANCELED, handler.Completions.Single(c => c.Value == 2).Result);
+    }
 }

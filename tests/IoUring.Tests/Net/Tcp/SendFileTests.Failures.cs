@@ -2,7 +2,9 @@ using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
+using IoUring.Interop;
 using IoUring.Net;
+using IoUring.Testing;
 using IoUring.Tests.Support;
 using Microsoft.Win32.SafeHandles;
 using static IoUring.Tests.Support.TestBytes;
@@ -177,6 +179,51 @@ public sealed partial class SendFileTests
             await Assert.ThrowsAsync<IOException>(() => server.SendFileAsync(file, 0, 1, CancellationToken.None));
         }
         Assert.Equal(pipes, Pipes());
+    }
+
+    [Fact]
+    public async Task A_loop_that_stops_with_no_sqe_for_a_file_send_nor_the_close_lets_go_of_every_fd()
+    {
+        // The loop refuses every request of its owners from the file send's first one on (as when the SQ stays full
+        // after an early submit): each is tried again next iteration, and the stop comes while they are. Whatever
+        // holds an fd must let it go once the loop is gone: the file send its pipe and the file, the connection its
+        // socket (whose CLOSE never got an SQE).
+        byte[] content = Pattern(1024 * 1024, seed: 23);
+        string path = WriteFile(content);
+        int pipes = Pipes();
+        var faults = new FaultInjector([IoUringConstants.IORING_OP_NOP], [Errno.EIO], probability: 0, seed: 1);
+        var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            Loop =
+            {
+                Hooks = new() { Faults = faults, ShutdownDeadline = TimeSpan.FromMilliseconds(300) },
+                UnhandledException = _ => { }, // the refusals
+            },
+        });
+        IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        (Socket client, IoUringConnection server) = await LoopbackPairs.ConnectAsync(listener);
+        await listener.DisposeAsync();
+        int socketFd = server.FileDescriptor;
+        string? socket = new FileInfo($"/proc/self/fd/{socketFd}").LinkTarget;
+        Assert.StartsWith("socket:", socket, StringComparison.Ordinal);
+        using (client)
+        using (SafeFileHandle file = Open(path))
+        {
+            faults.RefuseSqes(int.MaxValue);
+            Task sending = server.SendFileAsync(file, 0, content.Length, CancellationToken.None);
+            await Eventually.WaitForAsync(() => faults.SqesRefused >= 3); // its retries are under way
+            Assert.False(sending.IsCompleted);
+            Assert.Equal(pipes + 2, Pipes());
+
+            await network.Loops[0].StopAsync().WaitAsync(TimeSpan.FromSeconds(30));
+            await Assert.ThrowsAsync<IOException>(() => Within(sending));
+            Assert.Equal(pipes, Pipes());
+            Assert.NotEqual(socket, new FileInfo($"/proc/self/fd/{socketFd}").LinkTarget); // closed (or reused)
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+        }
+        Assert.Equal(0, FdCount.Matching(path));
+        await network.DisposeAsync().AsTask().WaitAsync(TimeSpan.FromSeconds(10));
     }
 
     [Fact]

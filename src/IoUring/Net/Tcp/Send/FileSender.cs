@@ -183,23 +183,27 @@ internal sealed partial class FileSender
         }
     }
 
+    /// <summary>Again in the loop's next iteration (no SQE now: the submit in between makes room), or
+    /// <see cref="OnLoopGone"/>.</summary>
+    private void Retry(Action<FileSender> retry)
+        => _owner.Loop.RetryNextIteration(this, retry, static sender => sender.OnLoopGone());
+
     /// <summary>
-    /// Again in the loop's next iteration (no SQE now: the submit in between makes room). Run elsewhere, the loop has
-    /// stopped (its stop closed the connection): the send ends there, so the pipe and the file are not held for ever.
+    /// The loop is gone with a retry pending (its stop closed the connection). With nothing in flight the send ends
+    /// here, the pipe and the file given back. A request the loop left in the kernel may still use them: they stay
+    /// (the connection keeps its fd for the same reason), and only the task fails. Any thread, the loop gone.
     /// </summary>
-    private void Retry(Action<FileSender> retry) => _owner.Loop.Schedule(static s =>
+    private void OnLoopGone()
     {
-        var (sender, retry) = ((FileSender, Action<FileSender>))s!;
-        if (sender._owner.Loop.IsOnLoopThread)
+        if (_inFlight == 0)
         {
-            retry(sender);
+            End(Closed());
         }
         else
         {
-            sender._inFlight = 0;
-            sender.End(sender.Closed());
+            _done.TrySetException(Closed());
         }
-    }, (this, retry));
+    }
 
     private unsafe void OpenPipe(long count)
     {

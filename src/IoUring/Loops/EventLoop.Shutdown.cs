@@ -161,6 +161,7 @@ public sealed unsafe partial class EventLoop
             ReportUnhandled(new IoUringException(
                 $"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.",
                 Errno.EBUSY));
+            _receiveBuffers?.Spares.OnStopped(); // blocks taken by connections must still come back
         }
         else
         {

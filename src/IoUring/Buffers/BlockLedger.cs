@@ -28,7 +28,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         {
             lock (_entries)
             {
-                return _entries.Values.Count(e => e.Out);
+                return _entries.Values.Count(e => e.Out && !e.Kept);
             }
         }
     }
@@ -73,7 +73,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
             if (_entries.TryGetValue((block, offset), out Entry? entry) && entry.Out)
             {
                 memory.Fill(Poison);
-                _entries[(block, offset)] = entry with { Out = false };
+                _entries[(block, offset)] = entry with { Out = false, Kept = false };
             }
             else
             {
@@ -109,6 +109,22 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
+    /// <summary>Marks the blocks out that <paramref name="keptByDesign"/> picks as held past the pool's stop on
+    /// purpose (memory the kernel may still read): not leaks, and their return is no double return.</summary>
+    public void KeepOutstanding(Func<object, bool> keptByDesign)
+    {
+        lock (_entries)
+        {
+            foreach (KeyValuePair<(object, int), Entry> e in _entries.Where(e => e.Value.Out).ToList())
+            {
+                if (keptByDesign(e.Key.Item1))
+                {
+                    _entries[e.Key] = e.Value with { Kept = true };
+                }
+            }
+        }
+    }
+
     /// <summary>Reports a problem of the pool itself (e.g. a block released more often than it was held).</summary>
     public void Report(string problem)
         => PoolDiagnostics.Report(this, $"{problem}, at {Format(new StackTrace(1, false))}");
@@ -118,7 +134,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
     {
         lock (_entries)
         {
-            if (_stopped || !_entries.Values.Any(e => e.Out))
+            if (_stopped || !_entries.Values.Any(e => e.Out && !e.Kept))
             {
                 _stopped = true;
                 return;
@@ -133,7 +149,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
     {
         lock (_entries)
         {
-            return _entries.Values.Where(e => e.Out)
+            return _entries.Values.Where(e => e.Out && !e.Kept)
                 .GroupBy(e => Format(e.Rent))
                 .Select(g => $"{g.Count()} block(s) never returned after the pool stopped; rented at {g.Key}")
                 .ToList();
@@ -155,5 +171,8 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
 
     private const int MaxFrames = 30;
 
-    private sealed record Entry(bool Out, StackTrace? Rent);
+    /// <param name="Out">Rented and not yet returned.</param>
+    /// <param name="Rent">The last rent's stack.</param>
+    /// <param name="Kept">Out past the pool's stop on purpose (see <see cref="KeepOutstanding"/>).</param>
+    private sealed record Entry(bool Out, StackTrace? Rent, bool Kept = false);
 }

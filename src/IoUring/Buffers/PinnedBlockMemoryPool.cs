@@ -318,7 +318,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// works, from regions nobody tracks or registers (a connection still writing after its loop stopped must not
     /// fail).
     /// </summary>
-    internal void Shutdown()
+    /// <param name="kernelKeepsPins">The loop stopped with requests (zero-copy notifications) still holding pins:
+    /// blocks only they hold stay out for good by design, and <see cref="PoolDiagnostics"/> does not call them
+    /// leaks.</param>
+    internal void Shutdown(bool kernelKeepsPins = false)
     {
         _trimTimer?.Dispose();
         lock (_lock)
@@ -330,6 +333,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
         if (PoolDiagnostics.Enabled)
         {
+            if (kernelKeepsPins)
+            {
+                _ledger!.KeepOutstanding(static key => key is Block { OwnerReleased: true });
+            }
             _ledger!.OnStopped();
         }
     }
@@ -431,6 +438,9 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         public override Span<byte> GetSpan() => new(Pointer, Region.Pool.BlockBytes);
 
         public override Memory<byte> Memory => CreateMemory(Region.Pool.BlockBytes);
+
+        /// <summary>Its renter let go (pins may still hold it).</summary>
+        internal bool OwnerReleased => Volatile.Read(ref _ownerReleased) != 0;
 
         internal void OnRented()
         {

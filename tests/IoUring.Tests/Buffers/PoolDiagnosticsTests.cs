@@ -55,6 +55,22 @@ public sealed class PoolDiagnosticsTests
     }
 
     [Fact]
+    public void Blocks_only_the_kernel_pins_when_the_loop_stops_are_kept_on_purpose_not_leaked()
+    {
+        var pool = new PinnedBlockMemoryPool(trim: false);
+        IMemoryOwner<byte> sent = pool.Rent(), kept = RentAndKeep(pool);
+        MemoryHandle notificationPending = sent.Memory.Pin(); // as a zero-copy send whose notification never came
+        sent.Dispose();
+        pool.Shutdown(kernelKeepsPins: true);
+
+        string leak = Assert.Single(PoolDiagnostics.TakeProblems(pool.Ledger!, TimeSpan.Zero));
+        Assert.Contains("1 block(s) never returned", leak); // the one its renter still holds
+        Assert.Contains(nameof(RentAndKeep), leak);
+        kept.Dispose();
+        notificationPending.Dispose();
+    }
+
+    [Fact]
     public void A_receive_block_still_out_when_its_pool_stops_is_reported_with_the_stack_that_rented_it()
     {
         var pool = new ReceiveBlockPool(4096, maxIdle: 4);

@@ -55,13 +55,15 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     private int _rented;
     private int _peakRented;
     private bool _disposed;
+    private readonly BlockLedger? _ledger; // PoolDiagnostics only
 
     /// <param name="trim">Whether a timer trims unused regions (tests turn it off to count blocks exactly).</param>
     /// <param name="registrar">Registers each new region with a ring (a loop's own pool), or null.</param>
     /// <param name="poisonReturnedBlocks">Fill every returned block with <see cref="PoisonByte"/> (tests).</param>
     /// <param name="blockSize">Bytes per block: a power of two from 4 KiB to <see cref="RegionSize"/>.</param>
+    /// <param name="origin">Where the pool's owner was made, named in <see cref="PoolDiagnostics"/>' reports.</param>
     public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null,
-        bool poisonReturnedBlocks = false, int blockSize = BlockSize)
+        bool poisonReturnedBlocks = false, int blockSize = BlockSize, string? origin = null)
     {
         if (blockSize < MinBlockSize || blockSize > RegionSize || !int.IsPow2(blockSize))
         {
@@ -72,6 +74,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         BlocksPerRegion = RegionSize / blockSize;
         _registrar = registrar;
         PoisonReturnedBlocks = poisonReturnedBlocks;
+        if (PoolDiagnostics.Enabled)
+        {
+            _ledger = new BlockLedger($"pinned pool of {blockSize} B blocks", PoisonByte, origin);
+        }
         if (trim)
         {
             // Weakly referenced: an abandoned pool is collected and its timer with it.
@@ -133,6 +139,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
     internal const byte PoisonByte = 0xDB;
 
+    /// <summary>This pool's record of its blocks under <see cref="PoolDiagnostics"/> (null when off).</summary>
+    internal BlockLedger? Ledger => _ledger;
+
+    /// <summary>The block behind an owner this pool rented (the block itself, or its owner under
+    /// <see cref="PoolDiagnostics"/>).</summary>
+    internal static Block BlockOf(IMemoryOwner<byte> owner)
+        => owner as Block ?? ((TrackedBlockOwner)owner).Block;
+
     public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
     {
         if (minBufferSize > BlockBytes)
@@ -169,6 +183,11 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             }
         }
         block.OnRented();
+        if (PoolDiagnostics.Enabled)
+        {
+            _ledger!.OnRent(block, 0, block.GetSpan());
+            return new TrackedBlockOwner(block, _ledger);
+        }
         return block;
     }
 
@@ -189,6 +208,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
                 }
                 if (region.FreeCount == BlocksPerRegion) // none rented or pinned
                 {
+                    if (PoolDiagnostics.Enabled)
+                    {
+                        region.ForgetBlocks(_ledger!);
+                    }
                     region.MarkDropped();
                     (dropped ??= []).Add(region);
                     _regions.RemoveAt(i);
@@ -258,6 +281,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
     private void Return(Block block)
     {
+        if (PoolDiagnostics.Enabled && !_ledger!.OnReturn(block, 0, block.GetSpan()))
+        {
+            return; // returned twice: reported, and kept off the free list (two renters would share it)
+        }
         if (PoisonReturnedBlocks)
         {
             block.GetSpan().Fill(PoisonByte);
@@ -291,7 +318,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// works, from regions nobody tracks or registers (a connection still writing after its loop stopped must not
     /// fail).
     /// </summary>
-    internal void Shutdown()
+    /// <param name="kernelKeepsPins">The loop stopped with requests (zero-copy notifications) still holding pins:
+    /// blocks only they hold stay out for good by design, and <see cref="PoolDiagnostics"/> does not call them
+    /// leaks.</param>
+    internal void Shutdown(bool kernelKeepsPins = false)
     {
         _trimTimer?.Dispose();
         lock (_lock)
@@ -300,6 +330,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             _freeCount = 0;
             _current = null;
             _regions.Clear();
+        }
+        if (PoolDiagnostics.Enabled)
+        {
+            if (kernelKeepsPins)
+            {
+                _ledger!.KeepOutstanding(static key => key is Block { OwnerReleased: true });
+            }
+            _ledger!.OnStopped();
         }
     }
 
@@ -361,6 +399,16 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         internal void MarkDropped() => IsDropped = true;
 
+        /// <summary>Under the pool's lock, for a region about to be dropped (all its blocks free): the ledger stops
+        /// tracking them.</summary>
+        internal void ForgetBlocks(BlockLedger ledger)
+        {
+            for (int i = 0; i < FreeCount; i++)
+            {
+                ledger.Forget(_free[i], 0);
+            }
+        }
+
         /// <summary>
         /// A dropped region (every block free, no ring's table naming it): its pages go back to the operating system
         /// now; touched again (a use after return, never ours) they come back as zeros, so nothing can fault.
@@ -391,6 +439,9 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         public override Memory<byte> Memory => CreateMemory(Region.Pool.BlockBytes);
 
+        /// <summary>Its renter let go (pins may still hold it).</summary>
+        internal bool OwnerReleased => Volatile.Read(ref _ownerReleased) != 0;
+
         internal void OnRented()
         {
             _references = 1;
@@ -416,9 +467,14 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
         private void ReleaseReference()
         {
-            if (Interlocked.Decrement(ref _references) == 0)
+            int left = Interlocked.Decrement(ref _references);
+            if (left == 0)
             {
                 Region.Pool.Return(this);
+            }
+            else if (left < 0 && PoolDiagnostics.Enabled)
+            {
+                Region.Pool._ledger!.Report("a block was unpinned more often than it was pinned");
             }
         }
 

@@ -14,8 +14,15 @@ namespace IoUring.Buffers;
 /// allocate 52-61 MB per round), and after a burst of uploads the pool shrinks back within about two seconds of
 /// rents.
 /// </remarks>
-internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false)
+internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false,
+    string? origin = null)
 {
+    /// <summary>What returned blocks are filled with when poisoned.</summary>
+    internal const byte PoisonByte = 0xDD;
+
+    private readonly BlockLedger? _ledger = PoolDiagnostics.Enabled
+        ? new BlockLedger($"receive blocks of {blockSize} B", PoisonByte, origin)
+        : null;
     private readonly Stack<ReceiveBlock> _free = new();
     private readonly ConcurrentQueue<ReceiveBlock> _returned = new();
     private int _queued;    // blocks in _returned (Interlocked)
@@ -78,15 +85,47 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
         {
             Volatile.Write(ref _peakHeld, held);
         }
+        if (PoolDiagnostics.Enabled)
+        {
+            _ledger!.OnRent(block.Array, block.Offset, block.Array.AsSpan(block.Offset, BlockSize));
+        }
         return block;
+    }
+
+    /// <summary>This pool's record of its blocks under <see cref="PoolDiagnostics"/> (null when off).</summary>
+    internal BlockLedger? Ledger => _ledger;
+
+    /// <summary>A block just rented went into the buffer ring in place of <paramref name="taken"/>, which its caller
+    /// now holds and returns here (loop thread).</summary>
+    public void OnExchanged(ReceiveBlock given, ReceiveBlock taken)
+    {
+        if (PoolDiagnostics.Enabled)
+        {
+            _ledger!.OnExchanged(given.Array, given.Offset, taken.Array, taken.Offset);
+        }
+    }
+
+    /// <summary>Its loop stopped: under <see cref="PoolDiagnostics"/>, the blocks still out must come back.</summary>
+    public void OnStopped()
+    {
+        if (PoolDiagnostics.Enabled)
+        {
+            _ledger!.OnStopped();
+        }
     }
 
     /// <summary>Gives a block back. Any thread; the caller no longer reads it.</summary>
     public void Return(ReceiveBlock block)
     {
+        if (PoolDiagnostics.Enabled && !_ledger!.OnReturn(block.Array, block.Offset,
+            block.Array.AsSpan(block.Offset, BlockSize)))
+        {
+            return; // returned twice: reported, and kept out of the pool (two renters would share it)
+        }
         if (poisonReturned)
         {
-            block.Array.AsSpan(block.Offset, BlockSize).Fill(0xDD); // a reader that kept it reads garbage, visibly
+            // a reader that kept it reads garbage, visibly
+            block.Array.AsSpan(block.Offset, BlockSize).Fill(PoisonByte);
         }
         Interlocked.Increment(ref _returns);
         Interlocked.Increment(ref _queued);
@@ -113,9 +152,13 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
             return;
         }
         TakeReturned();
-        for (int i = 0; i < surplus && _free.TryPop(out _); i++)
+        for (int i = 0; i < surplus && _free.TryPop(out ReceiveBlock block); i++)
         {
             _dropped++;
+            if (PoolDiagnostics.Enabled)
+            {
+                _ledger!.Forget(block.Array, block.Offset);
+            }
         }
     }
 }

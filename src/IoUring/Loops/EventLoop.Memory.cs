@@ -46,7 +46,8 @@ public sealed unsafe partial class EventLoop
     private PinnedBlockMemoryPool CreateLargeBlockPool()
     {
         var pool = new PinnedBlockMemoryPool(registrar: null,
-            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: LargeBlockSize)
+            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: LargeBlockSize,
+            origin: _origin)
         {
             OwnedByLoop = true,
         };
@@ -92,7 +93,8 @@ public sealed unsafe partial class EventLoop
     private PinnedBlockMemoryPool CreateMemoryPool()
     {
         var pool = new PinnedBlockMemoryPool(registrar: new RegionRegistrar(this),
-            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize)
+            poisonReturnedBlocks: _options.Hooks?.PoisonReturnedMemory ?? false, blockSize: _options.MemoryBlockSize,
+            origin: _origin)
         {
             OwnedByLoop = true, // users reach it through public properties: their Dispose must not end it
         };

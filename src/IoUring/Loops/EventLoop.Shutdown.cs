@@ -164,6 +164,7 @@ public sealed unsafe partial class EventLoop
                 Errno.EBUSY));
             // Their completions will never be read: callers awaiting file reads would wait for ever.
             _fileReads?.AbandonInFlight();
+            _receiveBuffers?.Spares.OnStopped(); // blocks taken by connections must still come back
         }
         else
         {
@@ -173,8 +174,10 @@ public sealed unsafe partial class EventLoop
         _loopRingOwner.Release();
         // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
         // pool's blocks stay valid GC memory for whoever still holds one.
-        _memoryPool?.Shutdown();
-        _largeBlockPool?.Shutdown();
+        // Blocks pinned by notifications still pending (or requests not drained) stay out for good, on purpose.
+        bool kernelKeepsPins = !drained || _notificationsPending > 0;
+        _memoryPool?.Shutdown(kernelKeepsPins);
+        _largeBlockPool?.Shutdown(kernelKeepsPins);
         _bufferTable = null; // the ring's table goes with it (counters report nothing registered)
         _ring.Dispose();
     }

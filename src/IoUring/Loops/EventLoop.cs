@@ -4,6 +4,7 @@ using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
+using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Rings;
 using IoUring.Testing;
@@ -43,6 +44,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private int _liveOwners;
     private EventLoopCounters _counters;
     private long _handlerExceptions; // its counter: written from any thread
+    private readonly string? _origin; // PoolDiagnostics only: where the loop was made, named in its pools' reports
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
@@ -52,6 +54,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         _options = options ?? new EventLoopOptions();
         _options.Validate();
+        if (PoolDiagnostics.Enabled)
+        {
+            _origin = BlockLedger.Format(new StackTrace(1, false));
+        }
         _faults = _options.Hooks?.Faults;
         _deferredWake = new DeferredWake(this);
 
@@ -319,7 +325,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0,
             _options.Hooks?.BufferUnregistrationErrno ?? 0);
         _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize,
-            _options.Hooks?.PoisonReturnedMemory ?? false);
+            _options.Hooks?.PoisonReturnedMemory ?? false, _origin);
         OpenWakeup();
     }
 

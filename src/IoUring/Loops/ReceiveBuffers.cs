@@ -35,10 +35,11 @@ internal sealed class ReceiveBuffers : IDisposable
     private readonly ReceiveBlockPool _spares;
     private bool _disposed;
 
-    public ReceiveBuffers(Ring ring, int count, int bufferSize, bool poisonReturnedBlocks = false)
+    public ReceiveBuffers(Ring ring, int count, int bufferSize, bool poisonReturnedBlocks = false,
+        string? origin = null)
     {
         // idle spares: at most twice the ring
-        _spares = new ReceiveBlockPool(bufferSize, maxIdle: count, poisonReturnedBlocks);
+        _spares = new ReceiveBlockPool(bufferSize, maxIdle: count, poisonReturnedBlocks, origin);
         ushort groupId = BufferGroupIds.Rent();
         try
         {
@@ -63,7 +64,13 @@ internal sealed class ReceiveBuffers : IDisposable
     /// its place in the ring, and the buffer id still goes back after the delivery. The caller returns the block to
     /// <see cref="Spares"/> when done with it.
     /// </summary>
-    public ReceiveBlock Take(ushort bid) => _ring.Exchange(bid, _spares.Rent());
+    public ReceiveBlock Take(ushort bid)
+    {
+        ReceiveBlock spare = _spares.Rent();
+        ReceiveBlock taken = _ring.Exchange(bid, spare);
+        _spares.OnExchanged(spare, taken);
+        return taken;
+    }
 
     /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
     public ushort GroupId => _ring.GroupId;
@@ -160,6 +167,7 @@ internal sealed class ReceiveBuffers : IDisposable
         if (!_disposed)
         {
             _disposed = true;
+            _spares.OnStopped();
             _ring.Dispose();
             BufferGroupIds.Return(_ring.GroupId);
         }

@@ -54,11 +54,11 @@ public sealed partial class MemoryPoolTests
     public void A_trimmed_regions_pages_go_back_to_the_operating_system()
     {
         using var pool = new PinnedBlockMemoryPool(trim: false);
-        var blocks = Enumerable.Range(0, Region).Select(_ => (PinnedBlockMemoryPool.Block)pool.Rent()).ToList();
-        blocks.ForEach(b => b.GetSpan().Fill(1)); // every page of the region resident
-        PinnedBlockMemoryPool.Region region = blocks[0].Region;
+        var blocks = Enumerable.Range(0, Region).Select(_ => pool.Rent()).ToList();
+        blocks.ForEach(b => b.Memory.Span.Fill(1)); // every page of the region resident
+        PinnedBlockMemoryPool.Region region = PinnedBlockMemoryPool.BlockOf(blocks[0]).Region;
         Assert.Equal(PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize, ResidentPages(region));
-        blocks.ForEach(b => ((IMemoryOwner<byte>)b).Dispose());
+        blocks.ForEach(b => b.Dispose());
 
         Assert.Equal(0, pool.Trim()); // rented during this interval: kept, and resident
         Assert.Equal(PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize, ResidentPages(region));

@@ -67,7 +67,7 @@ public sealed class RegisteredMemoryTests
         Assert.False(await OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(new byte[16], out _))); // not the pool's memory
         Assert.Throws<InvalidOperationException>(() => loop.TryGetRegisteredBuffer(block.Memory, out _)); // loop thread only
 
-        PinnedBlockMemoryPool.Region region = ((PinnedBlockMemoryPool.Block)block).Region;
+        PinnedBlockMemoryPool.Region region = PinnedBlockMemoryPool.BlockOf(block).Region;
         block.Memory.Span.Fill(1);
         block.Dispose();
         PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;

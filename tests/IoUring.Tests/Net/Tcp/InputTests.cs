@@ -432,6 +432,40 @@ public sealed class InputTests(ITestOutputHelper output) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_failed_connection_gives_back_the_blocks_no_read_can_return_once_no_result_holds_them()
+    {
+        // Found by the diagnostic pools: connections aborted (or reset, or closed by their network's stop) that the
+        // application never completed kept their unread blocks out of the pool for good, though every read throws.
+        ReceiveBlockPool spares = _network.Loops[0].ReceiveBuffers.Spares;
+        byte[] sent = Pattern(3 * BufferSize, seed: 7);
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            await client.SendAsync(sent);
+            await Eventually.WaitForAsync(() => server.BytesReceived == sent.Length);
+            server.Abort(new IOException("failed"));
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.Equal(0, spares.HeldBlocks); // the application never read: nothing holds them
+            await Assert.ThrowsAsync<IOException>(async () => await server.Input.ReadAsync());
+        }
+
+        (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        using (client)
+        {
+            await client.SendAsync(sent);
+            await Eventually.WaitForAsync(() => server.BytesReceived == sent.Length);
+            ReadResult held = await server.Input.ReadAtLeastAsync(sent.Length);
+            server.Abort(new IOException("failed"));
+            await server.Closed.WaitAsync(TimeSpan.FromSeconds(10));
+            Assert.NotEqual(0, spares.HeldBlocks); // the reader still looks at them
+            Assert.Equal(sent, held.Buffer.ToArray());
+            server.Input.AdvanceTo(held.Buffer.Start);
+            Assert.Equal(0, spares.HeldBlocks);
+            await Assert.ThrowsAsync<IOException>(async () => await server.Input.ReadAsync());
+        }
+    }
+
+    [Fact]
     public async Task Misuse_gets_a_clear_error()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

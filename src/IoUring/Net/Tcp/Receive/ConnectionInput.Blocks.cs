@@ -70,6 +70,18 @@ internal sealed partial class ConnectionInput
         _headIndex = _head is null ? 0 : (int)(_consumed - _head.RunningIndex);
     }
 
+    // Once the writer failed, every read throws: the unconsumed bytes can never be returned, so their blocks go back as
+    // soon as no result the reader holds shows them (a connection aborted or reset that its application never
+    // completes would keep them for good; see InputTests.A_failed_connection_gives_back_the_blocks_...).
+    private void DropUnreadable()
+    {
+        if (_writerError is not null && _readState == ReadState.None && !_lent && _head is not null)
+        {
+            _consumed = _written;
+            ReleaseConsumed();
+        }
+    }
+
     /// <summary>One block of the sequence a read returns: bytes [0, End) of its <see cref="ReceiveBlock"/>.</summary>
     private sealed class Segment : ReadOnlySequenceSegment<byte>
     {

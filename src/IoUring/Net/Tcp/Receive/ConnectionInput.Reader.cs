@@ -34,6 +34,8 @@ internal sealed partial class ConnectionInput
             }
             if (_writerCompleted && _writerError is { } error)
             {
+                _readState = ReadState.None; // a new read: the last result's buffer is no longer the reader's
+                DropUnreadable();
                 return ValueTask.FromException<ReadResult>(error);
             }
             if (CanCompleteRead(minimumSize))
@@ -73,6 +75,8 @@ internal sealed partial class ConnectionInput
             }
             if (_writerCompleted && _writerError is { } error)
             {
+                _readState = ReadState.None; // as in ReadAsync
+                DropUnreadable();
                 ExceptionDispatchInfo.Throw(error);
             }
             if (_written > _consumed || _writerCompleted)
@@ -113,6 +117,7 @@ internal sealed partial class ConnectionInput
             _examined = examinedAt;
             _consumed = consumedAt;
             ReleaseConsumed();
+            DropUnreadable();
             if (_writerPaused && _written - _consumed < _resumeThreshold)
             {
                 _writerPaused = false;
@@ -198,6 +203,10 @@ internal sealed partial class ConnectionInput
         if (error is null)
         {
             TakeResult(out result, canceled);
+        }
+        else
+        {
+            _readState = ReadState.None; // the read failed: the reader holds no buffer
         }
         return _read.Complete(result, error, _inlineContinuations);
     }

@@ -146,6 +146,7 @@ internal sealed partial class ConnectionInput
             {
                 completion = CompletePendingRead(canceled: false, error);
             }
+            DropUnreadable();
         }
         completion.Run();
     }

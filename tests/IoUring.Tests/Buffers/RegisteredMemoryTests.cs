@@ -90,7 +90,7 @@ public sealed class RegisteredMemoryTests
         Assert.True(await OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(block.Memory, out _)));
         block.Memory.Span.Fill(1);
         block.Dispose();
-        return ((PinnedBlockMemoryPool.Block)block).Region;
+        return PinnedBlockMemoryPool.BlockOf(block).Region;
     }
 
     private static int RegionPages => PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize;

@@ -50,6 +50,10 @@ internal sealed class TestHooks
     /// loops already started accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
+    /// <summary>Called by a connection's <c>Input.CopyToAsync(Output)</c> when a read returned cancelled, after it
+    /// checked whether the reader was completed (to complete it there).</summary>
+    public Action? AfterCancelledCopyRead { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
     /// probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }

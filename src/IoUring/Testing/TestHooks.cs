@@ -54,6 +54,10 @@ internal sealed class TestHooks
     /// checked whether the reader was completed (to complete it there).</summary>
     public Action? AfterCancelledCopyRead { get; init; }
 
+    /// <summary>Called by a connection's first <c>ConnectionClosed</c> read after it saw the connection open, before it
+    /// publishes the token source it made (to close the connection there).</summary>
+    public Action? BeforeClosedTokenSourcePublished { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
     /// probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }

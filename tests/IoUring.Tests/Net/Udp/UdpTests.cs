@@ -5,6 +5,7 @@ using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Testing;
 using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
 using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
@@ -530,6 +531,23 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
 
         peer.SendTo(new byte[] { 1, 2, 3 }, socket.LocalEndPoint);
         Assert.Equal(new DatagramResult(3, 3), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+    }
+
+    [Fact]
+    public async Task A_back_off_the_loop_refuses_is_retried_before_the_receive_rearms()
+    {
+        // Every RECVMSG finds the buffer ring empty (ENOBUFS): the first re-arms at once, the next backs off with a
+        // TIMEOUT, and the loop refuses that TIMEOUT's SQE (the third an owner asks for).
+        var faults = new IoUring.Testing.FaultInjector([IORING_OP_RECVMSG], [Errno.ENOBUFS], probability: 1, seed: 1);
+        faults.RefuseSqes(1, after: 2);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await Eventually.WaitForAsync(() => faults.Observed(IORING_OP_TIMEOUT) >= 2);
+        Assert.Equal(1, faults.SqesRefused);
+
+        // The pause still comes before the next re-arm: the refused TIMEOUT is retried, not skipped.
+        byte[] order = faults.SubmittedOpcodes().Where(op => op is IORING_OP_RECVMSG or IORING_OP_TIMEOUT).Take(5).ToArray();
+        Assert.Equal([IORING_OP_RECVMSG, IORING_OP_RECVMSG, IORING_OP_TIMEOUT, IORING_OP_RECVMSG, IORING_OP_TIMEOUT], order);
     }
 
     [Fact]

@@ -58,6 +58,10 @@ internal sealed class TestHooks
     /// publishes the token source it made (to close the connection there).</summary>
     public Action? BeforeClosedTokenSourcePublished { get; init; }
 
+    /// <summary>Called on the thread pool as a UDP batch receive's completion runs, before it stops the batch filling
+    /// (to hold it there while the loop delivers more).</summary>
+    public Action? BeforeBatchSealed { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
     /// probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }

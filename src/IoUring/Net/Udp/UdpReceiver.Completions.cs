@@ -90,12 +90,19 @@ internal sealed unsafe partial class UdpReceiver
         {
             if (_filling is { } filling)
             {
-                Append(filling.Batch!, datagram);
-                if (filling.Batch!.IsFull)
+                _filling = null;
+                try
                 {
-                    _filling = null;
+                    Append(filling.Batch!, datagram);
+                    _filling = filling.Batch!.IsFull ? null : filling;
+                    return;
                 }
-                return;
+                catch (Exception ex)
+                {
+                    // One batch given to two receives: the other filled it. This one fails when its completion runs
+                    // (SealBatch), and the datagram goes on to the next receive or the queue.
+                    filling.FillError = ex;
+                }
             }
             if (_firstWaiting is { } waiting)
             {

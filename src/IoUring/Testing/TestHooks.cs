@@ -62,6 +62,10 @@ internal sealed class TestHooks
     /// (to hold it there while the loop delivers more).</summary>
     public Action? BeforeBatchSealed { get; init; }
 
+    /// <summary>Called by a network's dispose once its loops stopped; what it throws, the dispose throws as a loop's
+    /// failed stop.</summary>
+    public Action? AfterLoopsStopped { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
     /// probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }

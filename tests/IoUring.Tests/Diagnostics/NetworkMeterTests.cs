@@ -136,6 +136,35 @@ public sealed class NetworkMeterTests
         Assert.Empty(LoopThreads(ThreadName));
     }
 
+    [Fact]
+    public async Task A_network_whose_dispose_fails_is_let_go_by_the_meter()
+    {
+        using var meterFactory = new TestMeterFactory();
+        WeakReference network = await DisposeFailingAsync(meterFactory);
+
+        // The meter (alive with its factory) holds no network it has not retired.
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        Assert.False(network.IsAlive, "the meter still holds the network whose dispose failed");
+    }
+
+    /// <summary>A network whose dispose throws as if a loop's stop failed (not inlined: no local keeps it).</summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static async Task<WeakReference> DisposeFailingAsync(TestMeterFactory meterFactory)
+    {
+        var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MeterFactory = meterFactory,
+            Loop = { Hooks = new() { AfterLoopsStopped = () => throw new InvalidOperationException("stop failed") } },
+        });
+        InvalidOperationException error =
+            await Assert.ThrowsAsync<InvalidOperationException>(() => network.DisposeAsync().AsTask());
+        Assert.Equal("stop failed", error.Message);
+        return new WeakReference(network);
+    }
+
     /// <summary>The names of this process's threads that start with <paramref name="prefix"/>.</summary>
     private static string[] LoopThreads(string prefix)
         => Directory.GetDirectories("/proc/self/task")

@@ -551,6 +551,46 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
     }
 
     [Fact]
+    public async Task A_send_that_waits_is_cancelled_by_its_token_and_never_goes_out()
+    {
+        // Every send waits for the kernel's result.
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 0 });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peer.ReceiveTimeout = 10_000;
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        using var holding = new ManualResetEventSlim();
+        using var release = new ManualResetEventSlim();
+        using var cancellation = new CancellationTokenSource();
+
+        // The loop is held busy, so the send waits for it.
+        socket.Loop.Schedule(_ =>
+        {
+            holding.Set();
+            release.Wait(Timeout);
+        }, null);
+        Assert.True(holding.Wait(Timeout));
+        ValueTask<int> send = default;
+        try
+        {
+            send = socket.SendToAsync(new byte[] { 1, 2, 3 }, to, cancellation.Token);
+            Assert.False(send.IsCompleted);
+            cancellation.Cancel();
+        }
+        finally
+        {
+            release.Set();
+        }
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => send.AsTask().WaitAsync(Timeout));
+
+        // It never went out: the next datagram is the first the peer gets.
+        Assert.Equal(1, await socket.SendToAsync(new byte[] { 9 }, to).AsTask().WaitAsync(Timeout));
+        var buffer = new byte[16];
+        Assert.Equal(1, peer.Receive(buffer));
+        Assert.Equal(9, buffer[0]);
+    }
+
+    [Fact]
     public async Task A_close_whose_cancel_the_loop_refuses_still_completes()
     {
         var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);

@@ -191,6 +191,7 @@ internal sealed unsafe partial class UdpReceiver
         switch (-result)
         {
             case Errno.ENOBUFS:
+                _owner.Loop.OnOwnerBuffersExhausted();
                 // Every buffer was taken. Those given back are published before the next submit; if none came back
                 // since the last ENOBUFS, re-arming would fail again at once: wait a little first.
                 if (_buffers!.OnExhausted(ref _exhaustionMark))

@@ -591,6 +591,52 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
     }
 
     [Fact]
+    public async Task A_send_waiting_in_the_kernel_for_room_is_cancelled_by_its_token()
+    {
+        using var veth = new VethNamespaces(mtu: 1500);
+        // About one datagram a second leaves veth0: the sender's small buffer fills with those queued there, and the
+        // next SENDMSG waits in the kernel for room.
+        using (var tc = System.Diagnostics.Process.Start("tc", $"-n {veth.A} qdisc add dev veth0 root tbf rate 8kbit burst 1600 limit 1000000"))
+        {
+            tc.WaitForExit();
+            Assert.Equal(0, tc.ExitCode);
+        }
+        var sendmsgs = new FaultInjector([IORING_OP_SENDMSG], [Errno.EBADR], probability: 0, seed: 1); // counts only
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = sendmsgs } } });
+        // Every caller waits for its SENDMSG.
+        await using IoUringUdpSocket sender = VethNamespaces.Run(veth.A,
+            () => network.BindUdp(new IPEndPoint(VethNamespaces.AddressA, 0), new IoUringUdpOptions { MaxPendingSends = 0 }));
+        const int SO_SNDBUF = 7;
+        Assert.Equal(0, Libc.SetIntOption(sender.FileDescriptor, Libc.SOL_SOCKET, SO_SNDBUF, 4096));
+        using Socket peer = VethNamespaces.Run(veth.B, () =>
+        {
+            var socket = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+            socket.Bind(new IPEndPoint(VethNamespaces.AddressB, 0));
+            return socket;
+        });
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        using var cancellation = new CancellationTokenSource();
+
+        Task<int>? waiting = null;
+        for (int i = 1; i <= 50 && waiting is null; i++)
+        {
+            Task<int> send = sender.SendToAsync(new byte[1000], to, cancellation.Token).AsTask();
+            await Eventually.WaitForAsync(() => sendmsgs.Observed(IORING_OP_SENDMSG) == i); // in the kernel
+            if (await Task.WhenAny(send, Task.Delay(300)) != send)
+            {
+                waiting = send;
+            }
+            else
+            {
+                Assert.Equal(1000, await send);
+            }
+        }
+        Assert.NotNull(waiting);
+        cancellation.Cancel();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting.WaitAsync(Timeout));
+    }
+
+    [Fact]
     public async Task A_close_whose_cancel_the_loop_refuses_still_completes()
     {
         var faults = new IoUring.Testing.FaultInjector([], [Errno.EBADR], probability: 0, seed: 1);

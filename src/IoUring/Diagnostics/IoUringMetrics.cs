@@ -75,7 +75,7 @@ internal sealed class IoUringMetrics
             "{event}", "Times the kernel held completions back because the loop's completion queue was full.");
         _meter.CreateObservableCounter("iouring.loop.buffer_ring_exhaustions",
             PerLoop(Counts, static c => c.BufferRingExhaustions), "{event}",
-            "Receives that found the loop's provided buffer ring empty (ENOBUFS).");
+            "Receives that found their provided buffer ring empty (ENOBUFS): the loop's, or a UDP socket's own.");
         _meter.CreateObservableCounter("iouring.loop.receive_buffers_lost",
             PerLoop(Counts, static c => c.ReceiveBuffersLost), "{buffer}",
             "Receive buffers the loop could not give back to its ring (expected 0).");

@@ -34,6 +34,10 @@ public sealed partial class EventLoop
     /// <summary>The kernel took a segmented UDP send with UDP_SEGMENT. Loop thread.</summary>
     internal void OnSegmentOffload() => _counters.UdpSegmentOffloads++;
 
+    /// <summary>A UDP socket's own buffer ring had no buffer for its receive (ENOBUFS): counted with the loop's
+    /// (<see cref="EventLoopCounters.BufferRingExhaustions"/>). Loop thread.</summary>
+    internal void OnOwnerBuffersExhausted() => _counters.BufferRingExhaustions++;
+
     /// <summary>A UDP receive held a coalesced burst (UDP_GRO). Loop thread.</summary>
     internal void OnCoalescedReceive() => _counters.UdpCoalescedReceives++;
 }

@@ -124,7 +124,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// running).</summary>
     public EventLoopCounters Counters => _counters with
     {
-        BufferRingExhaustions = _receiveBuffers?.Exhaustions ?? 0,
+        // the loop's own buffer ring's, and its UDP sockets' own rings' (counted as they happen)
+        BufferRingExhaustions = _counters.BufferRingExhaustions + (_receiveBuffers?.Exhaustions ?? 0),
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
         MemoryPoolRentedBytes = (_memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0)
             + (_largeBlockPool is { } large ? (long)large.RentedBlocks * large.BlockBytes : 0),

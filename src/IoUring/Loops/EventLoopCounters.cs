@@ -15,7 +15,8 @@ public struct EventLoopCounters
     /// <summary>Times the kernel reported completions waiting in its overflow list (CQ full).</summary>
     public long CqOverflows { readonly get; internal set; }
 
-    /// <summary>Times a receive found the provided buffer ring empty (ENOBUFS).</summary>
+    /// <summary>Times a receive found its provided buffer ring empty (ENOBUFS): the loop's, or a UDP socket's
+    /// own.</summary>
     public long BufferRingExhaustions { readonly get; internal set; }
 
     /// <summary>

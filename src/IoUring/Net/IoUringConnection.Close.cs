@@ -191,7 +191,7 @@ public sealed partial class IoUringConnection
         _settings.Registry?.Remove(this);
         _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
-        Interlocked.Exchange(ref _closedSignalled, 1); // full fence: published before the token source is read
+        Volatile.Write(ref _closedSignalled, 1);
         // runs SignalClosed (no work item allocated per close)
         ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false);
     }

@@ -4,6 +4,10 @@ namespace IoUring.Net;
 // arrival comes last), backpressure, and Closed/ConnectionClosed (signalled on the thread pool).
 public sealed partial class IoUringConnection
 {
+    // What _closedTokenSource holds once the connection has signalled its close without a source made (never disposed:
+    // shared by every connection, it has no registrations to release).
+    private static readonly CancellationTokenSource s_closedTokenSource = CreateCancelledSource();
+
     /// <summary>
     /// Calls <paramref name="callback"/> once when the peer's FIN or reset is received (true for a reset) — also while
     /// the application is not reading — on the loop thread, or at once on the calling thread if that already happened.
@@ -65,7 +69,9 @@ public sealed partial class IoUringConnection
         try
         {
             _closed.TrySetResult();
-            if (Volatile.Read(ref _closedTokenSource) is { } source)
+            // Publishes the cancelled stand-in unless a source is there: a ConnectionClosed read racing this takes one
+            // or the other, so every source made is cancelled here, inside the signal the network's dispose awaits.
+            if (Interlocked.CompareExchange(ref _closedTokenSource, s_closedTokenSource, null) is { } source)
             {
                 CancelClosedToken(source);
             }
@@ -93,8 +99,9 @@ public sealed partial class IoUringConnection
 
     /// <summary>
     /// The first <see cref="ConnectionClosed"/> read: makes the token source, or returns null when the connection has
-    /// closed already (the caller then gets a cancelled token). The flag and the field are each written with a full
-    /// fence before the other is read, so a source published as the connection closes is cancelled by one side or both.
+    /// closed already (the caller then gets a cancelled token). The source is published by the same exchange as
+    /// <see cref="SignalClosed"/>'s stand-in: if it wins, SignalClosed finds and cancels it; if it loses, the stand-in
+    /// (cancelled) or another reader's source is returned instead.
     /// </summary>
     private CancellationTokenSource? CreateClosedTokenSource()
     {
@@ -103,17 +110,19 @@ public sealed partial class IoUringConnection
             return null;
         }
         var source = new CancellationTokenSource();
+        _owner.Loop.Options.Hooks?.BeforeClosedTokenSourcePublished?.Invoke();
         if (Interlocked.CompareExchange(ref _closedTokenSource, source, null) is { } existing)
         {
             source.Dispose();
             return existing;
         }
-        if (Volatile.Read(ref _closedSignalled) != 0)
-        {
-            // Closed meanwhile, maybe without seeing the source: cancel it on the thread pool, as SignalClosed would.
-            ThreadPool.UnsafeQueueUserWorkItem(static s => s.Connection.CancelClosedToken(s.Source),
-                (Connection: this, Source: source), preferLocal: false);
-        }
+        return source;
+    }
+
+    private static CancellationTokenSource CreateCancelledSource()
+    {
+        var source = new CancellationTokenSource();
+        source.Cancel();
         return source;
     }
 }

@@ -32,7 +32,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
-    private int _closedSignalled;   // 1 once closed: a token source made from then on is cancelled at once
+    private int _closedSignalled;   // 1 once closed: a first ConnectionClosed read from then on gets a cancelled token
     // Completed only from the thread-pool item that OnClosed queues, so its awaiters continue there, inline (one hop
     // per close for the token and Closed together, not one each).
     private readonly TaskCompletionSource _closed = new();

@@ -282,13 +282,33 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             connection.Abort();
         }
-        await Task.WhenAll(_udpSockets.Keys.Select(s => s.DisposeAsync().AsTask())).ConfigureAwait(false);
-        await Task.WhenAll(_loops.Select(l => l.StopAsync())).ConfigureAwait(false);
-        foreach (EventLoop loop in _loops)
+        // Whatever throws, the loops stop and the meter lets the network go (it would keep it alive for good).
+        try
         {
-            loop.Dispose();
+            try
+            {
+                await Task.WhenAll(_udpSockets.Keys.Select(s => s.DisposeAsync().AsTask())).ConfigureAwait(false);
+            }
+            finally
+            {
+                await Task.WhenAll(_loops.Select(l => l.StopAsync())).ConfigureAwait(false);
+                _options.Loop.Hooks?.AfterLoopsStopped?.Invoke();
+            }
         }
-        _metrics.Retire(this); // the loops' counts are final: they stay in the meter
+        finally
+        {
+            try
+            {
+                foreach (EventLoop loop in _loops)
+                {
+                    loop.Dispose();
+                }
+            }
+            finally
+            {
+                _metrics.Retire(this); // the loops' counts are final: they stay in the meter
+            }
+        }
         // Every connection's fd is closed now (a stopping loop closes its own) and each tells its application on the
         // thread pool (ConnectionClosed, Closed): return once all have.
         await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);

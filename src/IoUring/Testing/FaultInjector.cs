@@ -147,6 +147,20 @@ internal sealed class FaultInjector
     /// changed.</summary>
     public int Observed(byte opcode) => Volatile.Read(ref _observed[opcode]);
 
+    // The opcodes of the first SQEs submitted, in order (enough for a test's opening; later ones are not kept).
+    private readonly List<byte> _submitted = new();
+    private const int SubmittedKept = 4096;
+
+    /// <summary>The opcodes of the SQEs submitted so far, in their order (the first 4,096; failed ones
+    /// included).</summary>
+    public byte[] SubmittedOpcodes()
+    {
+        lock (_random)
+        {
+            return _submitted.ToArray();
+        }
+    }
+
     /// <summary>The next SQE of <paramref name="opcode"/> after <paramref name="after"/> more of them fails with
     /// <paramref name="errno"/> (one SQE, chosen by its place rather than by chance).</summary>
     public void FailSqe(byte opcode, int after, int errno)
@@ -184,6 +198,10 @@ internal sealed class FaultInjector
                 _fdCancels++;
             }
             Interlocked.Increment(ref _observed[sqe->opcode]);
+            if (_submitted.Count < SubmittedKept)
+            {
+                _submitted.Add(sqe->opcode);
+            }
             int errno;
             if (sqe->opcode == _failOpcode && _failAfter-- == 0)
             {

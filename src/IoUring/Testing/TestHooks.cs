@@ -55,6 +55,22 @@ internal sealed class TestHooks
     /// loops already started accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
+    /// <summary>Called by a connection's <c>Input.CopyToAsync(Output)</c> when a read returned cancelled, after it
+    /// checked whether the reader was completed (to complete it there).</summary>
+    public Action? AfterCancelledCopyRead { get; init; }
+
+    /// <summary>Called by a connection's first <c>ConnectionClosed</c> read after it saw the connection open, before it
+    /// publishes the token source it made (to close the connection there).</summary>
+    public Action? BeforeClosedTokenSourcePublished { get; init; }
+
+    /// <summary>Called on the thread pool as a UDP batch receive's completion runs, before it stops the batch filling
+    /// (to hold it there while the loop delivers more).</summary>
+    public Action? BeforeBatchSealed { get; init; }
+
+    /// <summary>Called by a network's dispose once its loops stopped; what it throws, the dispose throws as a loop's
+    /// failed stop.</summary>
+    public Action? AfterLoopsStopped { get; init; }
+
     /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
     /// probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }

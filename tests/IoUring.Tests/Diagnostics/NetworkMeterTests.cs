@@ -136,6 +136,55 @@ public sealed class NetworkMeterTests
         Assert.Empty(LoopThreads(ThreadName));
     }
 
+    [Fact]
+    public async Task A_udp_sockets_own_buffer_ring_running_dry_counts_in_the_loops_buffer_ring_exhaustions()
+    {
+        using var meterFactory = new TestMeterFactory();
+        using var meter = new MeterReader(meterFactory);
+        // Every RECVMSG finds the socket's own buffer ring empty (ENOBUFS), as a flood it cannot keep up with would.
+        var faults = new IoUring.Testing.FaultInjector(
+            [IoUring.Interop.IoUringConstants.IORING_OP_RECVMSG], [IoUring.Interop.Errno.ENOBUFS], probability: 1, seed: 1);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1, MeterFactory = meterFactory, Loop = { Hooks = new() { Faults = faults } },
+        });
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await Eventually.WaitForAsync(() => socket.ReceiveExhaustions >= 3);
+        Assert.True(socket.ReceiveExhaustions >= 3);
+
+        long counted = meter.Read()["iouring.loop.buffer_ring_exhaustions/0"];
+        Assert.True(counted >= 3, $"the loop's buffer_ring_exhaustions is {counted}; the socket's ring ran dry 3 times or more");
+    }
+
+    [Fact]
+    public async Task A_network_whose_dispose_fails_is_let_go_by_the_meter()
+    {
+        using var meterFactory = new TestMeterFactory();
+        WeakReference network = await DisposeFailingAsync(meterFactory);
+
+        // The meter (alive with its factory) holds no network it has not retired.
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        Assert.False(network.IsAlive, "the meter still holds the network whose dispose failed");
+    }
+
+    /// <summary>A network whose dispose throws as if a loop's stop failed (not inlined: no local keeps it).</summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static async Task<WeakReference> DisposeFailingAsync(TestMeterFactory meterFactory)
+    {
+        var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            MeterFactory = meterFactory,
+            Loop = { Hooks = new() { AfterLoopsStopped = () => throw new InvalidOperationException("stop failed") } },
+        });
+        InvalidOperationException error =
+            await Assert.ThrowsAsync<InvalidOperationException>(() => network.DisposeAsync().AsTask());
+        Assert.Equal("stop failed", error.Message);
+        return new WeakReference(network);
+    }
+
     /// <summary>The names of this process's threads that start with <paramref name="prefix"/>.</summary>
     private static string[] LoopThreads(string prefix)
         => Directory.GetDirectories("/proc/self/task")

@@ -51,10 +51,10 @@ internal struct AwaiterCompletion(CancellationTokenRegistration registration, Ac
 
 /// <summary>
 /// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
-/// flush) and the state of the ValueTask it returned (and those of flushes that joined it): its version, its outcome,
-/// its awaiter's continuation and its token's registration. A mutable struct kept in a field of its owner (never
-/// copied); every member is called under the owner's lock, and the <see cref="AwaiterCompletion"/> that
-/// <see cref="Complete"/> returns runs after it.
+/// flush) and the state of the ValueTask it returned (and those of flushes that joined it, which keep their outcome
+/// when awaited after a later operation began): its version, its outcome, its awaiter's continuation and its token's
+/// registration. A mutable struct kept in a field of its owner (never copied); every member is called under the
+/// owner's lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
 /// </summary>
 internal struct Waiter<TResult>
 {
@@ -69,6 +69,12 @@ internal struct Waiter<TResult>
     private CancellationTokenRegistration _registration;
     // The tokens of operations that joined the waiting one (listed at Join, registered after it), which cancel it too.
     private List<(CancellationToken Token, CancellationTokenRegistration Registration)>? _joinedTokens;
+    // The outcome of the version before the current one while ValueTasks of it are still owed it (a joined flush
+    // awaited after a later flush began), and how many.
+    private short _heldVersion;
+    private int _heldOwed;
+    private TResult _heldResult;
+    private ExceptionDispatchInfo? _heldError;
 
     /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
     public bool IsWaiting { get; private set; }
@@ -96,6 +102,12 @@ internal struct Waiter<TResult>
     /// <summary>An operation starts waiting; returns its ValueTask's version.</summary>
     public short Begin(CancellationToken token)
     {
+        // ValueTasks of the last version not awaited yet keep its outcome: they are not this operation's.
+        _heldOwed = _completed ? _joined + 1 : 0;
+        _heldVersion = _version;
+        _heldResult = _completed ? _result : default!;
+        _heldError = _completed ? _error : null;
+        _result = default!;
         IsWaiting = true;
         Token = token;
         _completed = false;
@@ -179,6 +191,10 @@ internal struct Waiter<TResult>
 
     public TResult GetResult(short token)
     {
+        if (IsHeld(token))
+        {
+            return TakeHeld();
+        }
         if (token != _version || !_completed)
         {
             throw new InvalidOperationException("An operation's result was asked for before it completed, or twice.");
@@ -202,13 +218,35 @@ internal struct Waiter<TResult>
 
     public readonly ValueTaskSourceStatus GetStatus(short token)
     {
+        if (IsHeld(token))
+        {
+            return StatusOf(_heldError);
+        }
         if (token != _version || !_completed)
         {
             return ValueTaskSourceStatus.Pending;
         }
-        return _error is null ? ValueTaskSourceStatus.Succeeded
-            : _error.SourceException is OperationCanceledException ? ValueTaskSourceStatus.Canceled
+        return StatusOf(_error);
+    }
+
+    private static ValueTaskSourceStatus StatusOf(ExceptionDispatchInfo? error)
+        => error is null ? ValueTaskSourceStatus.Succeeded
+            : error.SourceException is OperationCanceledException ? ValueTaskSourceStatus.Canceled
             : ValueTaskSourceStatus.Faulted;
+
+    private readonly bool IsHeld(short token) => token == _heldVersion && token != _version && _heldOwed > 0;
+
+    private TResult TakeHeld()
+    {
+        ExceptionDispatchInfo? error = _heldError;
+        TResult result = _heldResult;
+        if (--_heldOwed == 0)
+        {
+            _heldError = null;
+            _heldResult = default!;
+        }
+        error?.Throw();
+        return result;
     }
 
     /// <summary>
@@ -224,23 +262,27 @@ internal struct Waiter<TResult>
             : null;
         lock (sync)
         {
-            if (token != _version)
+            // A held version completed before the later operation began: its continuation runs now, below.
+            if (!IsHeld(token))
             {
-                throw new InvalidOperationException("An operation was awaited after a later one started.");
-            }
-            if (!_completed)
-            {
-                if (_continuation is not null)
+                if (token != _version)
                 {
-                    // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a pipe,
-                    // refuse.
-                    throw new InvalidOperationException(
-                        "The operation is already being awaited: concurrent awaits are not supported.");
+                    throw new InvalidOperationException("An operation was awaited after a later one started.");
                 }
-                _continuation = continuation;
-                _continuationState = state;
-                _continuationContext = context;
-                return;
+                if (!_completed)
+                {
+                    if (_continuation is not null)
+                    {
+                        // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a
+                        // pipe, refuse.
+                        throw new InvalidOperationException(
+                            "The operation is already being awaited: concurrent awaits are not supported.");
+                    }
+                    _continuation = continuation;
+                    _continuationState = state;
+                    _continuationContext = context;
+                    return;
+                }
             }
         }
         // completed meanwhile: run it now

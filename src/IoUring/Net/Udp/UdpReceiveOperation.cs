@@ -32,6 +32,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     public UdpDatagramBatch? Batch;
     public CancellationToken Token;
     public bool Completed;           // a result or an error is set (or on its way): no one else may complete it
+    public Exception? FillError;     // a datagram could not join the batch while it filled (its completion fails)
     public UdpReceiveOperation? Previous, Next; // the receiver's list of waiting receives
 
     public short Version => _core.Version;
@@ -46,6 +47,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         Batch = batch;
         Token = token;
         Completed = false;
+        FillError = null;
         _holds.Reset();
         _error = null;
         _result = default;
@@ -75,7 +77,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     {
         if (Batch is { } batch && _error is null)
         {
-            receiver.SealBatch(this);
+            _error = receiver.SealBatch(this);
             _result = new DatagramResult(batch.Count, batch.Count);
         }
         if (_error is { } error)

@@ -59,7 +59,7 @@ internal sealed unsafe partial class UdpReceiver
         if (sqe == null)
         {
             // Retry at the loop's next iteration (its submit makes room), or the close would wait for ever.
-            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).CancelReceive(), this);
+            _owner.Loop.RetryNextIteration(this, static r => r.CancelReceive());
             return;
         }
         sqe->opcode = IORING_OP_ASYNC_CANCEL;
@@ -72,12 +72,21 @@ internal sealed unsafe partial class UdpReceiver
         {
             return;
         }
-        _backingOff = true;
+        _backingOff = true; // until the TIMEOUT ends: nothing re-arms before the pause, also while its SQE is retried
+        SubmitBackoff();
+    }
+
+    private void SubmitBackoff()
+    {
+        if (_closing || _owner.Loop.IsStopping)
+        {
+            return;
+        }
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.ReceiveBackoff);
         if (sqe == null)
         {
-            // Not even the TIMEOUT got an SQE: retry at the loop's next iteration, after its submit made room.
-            _owner.Loop.Schedule(static r => ((UdpReceiver)r!).OnBackoffEnded(), this);
+            // Not even the TIMEOUT got an SQE: retry it at the loop's next iteration, after its submit made room.
+            _owner.Loop.RetryNextIteration(this, static r => r.SubmitBackoff());
             return;
         }
         ReceiveBackoff.Prepare(sqe);

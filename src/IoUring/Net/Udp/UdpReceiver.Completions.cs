@@ -90,12 +90,19 @@ internal sealed unsafe partial class UdpReceiver
         {
             if (_filling is { } filling)
             {
-                Append(filling.Batch!, datagram);
-                if (filling.Batch!.IsFull)
+                _filling = null;
+                try
                 {
-                    _filling = null;
+                    Append(filling.Batch!, datagram);
+                    _filling = filling.Batch!.IsFull ? null : filling;
+                    return;
                 }
-                return;
+                catch (Exception ex)
+                {
+                    // One batch given to two receives: the other filled it. This one fails when its completion runs
+                    // (SealBatch), and the datagram goes on to the next receive or the queue.
+                    filling.FillError = ex;
+                }
             }
             if (_firstWaiting is { } waiting)
             {
@@ -184,6 +191,7 @@ internal sealed unsafe partial class UdpReceiver
         switch (-result)
         {
             case Errno.ENOBUFS:
+                _owner.Loop.OnOwnerBuffersExhausted();
                 // Every buffer was taken. Those given back are published before the next submit; if none came back
                 // since the last ENOBUFS, re-arming would fail again at once: wait a little first.
                 if (_buffers!.OnExhausted(ref _exhaustionMark))

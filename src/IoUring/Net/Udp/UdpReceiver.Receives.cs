@@ -172,16 +172,22 @@ internal sealed unsafe partial class UdpReceiver
     }
 
     /// <summary>A batch's completion runs (thread pool): it takes no more datagrams from the loop, but what waits in
-    /// the queue.</summary>
-    public void SealBatch(UdpReceiveOperation operation)
+    /// the queue; or the error a datagram met joining it, which the receive then fails with.</summary>
+    public Exception? SealBatch(UdpReceiveOperation operation)
     {
+        _owner.Loop.Options.Hooks?.BeforeBatchSealed?.Invoke();
         lock (_gate)
         {
             if (_filling == operation)
             {
                 _filling = null;
             }
+            if (operation.FillError is { } error)
+            {
+                return error;
+            }
             FillFromQueue(operation.Batch!);
+            return null;
         }
     }
 

@@ -42,6 +42,11 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     // An awaited send goes back to the pool when both its completion has run and its caller is done with it (took
     // the result, or took it too early): 2, 1, 0. A caller's misuse thus never returns one still in the kernel.
     private OperationHolds _holds;
+    // An awaited send's token: its cancellation fails the send if the loop has not submitted it yet, else asks the
+    // kernel to cancel the SENDMSG (one still waiting for room in the socket's buffer).
+    private CancellationToken _token;
+    private CancellationTokenRegistration _cancellation;
+    private volatile bool _cancelRequested;
 
     public UdpSendOperation(UdpSender sender, ushort index)
     {
@@ -99,6 +104,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     {
         _core.Reset();
         Awaited = awaited;
+        _cancelRequested = false;
         _holds.Reset();
         SegmentRefusal = 0;
         Length = payload.Length; // first: SegmentCount gives the room back even if the pin below throws
@@ -205,6 +211,33 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         return true;
     }
 
+    /// <summary>The caller's token was cancelled: the loop fails the send if it has not submitted it, or cancels its
+    /// SENDMSG.</summary>
+    public bool CancelRequested => _cancelRequested;
+
+    /// <summary>An awaited send: a cancellation of <paramref name="token"/> from now on cancels it (on the
+    /// loop).</summary>
+    public void RegisterCancellation(CancellationToken token)
+    {
+        Debug.Assert(Awaited, "only a send whose caller waits for the kernel can be cancelled");
+        _token = token;
+        short version = Version;
+        _cancellation = token.UnsafeRegister(static (s, _) =>
+        {
+            var (operation, version) = ((UdpSendOperation, short))s!;
+            operation._cancelRequested = true;
+            operation._sender.CancelOnLoop(operation, version);
+        }, (this, version));
+    }
+
+    /// <summary>Back to the pool: a cancellation from now on finds nothing (waits for one running).</summary>
+    public void DropCancellation()
+    {
+        _cancellation.Dispose();
+        _cancellation = default;
+        _token = default;
+    }
+
     /// <summary>Gives the kernel's result to the waiting caller, on the thread pool.</summary>
     public void CompleteLater(int result)
     {
@@ -221,7 +254,9 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
         else
         {
-            _core.SetException(_sender.ErrorOf(-_result));
+            _core.SetException(-_result == Errno.ECANCELED && _cancelRequested
+                ? new OperationCanceledException(_token)
+                : _sender.ErrorOf(-_result));
         }
         ReleaseHold();
     }

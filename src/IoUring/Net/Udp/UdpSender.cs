@@ -127,6 +127,10 @@ internal sealed unsafe partial class UdpSender
             Return(operation!);
             throw;
         }
+        if (awaited && cancellationToken.CanBeCanceled)
+        {
+            operation.RegisterCancellation(cancellationToken);
+        }
         EventLoop loop = _owner.Loop;
         if (loop.IsOnLoopThread)
         {
@@ -195,6 +199,11 @@ internal sealed unsafe partial class UdpSender
         if ((_closing && !continuing) || _owner.Loop.IsStopping)
         {
             Fail(operation, Errno.EBADF);
+            return;
+        }
+        if (operation.CancelRequested)
+        {
+            Fail(operation, Errno.ECANCELED); // its caller gave up before the loop took it: it never goes out
             return;
         }
         if (operation.Index >= _inFlight.Length)
@@ -343,9 +352,39 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
+    /// <summary>An awaited send's token was cancelled (any thread): on the loop, a SENDMSG of it still in flight is
+    /// cancelled (one not submitted yet fails when the loop takes it, <see cref="Submit"/>).</summary>
+    public void CancelOnLoop(UdpSendOperation operation, short version)
+        => _owner.Loop.Schedule(static s =>
+        {
+            var (sender, operation, version) = ((UdpSender, UdpSendOperation, short))s!;
+            if (sender._owner.Loop.IsOnLoopThread)
+            {
+                sender.CancelInFlight(operation, version);
+            }
+        }, (this, operation, version));
+
+    private void CancelInFlight(UdpSendOperation operation, short version)
+    {
+        // Not the same send any more (completed, maybe reused), or the loop's stop cancels everything anyway.
+        if (operation.Index >= _inFlight.Length || _inFlight[operation.Index] != operation
+            || operation.Version != version || _owner.Loop.IsStopping)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Cancel);
+        if (sqe == null)
+        {
+            return; // no SQE (reported to the loop's owner): the send completes as the kernel makes it
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = _owner.UserDataOf(UdpRequestKind.Send, operation.Index);
+    }
+
     /// <summary>The operation is free for the next send (or its memory goes, the socket being closed).</summary>
     public void ToPool(UdpSendOperation operation)
     {
+        operation.DropCancellation();
         lock (_gate)
         {
             if (_closed)

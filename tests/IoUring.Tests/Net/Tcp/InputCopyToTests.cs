@@ -1,3 +1,4 @@
+using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
 using IoUring.Net;
@@ -208,6 +209,34 @@ public sealed class InputCopyToTests : IAsyncLifetime
             Assert.Null(disposeError);
             Assert.Equal(0, Volatile.Read(ref armed)); // the hook ran
             Assert.True(copyError is null, $"the copy failed: {copyError}");
+        }
+    }
+
+    [Fact]
+    public async Task Completing_the_reader_just_as_a_cancelled_read_returns_ends_the_copy_quietly()
+    {
+        PipeReader? source = null;
+        // Completes the source's reader where a Complete on another thread can land: after the copy saw the reader
+        // still open, before it advances past the cancelled result.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            Loop = { Hooks = new() { AfterCancelledCopyRead = () => source?.Complete() } },
+        });
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (sourceClient, sourceServer) = await LoopbackPairs.ConnectAsync(listener);
+        var (destinationClient, destination) = await LoopbackPairs.ConnectAsync(listener);
+        using (sourceClient)
+        using (destinationClient)
+        await using (sourceServer)
+        await using (destination)
+        {
+            source = sourceServer.Input;
+            Task copy = source.CopyToAsync(destination.Output);
+            source.CancelPendingRead();
+
+            Exception? error = await Record.ExceptionAsync(() => copy.WaitAsync(TimeSpan.FromSeconds(10)));
+            Assert.True(error is null or OperationCanceledException, $"the copy failed: {error}");
         }
     }
 

@@ -306,6 +306,40 @@ public sealed class LifetimeTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task ConnectionClosed_first_asked_for_as_the_network_is_disposed_is_cancelled_when_the_dispose_returns()
+    {
+        IoUringNetwork network = null!;
+        IoUringListener listener = null!;
+        // The whole close and the network's dispose land where the first ConnectionClosed read saw the connection open
+        // and has not published its token source yet.
+        network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            Loop =
+            {
+                Hooks = new()
+                {
+                    BeforeClosedTokenSourcePublished = () =>
+                    {
+                        listener.DisposeAsync().AsTask().Wait();
+                        network.Dispose();
+                    },
+                },
+            },
+        });
+        listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        var (client, server) = await LoopbackPairs.ConnectAsync(listener);
+        using (client)
+        {
+            // Read on the thread that asked: a cancel left for later would run its callbacks after the dispose, which
+            // waits for every ConnectionClosed callback of its connections.
+            bool cancelledOnReturn = await Task.Run(() => server.ConnectionClosed.IsCancellationRequested);
+            Assert.True(server.Closed.IsCompleted);
+            Assert.True(cancelledOnReturn, "the token was not cancelled when the network's dispose returned");
+        }
+    }
+
+    [Fact]
     public async Task Endpoints_read_after_the_connection_closed_are_its_own()
     {
         var (client, server) = await ConnectPairAsync();

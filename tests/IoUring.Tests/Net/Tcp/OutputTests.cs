@@ -411,6 +411,33 @@ public sealed class OutputTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task A_joined_flush_awaited_after_a_later_flush_began_has_the_outcome_of_the_wait_it_joined()
+    {
+        var (client, server) = await LoopbackPairs.ConnectAsync(_listener);
+        await using (server)
+        using (client) // disposed first: the server's close must not wait on a peer that does not read
+        {
+            ShrinkSocketBuffers(client, server);
+            (ValueTask<FlushResult> first, _) = await FillUntilAFlushWaitsAsync(server.Output);
+            ValueTask<FlushResult> joined = server.Output.FlushAsync();
+            Assert.False(joined.IsCompleted);
+            server.Output.CancelPendingFlush(); // ends the wait both share
+            Assert.True((await first.AsTask().WaitAsync(TimeSpan.FromSeconds(5))).IsCanceled);
+
+            // A later flush waits (the peer still reads nothing) before the joined one is awaited.
+            server.Output.Write(new byte[100]);
+            ValueTask<FlushResult> later = server.Output.FlushAsync();
+            Assert.False(later.IsCompleted);
+
+            FlushResult outcome = await joined.AsTask().WaitAsync(TimeSpan.FromSeconds(5));
+            Assert.True(outcome.IsCanceled);
+            Assert.False(later.IsCompleted);
+            server.Output.CancelPendingFlush();
+            Assert.True((await later.AsTask().WaitAsync(TimeSpan.FromSeconds(5))).IsCanceled);
+        }
+    }
+
+    [Fact]
     public async Task A_write_larger_than_a_block_gets_a_pinned_large_block_of_the_loop_given_back_once_sent()
     {
         var (client, server) = await LoopbackPairs.ConnectAsync(_listener);

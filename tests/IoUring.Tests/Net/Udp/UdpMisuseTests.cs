@@ -198,6 +198,47 @@ public sealed class UdpMisuseTests : NetworkTests
         protected override void Dispose(bool disposing) => Interlocked.Increment(ref _disposals);
     }
 
+    [Fact]
+    public async Task A_batch_another_sockets_receive_filled_fails_the_receive_still_filling_it_and_the_datagram_goes_on()
+    {
+        using var sealing = new ManualResetEventSlim();
+        var unhandled = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
+        // Batch completions wait before they stop their batch filling: the loop delivers on meanwhile.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions
+        {
+            LoopCount = 1,
+            Loop =
+            {
+                UnhandledException = unhandled.Enqueue,
+                Hooks = new() { BeforeBatchSealed = () => sealing.Wait(TimeSpan.FromSeconds(10)) },
+            },
+        });
+        await using IoUringUdpSocket first = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await using IoUringUdpSocket second = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using Socket peer = Peer();
+        var batch = new UdpDatagramBatch(capacity: 2, bufferSize: 64);
+
+        // Misuse: one batch given to a receive of each socket at once.
+        Task<int> filling = first.ReceiveBatchAsync(batch).AsTask();
+        Task<int> other = second.ReceiveBatchAsync(batch).AsTask();
+        peer.SendTo([1], first.LocalEndPoint);
+        await Eventually.WaitForAsync(() => batch.Count == 1); // the first socket's receive keeps filling it
+        peer.SendTo([2], second.LocalEndPoint);
+        await Eventually.WaitForAsync(() => batch.Count == 2); // the second socket's filled it
+        peer.SendTo([3], first.LocalEndPoint); // cannot join the first socket's batch
+        await Eventually.WaitForAsync(() => first.DatagramsReceived == 2);
+        sealing.Set();
+
+        await Assert.ThrowsAsync<InvalidOperationException>(() => filling.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.Equal(2, await other.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.Empty(unhandled);
+        // The datagram was not lost: the next receive gets it.
+        var buffer = new byte[16];
+        DatagramResult result = await first.ReceiveAsync(buffer).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
+        Assert.Equal(1, result.BytesReceived);
+        Assert.Equal(3, buffer[0]);
+    }
+
     private static Socket Peer()
     {
         var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);

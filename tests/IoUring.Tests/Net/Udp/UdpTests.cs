@@ -5,6 +5,7 @@ using IoUring.Interop;
 using IoUring.Net;
 using IoUring.Testing;
 using IoUring.Tests.Support;
+using static IoUring.Interop.IoUringConstants;
 using static IoUring.Tests.Support.TestBytes;
 
 namespace IoUring.Tests.Net;
@@ -530,6 +531,109 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
 
         peer.SendTo(new byte[] { 1, 2, 3 }, socket.LocalEndPoint);
         Assert.Equal(new DatagramResult(3, 3), await socket.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout));
+    }
+
+    [Fact]
+    public async Task A_back_off_the_loop_refuses_is_retried_before_the_receive_rearms()
+    {
+        // Every RECVMSG finds the buffer ring empty (ENOBUFS): the first re-arms at once, the next backs off with a
+        // TIMEOUT, and the loop refuses that TIMEOUT's SQE (the third an owner asks for).
+        var faults = new IoUring.Testing.FaultInjector([IORING_OP_RECVMSG], [Errno.ENOBUFS], probability: 1, seed: 1);
+        faults.RefuseSqes(1, after: 2);
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = faults } } });
+        await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        await Eventually.WaitForAsync(() => faults.Observed(IORING_OP_TIMEOUT) >= 2);
+        Assert.Equal(1, faults.SqesRefused);
+
+        // The pause still comes before the next re-arm: the refused TIMEOUT is retried, not skipped.
+        byte[] order = faults.SubmittedOpcodes().Where(op => op is IORING_OP_RECVMSG or IORING_OP_TIMEOUT).Take(5).ToArray();
+        Assert.Equal([IORING_OP_RECVMSG, IORING_OP_RECVMSG, IORING_OP_TIMEOUT, IORING_OP_RECVMSG, IORING_OP_TIMEOUT], order);
+    }
+
+    [Fact]
+    public async Task A_send_that_waits_is_cancelled_by_its_token_and_never_goes_out()
+    {
+        // Every send waits for the kernel's result.
+        await using IoUringUdpSocket socket = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), new IoUringUdpOptions { MaxPendingSends = 0 });
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        peer.ReceiveTimeout = 10_000;
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        using var holding = new ManualResetEventSlim();
+        using var release = new ManualResetEventSlim();
+        using var cancellation = new CancellationTokenSource();
+
+        // The loop is held busy, so the send waits for it.
+        socket.Loop.Schedule(_ =>
+        {
+            holding.Set();
+            release.Wait(Timeout);
+        }, null);
+        Assert.True(holding.Wait(Timeout));
+        ValueTask<int> send = default;
+        try
+        {
+            send = socket.SendToAsync(new byte[] { 1, 2, 3 }, to, cancellation.Token);
+            Assert.False(send.IsCompleted);
+            cancellation.Cancel();
+        }
+        finally
+        {
+            release.Set();
+        }
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => send.AsTask().WaitAsync(Timeout));
+
+        // It never went out: the next datagram is the first the peer gets.
+        Assert.Equal(1, await socket.SendToAsync(new byte[] { 9 }, to).AsTask().WaitAsync(Timeout));
+        var buffer = new byte[16];
+        Assert.Equal(1, peer.Receive(buffer));
+        Assert.Equal(9, buffer[0]);
+    }
+
+    [Fact]
+    public async Task A_send_waiting_in_the_kernel_for_room_is_cancelled_by_its_token()
+    {
+        using var veth = new VethNamespaces(mtu: 1500);
+        // About one datagram a second leaves veth0: the sender's small buffer fills with those queued there, and the
+        // next SENDMSG waits in the kernel for room.
+        using (var tc = System.Diagnostics.Process.Start("tc", $"-n {veth.A} qdisc add dev veth0 root tbf rate 8kbit burst 1600 limit 1000000"))
+        {
+            tc.WaitForExit();
+            Assert.Equal(0, tc.ExitCode);
+        }
+        var sendmsgs = new FaultInjector([IORING_OP_SENDMSG], [Errno.EBADR], probability: 0, seed: 1); // counts only
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1, Loop = { Hooks = new() { Faults = sendmsgs } } });
+        // Every caller waits for its SENDMSG.
+        await using IoUringUdpSocket sender = VethNamespaces.Run(veth.A,
+            () => network.BindUdp(new IPEndPoint(VethNamespaces.AddressA, 0), new IoUringUdpOptions { MaxPendingSends = 0 }));
+        const int SO_SNDBUF = 7;
+        Assert.Equal(0, Libc.SetIntOption(sender.FileDescriptor, Libc.SOL_SOCKET, SO_SNDBUF, 4096));
+        using Socket peer = VethNamespaces.Run(veth.B, () =>
+        {
+            var socket = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+            socket.Bind(new IPEndPoint(VethNamespaces.AddressB, 0));
+            return socket;
+        });
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        using var cancellation = new CancellationTokenSource();
+
+        Task<int>? waiting = null;
+        for (int i = 1; i <= 50 && waiting is null; i++)
+        {
+            Task<int> send = sender.SendToAsync(new byte[1000], to, cancellation.Token).AsTask();
+            await Eventually.WaitForAsync(() => sendmsgs.Observed(IORING_OP_SENDMSG) == i); // in the kernel
+            if (await Task.WhenAny(send, Task.Delay(300)) != send)
+            {
+                waiting = send;
+            }
+            else
+            {
+                Assert.Equal(1000, await send);
+            }
+        }
+        Assert.NotNull(waiting);
+        cancellation.Cancel();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting.WaitAsync(Timeout));
     }
 
     [Fact]

@@ -47,7 +47,13 @@ internal sealed partial class ConnectionInput
                 ReadOnlySequence<byte> buffer = result.Buffer;
                 if (result.IsCanceled)
                 {
-                    AdvanceTo(buffer.Start);
+                    // A Complete on another thread may land after the check above: then there is nothing to
+                    // advance and the copy ends as if it had come first.
+                    _loop.Options.Hooks?.AfterCancelledCopyRead?.Invoke();
+                    if (!TryAdvance(buffer.Start))
+                    {
+                        return;
+                    }
                     throw new OperationCanceledException("The read was canceled (CancelPendingRead).");
                 }
                 FlushResult flush = default;

@@ -52,9 +52,9 @@ INCLUDE=${INCLUDE:-}
 [[ $ARCH == arm64 && -z ${TEST_ENV+set} ]] && TEST_ENV="IOURING_SOAK_SECONDS=15 DOTNET_EnableWriteXorExecute=0"
 # What needs a tool the arm64 root lacks: gcc (the ABI tests, the child-process launcher), the SDK (packaging, the
 # dotnet host the child processes run on), chromium, postgresql, and iproute2's ip with network namespaces and veth
-# (busybox's ip has neither; the tests that make a veth pair between two namespaces of their own).
+# (busybox's ip has neither) and tc: the tests that make a veth pair between two namespaces of their own.
 ARM64_EXCLUDES="IoUring.Tests.Abi. VethNamespacesTests. LocalAddressTests.An_IPv6_wildcard_socket_tells_its_addresses_apart"
-ARM64_EXCLUDES+=" SegmentOffloadLimitTests.Over_a_1500_byte_MTU"
+ARM64_EXCLUDES+=" SegmentOffloadLimitTests.Over_a_1500_byte_MTU UdpTests.A_send_waiting_in_the_kernel_for_room"
 for t in Browser. Packaging. Reliability.FdExhaustionTests. Reliability.IoUringSwitchedOffTests. \
          Reliability.LockedMemoryLimitTests. Reliability.KestrelSampleHttpsTests. Samples.DatabaseSampleTests.; do
     ARM64_EXCLUDES+=" IoUring.AspNetCore.Tests.$t"

@@ -33,8 +33,14 @@ public sealed class UdpMisuseTests : NetworkTests
             ValueTask<int> send = sender.SendSegmentsToAsync(owner, expected.Length, 1200, to);
             if (!send.IsCompleted)
             {
-                early++;
-                Assert.Throws<InvalidOperationException>(() => send.Result);
+                try
+                {
+                    _ = send.Result; // the send may complete between the check and this call: then it returns
+                }
+                catch (InvalidOperationException)
+                {
+                    early++;
+                }
             }
             await SegmentOffloadTests.AssertReceivedAsync(peer, expected, 1200); // poison, had it been disposed early
         }

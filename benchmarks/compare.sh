@@ -13,7 +13,7 @@
 #
 # Environment: SCENARIOS (default: the set below, ~23 min on this 2-CPU machine), ROUNDS (pairs of windows per scenario, default 10),
 # DURATION (s per window, default 2), WARMUP and WARMUP_MAX (s, default 3 and 21: each server warms up until it stops
-# compiling), KEEP_SERVERS (default 1: scenarios that start the servers alike share the processes), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
+# compiling), KEEP_SERVERS (default 1: scenarios that start the servers alike share the processes, except the database ones), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
 # base cannot serve (e.g. static files or the database before they existed) fails its probe and reads "not measured".
 # Output: OUT/compare.md (and the harness's own results.md beside it).
 set -Eeuo pipefail

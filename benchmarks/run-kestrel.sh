@@ -105,9 +105,10 @@
 # COLD_CACHE=1, also evict the scenario's file every that many seconds during the window with
 # posix_fadvise(DONTNEED), that file's pages only, so reads keep missing; default 0: only before the window),
 # IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
-# KESTREL_SAMPLE_SLOWDOWN self-check), KEEP_SERVERS=1 (load scenarios that start the servers alike — same scheme,
-# HTTP/2 setting and database — run on the same processes, started and warmed once; each scenario still warms up
-# until it stops compiling; benchmarks/compare.sh sets it), OUT (directory for everything;
+# KESTREL_SAMPLE_SLOWDOWN self-check), KEEP_SERVERS=1 (load scenarios that start the servers alike — same scheme and
+# HTTP/2 setting — run on the same processes, started and warmed once; each scenario still warms up until it stops
+# compiling; the database scenarios always start fresh servers; benchmarks/compare.sh sets it), OUT (directory for
+# everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
 # of requests per server CPU-second), the raw generator outputs and server logs (memory scenarios: also the VmRSS
@@ -583,7 +584,9 @@ load_scenario() {
     for name in "${server_list[@]}"; do [[ $name != c || $S_C == 1 ]] && servers+=("$name"); done
     echo "== $scen ($(date +%H:%M:%S)): $S_CONNS connections, ${S_PATH}, depth $S_DEPTH${S_CLOSE:+, Connection: close}, $S_GEN$( ((COLD_CACHE)) && [[ $S_FILE ]] && echo ", cold cache")"
     local started="${servers[*]} | $S_SCHEME $S_H2C $S_DB"
-    if [[ $KEPT != "$started" ]]; then
+    # The database scenarios start fresh servers each: kept across them, a self-check read -7.5% (queries-64) and
+    # -8.6% (fortunes-64) for two processes of one build (docs/benchmarks/log/2026-11-29.md).
+    if [[ $KEPT != "$started" ]] || ((S_DB)); then
         stop_kept
         i=0
         for name in "${servers[@]}"; do start_server "$name" $((PORT_BASE + i)) "$scen"; i=$((i + 1)); done
@@ -663,7 +666,7 @@ load_scenario() {
     done
     local holder
     for holder in "${holders[@]}"; do reap "$holder"; done
-    if ((KEEP_SERVERS)); then KEPT=$started; else stop_kept; fi
+    if ((KEEP_SERVERS && !S_DB)); then KEPT=$started; else stop_kept; fi
 }
 
 # ---- idle connections: per round and server a fresh server, warm-up, RSS before, N connections held, RSS after ----

@@ -142,7 +142,7 @@ if [[ $ARCH == arm64 ]]; then
     BUSYBOX=$GUEST_ROOT/bin/busybox
 fi
 
-# ---- initramfs: busybox, the modules 9p and overlayfs need (in dependency order), /init ----
+# ---- initramfs: busybox, the modules 9p, overlayfs and the veth tests need (in dependency order), /init ----
 INITRD="$KDIR/initrd-iouring.cpio.gz"
 ordered=()
 declare -A seen=()
@@ -159,7 +159,8 @@ add_module() { # name (as in modules.dep, - and _ equivalent): its dependencies 
     done
     ordered+=("$path")
 }
-for m in virtio_pci 9pnet_virtio 9p overlay; do add_module "$m"; done
+# veth and sch_tbf: the tests that join two network namespaces of their own by a veth pair (one shaped with tc tbf).
+for m in virtio_pci 9pnet_virtio 9p overlay veth sch_tbf; do add_module "$m"; done
 rm -rf "$KDIR/initrd" && mkdir -p "$KDIR/initrd"/{bin,dev,proc,sys,mnt/lower,mnt/rw,newroot,modules}
 cp "$BUSYBOX" "$KDIR/initrd/bin/busybox"
 for a in sh mount umount mkdir insmod ip poweroff chroot sync sleep cat echo xzcat zstdcat gunzip; do ln -s busybox "$KDIR/initrd/bin/$a"; done

@@ -424,8 +424,9 @@ public sealed class OutputTests : IAsyncLifetime
             server.Output.CancelPendingFlush(); // ends the wait both share
             Assert.True((await first.AsTask().WaitAsync(TimeSpan.FromSeconds(5))).IsCanceled);
 
-            // A later flush waits (the peer still reads nothing) before the joined one is awaited.
-            server.Output.Write(new byte[100]);
+            // A later flush waits (the peer still reads nothing) before the joined one is awaited: 1 MiB, far past the
+            // pause threshold, whatever the kernel took meanwhile (100 bytes completed at once under load in CI).
+            server.Output.Write(new byte[1024 * 1024]);
             ValueTask<FlushResult> later = server.Output.FlushAsync();
             Assert.False(later.IsCompleted);
 

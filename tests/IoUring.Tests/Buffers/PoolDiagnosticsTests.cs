@@ -8,8 +8,9 @@ namespace IoUring.Tests.Buffers;
 /// <summary>
 /// The diagnostic pools the whole suite runs on (tests/PoolCheck.cs): each misuse below is done on purpose and must be
 /// reported, with where it happened. The problems are taken per pool, so the suite's own check (which fails any test
-/// after which a pool reported one) sees none of them.
+/// after which a pool reported one) sees none of them; alone, so no test ending meanwhile takes them first.
 /// </summary>
+[Collection(Support.DeliberatePoolProblemsCollection.Name)]
 public sealed class PoolDiagnosticsTests
 {
     [Fact]

@@ -104,7 +104,8 @@
 # "cold" in results.tsv's cache column and results.md's title says "cold cache"), COLD_CACHE_EVERY (s; with
 # COLD_CACHE=1, also evict the scenario's file every that many seconds during the window with
 # posix_fadvise(DONTNEED), that file's pages only, so reads keep missing; default 0: only before the window),
-# IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
+# SAMPLE (the iouring server's KestrelSample binary; default this tree's build), IOURING_ARGS (more arguments for it,
+# e.g. --report-iowait), IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
 # KESTREL_SAMPLE_SLOWDOWN self-check), KEEP_SERVERS=1 (load scenarios that start the servers alike — same scheme and
 # HTTP/2 setting — run on the same processes, started and warmed once; each scenario still warms up until it stops
 # compiling; the database scenarios always start fresh servers; benchmarks/compare.sh sets it), OUT (directory for
@@ -193,7 +194,7 @@ ulimit -n "$hard" 2>/dev/null || true
 echo "building samples/KestrelSample (Release) and benchmarks/c"
 dotnet build -c Release -nologo -v q "$ROOT/samples/KestrelSample/KestrelSample.csproj" >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 make -s -C "$ROOT/benchmarks/c" >>"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
-SAMPLE="$ROOT/samples/KestrelSample/bin/Release/net10.0/KestrelSample"
+SAMPLE=${SAMPLE:-"$ROOT/samples/KestrelSample/bin/Release/net10.0/KestrelSample"}
 C_SERVER="$ROOT/benchmarks/c/plaintext_server"
 LOADGEN="$ROOT/benchmarks/c/loadgen"
 IDLE_CLIENT="$ROOT/benchmarks/c/idle_conns"
@@ -325,7 +326,7 @@ start_server() { # name port tag (names the log)
         echo "port $port is already in use: stop what listens there or set PORT_BASE"; exit 1
     fi
     case $name in
-        iouring) env ${IOURING_ENV:-} taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
+        iouring) env ${IOURING_ENV:-} taskset -c 0 "$SAMPLE" "${args[@]}" ${IOURING_ARGS:-} >"$log" 2>&1 & ;;
         iouring-inline|iouring-kestrelpool|iouring-nofiles|sockets) taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;
         iouring-base) taskset -c 0 "${BASE_SAMPLE:?iouring-base needs BASE_SAMPLE, the KestrelSample binary of another build}" "${args[@]}" >"$log" 2>&1 & ;;
         sockets-inline) DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 taskset -c 0 "$SAMPLE" "${args[@]}" >"$log" 2>&1 & ;;

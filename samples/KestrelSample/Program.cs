@@ -3,7 +3,7 @@
 //
 //   dotnet run -c Release -- [--transport iouring|sockets] [--inline] [--stats] [--urls http://127.0.0.1:5000]
 //                            [--cert server.pfx[:password]] [--kestrel-pool] [--h2c] [--static-root DIR]
-//                            [--no-loop-files] [--db "Host=...;Database=hello_world;..."]
+//                            [--no-loop-files] [--report-iowait] [--db "Host=...;Database=hello_world;..."]
 //
 //   --cert    the server certificate (a PFX file) for https:// URLs; the default URLs become
 //             http://127.0.0.1:5000 and https://127.0.0.1:5001. Kestrel's own configuration works too:
@@ -17,6 +17,7 @@
 //             IHttpResponseBodyFeature.SendFileAsync, which io_uring serves on its loops (ReadFilesOnLoops)
 //   --no-loop-files  io_uring leaves SendFileAsync to Kestrel (IoUringTransportOptions.ReadFilesOnLoops = false:
 //             Kestrel's FileStream copy on the thread pool; the comparison of benchmarks/run-kestrel.sh)
+//   --report-iowait  the loops' sleeps count as iowait, as the kernel does by default (ReportIoWait = true)
 //   --h2c     every endpoint speaks HTTP/2 only, so cleartext ones take HTTP/2 with prior knowledge (h2c; Kestrel's
 //             default for cleartext is HTTP/1.1 only): curl --http2-prior-knowledge, h2load http://...
 //   --db CONNECTION_STRING  maps TechEmpower's GET /db, /queries?queries=N, /fortunes and /updates?queries=N on that
@@ -49,8 +50,10 @@ bool stats = args.Contains("--stats");
 bool kestrelPool = args.Contains("--kestrel-pool");
 bool h2c = args.Contains("--h2c");
 bool noLoopFiles = args.Contains("--no-loop-files");
+bool reportIoWait = args.Contains("--report-iowait");
 WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(
-    args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--h2c" or "--no-loop-files")).ToArray());
+    args.Where(a => a is not ("--inline" or "--stats" or "--kestrel-pool" or "--h2c" or "--no-loop-files"
+        or "--report-iowait")).ToArray());
 if (h2c)
 {
     builder.WebHost.ConfigureKestrel(k => k.ConfigureEndpointDefaults(l => l.Protocols = Microsoft.AspNetCore.Server.Kestrel.Core.HttpProtocols.Http2));
@@ -75,6 +78,7 @@ switch (transport)
             o.UnsafePreferInlineScheduling = inline;
             o.UseLoopMemoryPools = !kestrelPool;
             o.ReadFilesOnLoops = !noLoopFiles;
+            o.ReportIoWait = reportIoWait;
         });
         break;
     case "sockets":

@@ -24,7 +24,14 @@ public static class UdpResponder
     private const int Workers = 16;          // concurrent receives per per-datagram server (each answers, then receives again)
     private const int ClientSockets = 8, Window = 8; // the load: datagrams in flight per client socket
 
-    private static readonly string[] Servers = ["sockets", "iouring", "iouring-batch"];
+    private static readonly string[] Servers = BaseBuild is null
+        ? ["sockets", "iouring", "iouring-batch"]
+        : ["sockets", "iouring", "iouring-batch", "iouring-base", "iouring-batch-base"];
+
+    /// <summary>UDP_RESPONDER_BASE: another build's IoUring.Benchmarks.dll, whose io_uring servers run beside this
+    /// build's (the before/after pair of a change; their ratio is printed per size).</summary>
+    private static string? BaseBuild => Environment.GetEnvironmentVariable("UDP_RESPONDER_BASE") is { Length: > 0 } dll
+        ? dll : null;
 
     public static void Run(string[] args)
     {
@@ -40,7 +47,9 @@ public static class UdpResponder
 
     private static void Measure(int size, int rounds, int seconds)
     {
-        var servers = Servers.Select(kind => Child.Start(0, "--udp-server", kind)).ToArray();
+        var servers = Servers.Select(kind => kind.EndsWith("-base", StringComparison.Ordinal)
+            ? Child.StartProgram(0, "dotnet", BaseBuild!, "--udp-server", kind[..^"-base".Length])
+            : Child.Start(0, "--udp-server", kind)).ToArray();
         try
         {
             int[] ports = servers.Select(s => int.Parse(s.ReadLine("port "), CultureInfo.InvariantCulture)).ToArray();
@@ -49,8 +58,9 @@ public static class UdpResponder
             var cpuShare = Servers.Select(_ => new List<double>()).ToArray();
             for (int round = -1; round < rounds; round++) // round -1 warms every server up (JIT tiers, pools)
             {
-                for (int s = 0; s < servers.Length; s++)
+                for (int i = 0; i < servers.Length; i++)
                 {
+                    int s = round % 2 == 0 ? i : servers.Length - 1 - i; // order flipped each round
                     (long answers, TimeSpan cpu, TimeSpan wall) = MeasureWindow(servers[s], ports[s], size, round < 0 ? 2 * seconds : seconds);
                     if (round >= 0)
                     {
@@ -66,6 +76,18 @@ public static class UdpResponder
                 Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                     $"{size,5} B  {Servers[s],-14} {Median(perCpuSecond[s]),10:N0} answers/CPU-s  ratio {Median(ratios):F2} " +
                     $"(min {ratios.Min():F2}, max {ratios.Max():F2})  {Median(perSecond[s]),9:N0} answers/s  server CPU {Median(cpuShare[s]):P0}"));
+            }
+            for (int s = 0; s < servers.Length; s++)
+            {
+                int b = Array.IndexOf(Servers, Servers[s] + "-base");
+                if (b < 0)
+                {
+                    continue;
+                }
+                double[] ratios = perCpuSecond[s].Zip(perCpuSecond[b], (x, y) => x / y).ToArray();
+                Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                    $"{size,5} B  {Servers[s]} / {Servers[b]}: ratio {Median(ratios):F3} (min {ratios.Min():F3}, " +
+                    $"max {ratios.Max():F3}, {ratios.Length} rounds)"));
             }
         }
         finally

@@ -1,4 +1,5 @@
 using System.Net.Sockets;
+using IoUring.Interop;
 
 namespace IoUring.Net;
 
@@ -10,32 +11,32 @@ internal static class SocketErrors
 
     public static SocketError ToSocketError(int errno) => errno switch
     {
-        1 or 13 => SocketError.AccessDenied,            // EPERM, EACCES
-        2 => SocketError.AddressNotAvailable,           // ENOENT: no Unix socket at that path
-        4 => SocketError.Interrupted,                   // EINTR
-        9 => SocketError.OperationAborted,              // EBADF
-        11 => SocketError.WouldBlock,                   // EAGAIN
-        12 or 105 => SocketError.NoBufferSpaceAvailable, // ENOMEM, ENOBUFS
-        22 => SocketError.InvalidArgument,              // EINVAL
-        23 or 24 => SocketError.TooManyOpenSockets,     // ENFILE, EMFILE
-        32 => SocketError.Shutdown,                     // EPIPE
-        90 => SocketError.MessageSize,                  // EMSGSIZE
-        97 => SocketError.AddressFamilyNotSupported,    // EAFNOSUPPORT
-        98 => SocketError.AddressAlreadyInUse,          // EADDRINUSE
-        99 => SocketError.AddressNotAvailable,          // EADDRNOTAVAIL
-        100 => SocketError.NetworkDown,                 // ENETDOWN
-        101 => SocketError.NetworkUnreachable,          // ENETUNREACH
-        103 => SocketError.ConnectionAborted,           // ECONNABORTED
-        104 => SocketError.ConnectionReset,             // ECONNRESET
-        106 => SocketError.IsConnected,                 // EISCONN
-        107 => SocketError.NotConnected,                // ENOTCONN
-        110 => SocketError.TimedOut,                    // ETIMEDOUT
-        111 => SocketError.ConnectionRefused,           // ECONNREFUSED
-        112 => SocketError.HostDown,                    // EHOSTDOWN
-        113 => SocketError.HostUnreachable,             // EHOSTUNREACH
-        114 => SocketError.AlreadyInProgress,           // EALREADY
-        115 => SocketError.InProgress,                  // EINPROGRESS
-        125 => SocketError.OperationAborted,            // ECANCELED
+        Errno.EPERM or Errno.EACCES => SocketError.AccessDenied,
+        Errno.ENOENT => SocketError.AddressNotAvailable,  // no Unix socket at that path
+        Errno.EINTR => SocketError.Interrupted,
+        Errno.EBADF => SocketError.OperationAborted,
+        Errno.EAGAIN => SocketError.WouldBlock,
+        Errno.ENOMEM or Errno.ENOBUFS => SocketError.NoBufferSpaceAvailable,
+        Errno.EINVAL => SocketError.InvalidArgument,
+        Errno.ENFILE or Errno.EMFILE => SocketError.TooManyOpenSockets,
+        Errno.EPIPE => SocketError.Shutdown,
+        Errno.EMSGSIZE => SocketError.MessageSize,
+        Errno.EAFNOSUPPORT => SocketError.AddressFamilyNotSupported,
+        Errno.EADDRINUSE => SocketError.AddressAlreadyInUse,
+        Errno.EADDRNOTAVAIL => SocketError.AddressNotAvailable,
+        Errno.ENETDOWN => SocketError.NetworkDown,
+        Errno.ENETUNREACH => SocketError.NetworkUnreachable,
+        Errno.ECONNABORTED => SocketError.ConnectionAborted,
+        Errno.ECONNRESET => SocketError.ConnectionReset,
+        Errno.EISCONN => SocketError.IsConnected,
+        Errno.ENOTCONN => SocketError.NotConnected,
+        Errno.ETIMEDOUT => SocketError.TimedOut,
+        Errno.ECONNREFUSED => SocketError.ConnectionRefused,
+        Errno.EHOSTDOWN => SocketError.HostDown,
+        Errno.EHOSTUNREACH => SocketError.HostUnreachable,
+        Errno.EALREADY => SocketError.AlreadyInProgress,
+        Errno.EINPROGRESS => SocketError.InProgress,
+        Errno.ECANCELED => SocketError.OperationAborted,
         _ => SocketError.SocketError,
     };
 }

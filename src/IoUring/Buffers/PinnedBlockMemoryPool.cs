@@ -246,6 +246,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// null.</summary>
     private Region? NextRegion()
     {
+        Debug.Assert(_lock.IsHeldByCurrentThread, "called without the lock");
         if (_freeCount == 0)
         {
             return null;
@@ -270,6 +271,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     /// unregistered).</summary>
     private Region AddRegion()
     {
+        Debug.Assert(_lock.IsHeldByCurrentThread, "called without the lock");
         var region = new Region(this);
         if (!_disposed)
         {

@@ -171,6 +171,7 @@ public sealed unsafe partial class EventLoop
         }
         sqe->opcode = IORING_OP_READ;
         sqe->fd = _eventFd;
+        // SAFETY: _eventFdValue is freed only by CloseWakeup once nothing is in flight (drained).
         sqe->addr = (ulong)_eventFdValue;
         sqe->len = sizeof(ulong);
         sqe->off = ulong.MaxValue; // read at the current position (eventfd has none)

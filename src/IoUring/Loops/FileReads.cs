@@ -66,6 +66,7 @@ internal sealed unsafe class FileReads : RingOwner
             sqe->opcode = IORING_OP_READ;
         }
         sqe->fd = read.FileDescriptor;
+        // SAFETY: the read keeps its buffer pinned until this READ's final completion (FileRead.Complete).
         sqe->addr = (ulong)read.Address;
         sqe->len = (uint)read.Buffer.Length;
         sqe->off = (ulong)read.Offset;

@@ -18,6 +18,7 @@ internal static unsafe class ReceiveBackoff
     public static void Prepare(io_uring_sqe* sqe)
     {
         sqe->opcode = IORING_OP_TIMEOUT;
+        // SAFETY: s_timeout is allocated once for the process and never freed.
         sqe->addr = (ulong)s_timeout;
         sqe->len = 1;
     }

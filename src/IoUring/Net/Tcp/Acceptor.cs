@@ -247,6 +247,7 @@ internal sealed unsafe class Acceptor : RingOwner
                 return;
             }
             sqe->opcode = IORING_OP_TIMEOUT;
+            // SAFETY: _backoff is freed in OnFreed, once the acceptor has no request in flight.
             sqe->addr = (ulong)_backoff;
             sqe->len = 1;
             _backoffArmed = true;

@@ -90,6 +90,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         sqe->opcode = IORING_OP_CONNECT;
         sqe->fd = _fd;
+        // SAFETY: _address is freed at this CONNECT's completion (or by Abandon, when it never reached the kernel).
         sqe->addr = (ulong)_address;
         sqe->off = (ulong)_addressLength;
         if (_token.CanBeCanceled)

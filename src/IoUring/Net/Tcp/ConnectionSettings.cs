@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.Interop;
@@ -30,7 +31,7 @@ internal sealed record ConnectionSettings
     public ConnectionRegistry? Registry { get; init; }
 
     /// <summary>Segment objects shared by the connections' outputs.</summary>
-    public ConnectionOutput.SegmentPool OutputSegments { get; init; } = new();
+    public OutputSegmentPool OutputSegments { get; init; } = new();
 
     /// <summary>Test seam (<see cref="TestHooks.BeforeAcceptorCreated"/>).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
@@ -182,6 +183,7 @@ internal sealed class ConnectionRegistry
 
     private void CompleteWaitIfDone() // under the lock
     {
+        Debug.Assert(_lock.IsHeldByCurrentThread, "called without the lock");
         if (_signalled is { } signalled && _signalsPending <= (_awaitedExcept is null ? 0 : 1))
         {
             _signalled = null;

@@ -41,6 +41,7 @@ internal sealed unsafe partial class UdpReceiver
         }
         sqe->opcode = IORING_OP_RECVMSG;
         sqe->fd = _fd;
+        // SAFETY: _message is freed only by Release, after the last request on the socket ended.
         sqe->addr = (ulong)_message;
         sqe->ioprio = IORING_RECV_MULTISHOT;
         sqe->flags = IOSQE_BUFFER_SELECT;

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 
 namespace IoUring.Net;
@@ -59,6 +60,7 @@ internal sealed unsafe partial class UdpReceiver
     // Under the lock.
     private Exception? TakeFailure()
     {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
         if (_closed)
         {
             return new ObjectDisposedException(nameof(IoUringUdpSocket));
@@ -70,6 +72,7 @@ internal sealed unsafe partial class UdpReceiver
     private UdpReceiveOperation Wait(Memory<byte> buffer, SocketAddress? from, SocketAddress? local,
         UdpDatagramBatch? batch, CancellationToken cancellationToken)
     {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
         UdpReceiveOperation operation =
             _pool.TryPop(out UdpReceiveOperation? pooled) ? pooled : new UdpReceiveOperation(this);
         operation.Prepare(buffer, from, local, batch, cancellationToken);
@@ -90,6 +93,7 @@ internal sealed unsafe partial class UdpReceiver
     // Under the lock.
     private void Unlink(UdpReceiveOperation operation)
     {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
         if (operation.Previous is null)
         {
             _firstWaiting = operation.Next;
@@ -112,6 +116,7 @@ internal sealed unsafe partial class UdpReceiver
     // Under the lock.
     private void FillFromQueue(UdpDatagramBatch batch)
     {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
         while (!batch.IsFull && _queue.TryDequeue(batch.NextBuffer, batch.NextAddress, batch.NextLocalAddress,
             out DatagramResult result))
         {
@@ -133,6 +138,7 @@ internal sealed unsafe partial class UdpReceiver
     // Under the lock, after taking from the queue: resume receiving once half of a full queue is free again.
     private void MadeRoom()
     {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
         if (_queueFull && _queue.Count <= _queue.Capacity / 2)
         {
             _queueFull = false;

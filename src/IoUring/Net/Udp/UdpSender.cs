@@ -219,6 +219,8 @@ internal sealed unsafe partial class UdpSender
         _inFlight[operation.Index] = operation;
         sqe->opcode = IORING_OP_SENDMSG;
         sqe->fd = _fd;
+        // SAFETY: _inFlight holds the operation until this CQE; its msghdr and data are freed only after that (Free,
+        // or its finalizer once nothing references it).
         sqe->addr = (ulong)operation.Message;
         sqe->len = 1;
         sqe->msg_flags = Libc.MSG_NOSIGNAL;

@@ -10,6 +10,7 @@ internal sealed partial class ConnectionInput
 {
     private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (bytes.Length < _blockSize / 2)
         {
             AppendCopy(bytes);
@@ -54,6 +55,7 @@ internal sealed partial class ConnectionInput
     // Gives back every block whose bytes are all consumed (the last one too: an idle connection holds no memory).
     private void ReleaseConsumed()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         while (_head is { } head && head.RunningIndex + head.End <= _consumed
             && (head != _tail || _consumed == _written))
         {
@@ -75,6 +77,7 @@ internal sealed partial class ConnectionInput
     // completes would keep them for good; see InputTests.A_failed_connection_gives_back_the_blocks_...).
     private void DropUnreadable()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (_writerError is not null && _readState == ReadState.None && !_lent && _head is not null)
         {
             _consumed = _written;

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using IoUring.Buffers;
 using IoUring.Loops;
 
@@ -99,6 +100,7 @@ internal sealed partial class ConnectionInput
     // complete (unless more follows at once; see Write). Returns whether the writer is paused.
     private bool AfterAppend(bool moreFollows, ref AwaiterCompletion completion)
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         long backlog = _written - _consumed;
         if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
         {

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using IoUring.Buffers;
 using IoUring.Interop;
@@ -48,6 +49,7 @@ internal sealed partial class ConnectionReceiver
                 // the multishot RECV's total; 0: no cap, when Input holds its threshold already
                 sqe->optlen = ReceiveLimit();
             }
+            Debug.Assert(!_armed, "a RECV armed while one is in flight");
             _armed = true;
             _armedTag = 0;
         }
@@ -117,9 +119,11 @@ internal sealed partial class ConnectionReceiver
         *_vectorMessage = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
         sqe->opcode = IORING_OP_RECVMSG;
         sqe->fd = _fd;
+        // SAFETY: FreeNativeMemory frees _vectorMessage once the owner is freed; the blocks stay ours until this CQE.
         sqe->addr = (ulong)_vectorMessage;
         sqe->len = 1;
         _vectorCount = count;
+        Debug.Assert(!_armed, "a RECVMSG armed while a receive is in flight");
         _armed = true;
         _armedTag = ConnectionRequestKind.VectoredTag;
         return true;
@@ -183,6 +187,7 @@ internal sealed partial class ConnectionReceiver
             return;
         }
         ReceiveBackoff.Prepare(sqe);
+        Debug.Assert(!_backingOff, "a second backoff TIMEOUT");
         _backingOff = true;
     }
 }

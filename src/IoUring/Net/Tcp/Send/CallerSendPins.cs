@@ -2,12 +2,10 @@ using System.Buffers;
 
 namespace IoUring.Net;
 
-// The pins of a sendmsg(2) from the caller's thread (SendGather).
-internal sealed partial class ConnectionOutput
+/// <summary>The pins of one sendmsg(2) from a flushing thread (<see cref="ConnectionOutput"/>'s caller sends), on its
+/// stack.</summary>
+[System.Runtime.CompilerServices.InlineArray(ConnectionOutput.MaxCallerSendSegments)]
+internal struct CallerSendPins
 {
-    [System.Runtime.CompilerServices.InlineArray(MaxCallerSendSegments)]
-    private struct PinnedSegments
-    {
-        private MemoryHandle _first;
-    }
+    private MemoryHandle _first;
 }

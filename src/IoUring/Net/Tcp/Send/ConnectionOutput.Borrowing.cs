@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 
 namespace IoUring.Net;
@@ -53,15 +54,15 @@ internal sealed partial class ConnectionOutput
     private ValueTask<FlushResult>? TryBorrow(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
         // The segments first, outside the lock: if enumerating the sequence throws, nothing was linked.
-        Segment? first = null;
-        Segment? last = null;
+        OutputSegment? first = null;
+        OutputSegment? last = null;
         foreach (ReadOnlyMemory<byte> piece in source)
         {
             if (piece.IsEmpty)
             {
                 continue;
             }
-            Segment segment = _segments.Rent();
+            OutputSegment segment = _segments.Rent();
             segment.Borrow(piece);
             if (last is null)
             {
@@ -92,7 +93,7 @@ internal sealed partial class ConnectionOutput
             {
                 _tail.Next = first;
             }
-            for (Segment? segment = first; segment is not null; segment = segment.Next)
+            for (OutputSegment? segment = first; segment is not null; segment = segment.Next)
             {
                 segment.SetRunningIndex(_committed);
                 _committed += segment.Committed;
@@ -133,6 +134,7 @@ internal sealed partial class ConnectionOutput
     /// <returns>True when the sender is to be told (<see cref="PostUnborrow"/>, outside the lock).</returns>
     private bool RequestUnborrow(Exception? error)
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (_unborrowRequested)
         {
             return false;
@@ -156,6 +158,7 @@ internal sealed partial class ConnectionOutput
     /// </summary>
     private AwaiterCompletion Unborrow()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         _unborrowRequested = false;
         Exception? error = _unborrowError;
         _unborrowError = null;
@@ -165,24 +168,24 @@ internal sealed partial class ConnectionOutput
         }
         // The borrowed write's segments follow each other at the end of the chain (the writer waits; anything it
         // wrote meanwhile comes after them).
-        Segment? previous = null;
-        Segment first = _head!;
+        OutputSegment? previous = null;
+        OutputSegment first = _head!;
         while (!first.IsBorrowed)
         {
             previous = first;
             first = first.Next!;
         }
-        Segment? after = first;
+        OutputSegment? after = first;
         while (after is { IsBorrowed: true })
         {
             after = after.Next;
         }
-        Segment? copies = null;
-        Segment? last = null;
+        OutputSegment? copies = null;
+        OutputSegment? last = null;
         int from = previous is null ? _headIndex : 0;
         long start = first.RunningIndex + from; // the stream offset of the first unsent borrowed byte
-        Segment? block = null;
-        for (Segment? borrowed = first; borrowed != after; borrowed = borrowed.Next)
+        OutputSegment? block = null;
+        for (OutputSegment? borrowed = first; borrowed != after; borrowed = borrowed.Next)
         {
             ReadOnlySpan<byte> rest = borrowed!.Memory.Span.Slice(from, borrowed.Committed - from);
             from = 0;

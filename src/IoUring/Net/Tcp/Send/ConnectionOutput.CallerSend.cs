@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
@@ -21,6 +22,7 @@ internal sealed partial class ConnectionOutput
     /// handles as its own send's.</returns>
     private Action<object?>? SendFromCaller()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (_callerSendLimit == 0)
         {
             return s_onFlushed; // caller sends are off (TestHooks.NoCallerSends)
@@ -37,7 +39,7 @@ internal sealed partial class ConnectionOutput
             return s_onFlushed;
         }
         // a borrowed write's memory: read only during this call
-        var bytes = new Sendable(_head!, _headIndex, length, _borrowing);
+        var bytes = new SendableBytes(_head!, _headIndex, length, _borrowing);
         byte opcode = bytes.IsSingleSegment ? IORING_OP_SEND : IORING_OP_SENDMSG;
         int fault = _loop.Faults?.TakeCallerSendFault(opcode) ?? 0;
         long sent;
@@ -109,9 +111,9 @@ internal sealed partial class ConnectionOutput
 
     /// <summary>sendmsg(2) of up to <see cref="MaxCallerSendSegments"/> of the segments (the rest: the ring's next
     /// send).</summary>
-    private unsafe long SendGather(in Sendable bytes, out int errno)
+    private unsafe long SendGather(in SendableBytes bytes, out int errno)
     {
-        PinnedSegments pins = default;
+        CallerSendPins pins = default;
         iovec* iovecs = stackalloc iovec[MaxCallerSendSegments];
         int count = 0;
         try

@@ -20,7 +20,7 @@ internal sealed partial class ConnectionOutput
     /// <param name="writerError">The writer's error (with <see cref="OutputTake.Completed"/>).</param>
     /// <param name="completion">A cancelled borrowed write's completion (its unsent rest copied here): the sender runs
     /// it once it has submitted <paramref name="bytes"/> (an inline continuation may close the connection).</param>
-    public OutputTake TryTake(out Sendable bytes, out Exception? writerError, out AwaiterCompletion completion)
+    public OutputTake TryTake(out SendableBytes bytes, out Exception? writerError, out AwaiterCompletion completion)
     {
         completion = default;
         OutputTake take;
@@ -43,7 +43,7 @@ internal sealed partial class ConnectionOutput
             }
             else if (_committed > _sent)
             {
-                bytes = new Sendable(_head!, _headIndex, SendableEnd - _sent, _borrowing);
+                bytes = new SendableBytes(_head!, _headIndex, SendableEnd - _sent, _borrowing);
                 take = OutputTake.Bytes;
             }
             else
@@ -107,6 +107,7 @@ internal sealed partial class ConnectionOutput
     /// below the resume threshold.</summary>
     private AwaiterCompletion ResumeIfCaughtUp()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (_flush.IsWaiting && !_senderCompleted && (_borrowing ? _sent >= _borrowedEnd : Held < _resumeThreshold))
         {
             EndBorrowing(); // its segments went back with ReleaseSent: all of it is sent

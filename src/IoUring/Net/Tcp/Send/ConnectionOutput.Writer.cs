@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.IO.Pipelines;
 
 namespace IoUring.Net;
@@ -167,7 +168,7 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>Under the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes
+    /// <summary>Takes the lock: a block with room for <paramref name="sizeHint"/> bytes (at least one) becomes
     /// _writable.</summary>
     private void StartWriting(int sizeHint)
     {
@@ -178,10 +179,10 @@ internal sealed partial class ConnectionOutput
             {
                 throw new InvalidOperationException("Writing is not allowed after the writer was completed.");
             }
-            Segment? tail = _tail;
+            OutputSegment? tail = _tail;
             if (tail is null || tail.Memory.Length - tail.Written < needed)
             {
-                Segment segment = _segments.Rent();
+                OutputSegment segment = _segments.Rent();
                 int size = Math.Max(needed, _minimumSegment);
                 bool large = size > _pool.MaxBufferSize && size <= Loops.EventLoop.LargeBlockSize;
                 segment.Rent(_pool, size, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written,
@@ -207,7 +208,8 @@ internal sealed partial class ConnectionOutput
     /// sender is gone).</summary>
     private void Commit()
     {
-        for (Segment? segment = _commitFrom ?? _head; segment is not null; segment = segment.Next)
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        for (OutputSegment? segment = _commitFrom ?? _head; segment is not null; segment = segment.Next)
         {
             segment.Committed = segment.Written;
         }

@@ -34,7 +34,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCaller"/>); more go through the
     /// ring.</summary>
     internal const int MaxCallerSend = 64 * 1024;
-    private const int MaxCallerSendSegments = 8;
+    internal const int MaxCallerSendSegments = 8;
 
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
     private static readonly Action<object?> s_onCallerSendFailed =
@@ -48,7 +48,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     private readonly object _sync;
     private readonly EventLoop _loop;
     private readonly MemoryPool<byte> _pool;
-    private readonly SegmentPool _segments;
+    private readonly OutputSegmentPool _segments;
     private readonly long _pauseThreshold;  // 0: flushes never wait
     private readonly long _resumeThreshold;
     private readonly long _borrowThreshold; // a WriteAsync at least this large is sent from the caller's memory
@@ -65,11 +65,11 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     // Guarded by _sync.
     private bool _writing;            // the writer holds memory of _tail (GetMemory until the next commit): _tail stays
-    private Segment? _head;           // the oldest unsent bytes' block (null: nothing held)
+    private OutputSegment? _head;           // the oldest unsent bytes' block (null: nothing held)
     private int _headIndex;
-    private Segment? _tail;           // the block the writer writes in
+    private OutputSegment? _tail;           // the block the writer writes in
     // the tail at the last commit: blocks before it are all committed (null: from _head)
-    private Segment? _commitFrom;
+    private OutputSegment? _commitFrom;
     private long _committed;          // bytes flushed since the start: the sender may send up to here
     private long _sent;               // bytes the sender is done with (or dropped)
     private long _pinnedBySender;     // of _sent, bytes zero-copy sends still pin until their notifications
@@ -99,7 +99,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// (<see cref="CompleteSender"/>).</param>
     /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread while the sender may send
     /// them zero-copy, 0 for never (see <see cref="SendFromCaller"/>).</param>
-    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, SegmentPool segments,
+    public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, OutputSegmentPool segments,
         long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
         _fd = fd;
@@ -156,7 +156,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
             lock (_sync)
             {
                 int blocks = 0;
-                for (Segment? segment = _head; segment is not null; segment = segment.Next)
+                for (OutputSegment? segment = _head; segment is not null; segment = segment.Next)
                 {
                     blocks++;
                 }
@@ -169,11 +169,11 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     /// <summary>Gives back the segments from <paramref name="first"/> up to (not including)
     /// <paramref name="end"/>.</summary>
-    private void ReturnSegments(Segment? first, Segment? end)
+    private void ReturnSegments(OutputSegment? first, OutputSegment? end)
     {
-        for (Segment? segment = first; segment != end;)
+        for (OutputSegment? segment = first; segment != end;)
         {
-            Segment? next = segment!.Next;
+            OutputSegment? next = segment!.Next;
             segment.Release();
             _segments.Return(segment);
             segment = next;

@@ -11,7 +11,7 @@ internal sealed partial class ConnectionSender
 {
     /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls
     /// <see cref="OnSendResult"/>.</summary>
-    private unsafe void Submit(in ConnectionOutput.Sendable buffer)
+    private unsafe void Submit(in SendableBytes buffer)
     {
         // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
         // response written in one piece) never need it, and it would be resident memory for each.
@@ -120,6 +120,7 @@ internal sealed partial class ConnectionSender
         if (count == 1)
         {
             sqe->opcode = pinSet >= 0 ? IORING_OP_SEND_ZC : IORING_OP_SEND;
+            // SAFETY: the blocks stay pinned until this send's CQE (a zero-copy send's: its notification); see Consume.
             sqe->addr = iovecs[0].iov_base;
             sqe->len = (uint)iovecs[0].iov_len;
         }
@@ -127,6 +128,7 @@ internal sealed partial class ConnectionSender
         {
             *_message = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
             sqe->opcode = pinSet >= 0 ? IORING_OP_SENDMSG_ZC : IORING_OP_SENDMSG;
+            // SAFETY: FreeNativeMemory frees _message only once nothing is in flight; the blocks stay pinned as above.
             sqe->addr = (ulong)_message;
         }
     }

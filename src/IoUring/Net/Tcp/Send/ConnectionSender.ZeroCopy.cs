@@ -68,7 +68,7 @@ internal sealed partial class ConnectionSender
     /// fixed), only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next
     /// send.
     /// </summary>
-    private int RentPinSet(in ConnectionOutput.Sendable buffer, out int fixedBuffer, out int segmentLimit)
+    private int RentPinSet(in SendableBytes buffer, out int fixedBuffer, out int segmentLimit)
     {
         fixedBuffer = -1;
         segmentLimit = MaxIovecs;

@@ -188,16 +188,16 @@ internal sealed partial class ConnectionSender
         AwaiterCompletion completion = default;
         try
         {
-            switch (_output.TryTake(out ConnectionOutput.Sendable bytes, out Exception? writerError, out completion))
+            switch (_output.TryTake(out SendableBytes bytes, out Exception? writerError, out completion))
             {
-                case ConnectionOutput.OutputTake.Bytes:
+                case OutputTake.Bytes:
                     Submit(bytes);
                     _sending = true;
                     break;
-                case ConnectionOutput.OutputTake.File:
+                case OutputTake.File:
                     StartFile(_output.QueuedFile!);
                     break;
-                case ConnectionOutput.OutputTake.Completed:
+                case OutputTake.Completed:
                     Finish(writerError, peerReset: false);
                     break;
                 default:

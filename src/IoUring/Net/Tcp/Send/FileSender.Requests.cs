@@ -92,6 +92,7 @@ internal sealed partial class FileSender
                 sqe->opcode = IORING_OP_READ;
                 sqe->fd = _fileFd;
                 sqe->off = (ulong)_offset;
+                // SAFETY: ReleaseBlock unpins only when no READ or SEND of this file send is in flight.
                 sqe->addr = (ulong)_blockPin.Pointer;
                 sqe->len = (uint)Math.Min(_remaining, _block!.Memory.Length);
                 break;

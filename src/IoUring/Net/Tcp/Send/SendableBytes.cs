@@ -1,47 +1,43 @@
 namespace IoUring.Net;
 
-// The bytes TryTake gives the sender (nested: ConnectionOutput.Sendable).
-internal sealed partial class ConnectionOutput
+/// <summary>
+/// Flushed bytes to send, in place in the output's blocks: <see cref="Length"/> bytes from the head block's
+/// <c>headIndex</c> on. Valid on the loop thread until the next <see cref="ConnectionOutput.Consume"/>: every block
+/// before the last is complete (the writer moved on from it), and the last one's bytes up to here were committed, so
+/// nothing this reads changes under it.
+/// </summary>
+internal readonly struct SendableBytes(OutputSegment head, int headIndex, long length, bool borrowed)
 {
-    /// <summary>
-    /// Flushed bytes to send, in place in the output's blocks: <see cref="Length"/> bytes from the head block's
-    /// <c>headIndex</c> on. Valid on the loop thread until the next <see cref="Consume"/>: every block before the last
-    /// is complete (the writer moved on from it), and the last one's bytes up to here were committed, so nothing this
-    /// reads changes under it.
-    /// </summary>
-    public readonly struct Sendable(Segment head, int headIndex, long length, bool borrowed)
+    public long Length => length;
+
+    /// <summary>Some of the bytes are a caller's memory (a borrowed write): never sent zero-copy, as the write
+    /// completes at the send's result, before a notification would say the kernel is done with the pages.</summary>
+    public bool Borrowed => borrowed;
+
+    public bool IsSingleSegment => head.Committed - headIndex >= length;
+
+    public Enumerator GetEnumerator() => new(head, headIndex, length);
+
+    public struct Enumerator(OutputSegment head, int headIndex, long length)
     {
-        public long Length => length;
+        private OutputSegment? _next = head;
+        private int _start = headIndex;
+        private long _remaining = length;
 
-        /// <summary>Some of the bytes are a caller's memory (a borrowed write): never sent zero-copy, as the write
-        /// completes at the send's result, before a notification would say the kernel is done with the pages.</summary>
-        public bool Borrowed => borrowed;
+        public ReadOnlyMemory<byte> Current { get; private set; }
 
-        public bool IsSingleSegment => head.Committed - headIndex >= length;
-
-        public Enumerator GetEnumerator() => new(head, headIndex, length);
-
-        public struct Enumerator(Segment head, int headIndex, long length)
+        public bool MoveNext()
         {
-            private Segment? _next = head;
-            private int _start = headIndex;
-            private long _remaining = length;
-
-            public ReadOnlyMemory<byte> Current { get; private set; }
-
-            public bool MoveNext()
+            if (_remaining == 0 || _next is not { } segment)
             {
-                if (_remaining == 0 || _next is not { } segment)
-                {
-                    return false;
-                }
-                int count = (int)Math.Min(segment.Committed - _start, _remaining);
-                Current = segment.Memory.Slice(_start, count);
-                _remaining -= count;
-                _start = 0;
-                _next = _remaining == 0 ? null : segment.Next; // not past the last: the writer may be linking its next
-                return true;
+                return false;
             }
+            int count = (int)Math.Min(segment.Committed - _start, _remaining);
+            Current = segment.Memory.Slice(_start, count);
+            _remaining -= count;
+            _start = 0;
+            _next = _remaining == 0 ? null : segment.Next; // not past the last: the writer may be linking its next
+            return true;
         }
     }
 }

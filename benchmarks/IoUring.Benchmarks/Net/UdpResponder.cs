@@ -16,7 +16,8 @@ namespace IoUring.Benchmarks.Net;
 /// <see cref="IoUringUdpSocket.ReceiveBatchAsync"/>. All servers run at once; the windows alternate between them, round
 /// after round, and each ratio is the median of its rounds.
 /// <code>dotnet run -c Release --project benchmarks/IoUring.Benchmarks -- --udp-responder [rounds] [seconds] [sizes]</code>
-/// (defaults 7 rounds of 3 s, sizes 64,512,1400). The request and the answer have the given size; the answer is the
+/// (defaults 7 rounds of 3 s, sizes 64,512,1400). With UDP_RESPONDER_BASE set to another build's
+/// IoUring.Benchmarks.dll, that build's two io_uring servers run beside these and each pair's ratio is printed. The request and the answer have the given size; the answer is the
 /// request with the DNS header's QR bit set, as a responder that builds its answer in the request's buffer does.
 /// </summary>
 public static class UdpResponder

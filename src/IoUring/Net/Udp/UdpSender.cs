@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
@@ -329,11 +330,18 @@ internal sealed unsafe partial class UdpSender
     {
         try
         {
-            ReleaseKernelHold(operation);
+            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the room is still given back
         }
         finally
         {
-            ToPool(operation);
+            // The room and the operation together: a send that finds room also finds this operation in the pool, so
+            // the copies held stay at MaxPendingSends' worth (a room given first let the next send make a new one).
+            operation.DropCancellation();
+            lock (_gate)
+            {
+                _pending -= operation.SegmentCount;
+                PushOrFreeUnsynchronized(operation);
+            }
         }
     }
 
@@ -389,14 +397,20 @@ internal sealed unsafe partial class UdpSender
         operation.DropCancellation();
         lock (_gate)
         {
-            if (_closed)
-            {
-                operation.Free();
-            }
-            else
-            {
-                _pool.Push(operation);
-            }
+            PushOrFreeUnsynchronized(operation);
+        }
+    }
+
+    private void PushOrFreeUnsynchronized(UdpSendOperation operation)
+    {
+        Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
+        if (_closed)
+        {
+            operation.Free();
+        }
+        else
+        {
+            _pool.Push(operation);
         }
     }
 

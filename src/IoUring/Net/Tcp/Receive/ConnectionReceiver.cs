@@ -7,31 +7,21 @@ using IoUring.Rings;
 namespace IoUring.Net;
 
 /// <summary>
-/// The receiving half of an <see cref="IoUringConnection"/>: one multishot RECV that selects buffers from the loop's
-/// <see cref="ReceiveBuffers"/>; the loop hands each completion here and its buffers go to <see cref="Input"/> (a
-/// <see cref="ConnectionInput"/>, which keeps bulk ones without a copy). Input's backlog is the backpressure: once it
-/// reaches the pause threshold receiving pauses (the RECV cancelled), and resumes when the reader has caught up.
-/// With a pause threshold, each RECV is armed for no more than Input can take before it pauses, so a paused connection
-/// holds at most its threshold plus one ring buffer: a multishot RECV capped at that total where the kernel can cap one
-/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>, 6.17+), else a single-shot RECV of that length (an uncapped
-/// multishot RECV goes on taking whatever the socket holds until its cancellation takes effect: measured at up to 3.9
-/// MB past a 64 KiB threshold). Single-shot, a receive that leaves bytes in the socket is followed by a vectored
-/// RECVMSG into up to 8 spare blocks, and the reader is woken once per such batch (see
-/// <see cref="ConnectionInput.Write"/>).
+/// The receiving half of an <see cref="IoUringConnection"/>: a RECV that selects buffers from the loop's
+/// <see cref="ReceiveBuffers"/> and hands their bytes to <see cref="Input"/>. Receiving pauses (the RECV cancelled)
+/// when Input's backlog reaches its pause threshold, and resumes once the reader has caught up.
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only (docs/architecture.md, "Threads and locks"). Owns the receive state (armed, paused, ended,
-/// backing off) and Input's writer side; it tells the connection when the peer closed, when receiving ended, and when
-/// it failed.</para>
-/// <para>A multishot RECV can miss a reset (seen on 6.18). When a read leaves the socket empty (a CQE with F_MORE but
-/// without F_SOCK_NONEMPTY), the RECV waits for its poll's next wakeup. A FIN counts as not empty, so the RECV goes on
-/// to read the EOF; a pending reset error does not, and only a read that finds the socket empty returns it. The reset's
-/// own wakeup normally brings that read, but a RECV armed after the RST arrived (on resuming from a backpressure pause,
-/// or after ENOBUFS) gets one look at the ready socket, spends it on the bytes queued ahead of the RST (more than it
-/// reads at submit: 32 buffers), and then waits forever on the dead socket. So a one-shot POLL_ADD per connection
-/// watches for the peer's FIN, reset or a socket error; once it has fired, a RECV that may be waiting is restarted
-/// (cancelled, and its ECANCELED re-arms it): the new RECV reads what is left, or finds the socket empty and reports
-/// the error.</para>
+/// <para>Loop thread only (docs/architecture.md, "Threads and locks"). Owns the receive state and Input's writer side;
+/// tells the connection when the peer closed, when receiving ended, and when it failed.</para>
+/// <para>With a pause threshold each RECV is capped at what Input can still take, so a paused connection holds at most
+/// its threshold plus one buffer: a capped multishot RECV where the kernel can cap one
+/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>), else single-shot RECVs of that length, each followed, while
+/// bytes remain, by a vectored RECVMSG into spare blocks. Uncapped, a multishot RECV keeps reading until its cancel
+/// lands, megabytes past the threshold (BackpressureTests.A_slow_reader_is_never_further_behind_than_the_bound).</para>
+/// <para>A multishot RECV armed after a reset arrived can wait for ever on the dead socket, having spent its one look
+/// on the bytes queued ahead of the RST; a one-shot hang-up POLL_ADD therefore restarts a waiting RECV once the peer's
+/// FIN, reset or an error reaches the socket (ReceiveResetTests.A_reset_while_paused_by_backpressure_...).</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionReceiver
@@ -60,8 +50,7 @@ internal sealed partial class ConnectionReceiver
     // msghdr + MaxVector iovecs of the vectored RECVMSG, made at its first use
     private unsafe Libc.msghdr* _vectorMessage;
     // That RECVMSG's spare blocks (until its CQE) and their lengths, made at its first use like the msghdr: only
-    // kernels without the receive cap send it, and ~200 B on every connection showed in the accept storm's allocation
-    // (5% over Sockets' per connection).
+    // kernels without the receive cap send it, and every connection would pay for them otherwise.
     private ReceiveBlock[]? _vectorBlocks;
     private int[]? _vectorLengths;
     private int _vectorCount;       // blocks in _vectorBlocks (in flight)

@@ -33,6 +33,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private Libc.msghdr* _message; // msghdr, iovec, name
     private byte* _data;            // the copy, grown to the largest payload copied, never shrunk
     private int _capacity;
+    // The awaited send whose completion is signalling its caller on this thread (Execute), until the caller's GetResult
+    // takes the completion's hold from it.
+    [ThreadStatic]
+    private static UdpSendOperation? t_signalling;
     private byte* _payload;         // what the kernel reads: the copy, or the lent buffer's pinned memory
     private IMemoryOwner<byte>? _lent; // a buffer the caller gave the send (no copy), disposed by ReleaseLent
     private MemoryHandle _lentPin;
@@ -248,17 +252,31 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     void IThreadPoolWorkItem.Execute()
     {
         Debug.Assert(Awaited && _lent is null, "only an awaited send completes here, after the kernel let go of it");
-        if (_result >= 0)
+        // The caller's continuation usually runs inside SetResult, on this thread: its GetResult then takes this
+        // completion's hold too, so that its next send finds the operation in the pool rather than making another.
+        t_signalling = this;
+        try
         {
-            _core.SetResult(_result);
+            if (_result >= 0)
+            {
+                _core.SetResult(_result);
+            }
+            else
+            {
+                _core.SetException(-_result == Errno.ECANCELED && _cancelRequested
+                    ? new OperationCanceledException(_token)
+                    : _sender.ErrorOf(-_result));
+            }
         }
-        else
+        finally
         {
-            _core.SetException(-_result == Errno.ECANCELED && _cancelRequested
-                ? new OperationCanceledException(_token)
-                : _sender.ErrorOf(-_result));
+            // Not read from a field: if the caller took the hold, this operation may already serve its next send.
+            if (t_signalling == this)
+            {
+                t_signalling = null;
+                ReleaseHold();
+            }
         }
-        ReleaseHold();
     }
 
     public int GetResult(short token)
@@ -282,6 +300,12 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
         finally
         {
+            if (t_signalling == this)
+            {
+                // Inside this send's own SetResult (see Execute): the completion is done with it, and lets go here.
+                t_signalling = null;
+                _holds.Release();
+            }
             ReleaseCallerHold();
         }
     }

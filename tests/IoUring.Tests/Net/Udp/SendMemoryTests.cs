@@ -38,4 +38,35 @@ public sealed class SendMemoryTests
         Assert.True(sender.Sender.CopyBytes <= bound,
             $"{sender.Sender.CopyBytes:N0} bytes of send copies, more than {bound:N0}");
     }
+
+    [Fact]
+    public async Task Awaited_sends_one_after_another_reuse_one_operation()
+    {
+        // MaxPendingSends = 0: every send waits for the kernel. Its completion resumes the caller inline; the caller's
+        // next send must find the operation back in the pool, not make a second copy beside it.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        var options = new IoUringUdpOptions { MaxPendingSends = 0 };
+        await using IoUringUdpSocket sender = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0), options);
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        SocketAddress to = peer.LocalEndPoint!.Serialize();
+        var datagram = new byte[1000];
+
+        long oneCopy = 0;
+        await Task.Run(async () =>
+        {
+            for (int i = 0; i < 200; i++)
+            {
+                await sender.SendToAsync(datagram, to);
+                if (i == 0)
+                {
+                    oneCopy = sender.Sender.CopyBytes;
+                }
+            }
+        }).WaitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.True(oneCopy > 0, "the first send made no copy");
+        Assert.True(sender.Sender.CopyBytes == oneCopy,
+            $"{sender.Sender.CopyBytes:N0} bytes of send copies after 200 awaited sends, one send's being {oneCopy:N0}");
+    }
 }

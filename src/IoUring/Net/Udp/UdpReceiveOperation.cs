@@ -25,6 +25,10 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     // Back to the pool once both its completion has run and its caller is done with it (took the result, or took it
     // too early): 2, 1, 0. A receive withdrawn before any completion was queued gives up the completion's hold too.
     private OperationHolds _holds;
+    // The receive whose completion is signalling its caller on this thread (Execute), until the caller's GetResult
+    // takes the completion's hold from it.
+    [ThreadStatic]
+    private static UdpReceiveOperation? t_signalling;
 
     public Memory<byte> Buffer;
     public SocketAddress? From;
@@ -80,15 +84,27 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
             _error = receiver.SealBatch(this);
             _result = new DatagramResult(batch.Count, batch.Count);
         }
-        if (_error is { } error)
+        // As a send's (UdpSendOperation.Execute): a caller resumed inline takes this completion's hold in GetResult.
+        t_signalling = this;
+        try
         {
-            _core.SetException(error);
+            if (_error is { } error)
+            {
+                _core.SetException(error);
+            }
+            else
+            {
+                _core.SetResult(_result);
+            }
         }
-        else
+        finally
         {
-            _core.SetResult(_result);
+            if (t_signalling == this)
+            {
+                t_signalling = null;
+                ReleaseHold();
+            }
         }
-        ReleaseHold();
     }
 
     public DatagramResult GetResult(short token)
@@ -116,6 +132,11 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         }
         finally
         {
+            if (t_signalling == this)
+            {
+                t_signalling = null;
+                _holds.Release(); // inside this receive's own SetResult: the completion lets go here
+            }
             ReleaseCallerHold();
         }
     }

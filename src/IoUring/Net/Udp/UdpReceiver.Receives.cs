@@ -73,8 +73,11 @@ internal sealed unsafe partial class UdpReceiver
         UdpDatagramBatch? batch, CancellationToken cancellationToken)
     {
         Debug.Assert(_gate.IsHeldByCurrentThread, "called without the lock");
-        UdpReceiveOperation operation =
-            _pool.TryPop(out UdpReceiveOperation? pooled) ? pooled : new UdpReceiveOperation(this);
+        if (!_pool.TryPop(out UdpReceiveOperation? operation))
+        {
+            operation = new UdpReceiveOperation(this);
+            OperationsCreated++;
+        }
         operation.Prepare(buffer, from, local, batch, cancellationToken);
         operation.Previous = _lastWaiting;
         operation.Next = null;

@@ -38,6 +38,9 @@ internal sealed unsafe partial class UdpReceiver
     private readonly Lock _gate = new();
     private readonly DatagramQueue _queue;
     private readonly Stack<UdpReceiveOperation> _pool = new();
+
+    /// <summary>Receive operations made so far (under the lock; for tests: a receive loop needs one).</summary>
+    internal int OperationsCreated { get; private set; }
     private UdpReceiveOperation? _firstWaiting, _lastWaiting; // waiting receives, oldest first
     // a batch completing on the thread pool, still taking datagrams until it runs
     private UdpReceiveOperation? _filling;

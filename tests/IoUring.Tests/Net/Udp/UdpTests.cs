@@ -735,4 +735,29 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
         Assert.Throws<ArgumentException>(() => socket.ReceiveFromAsync(new byte[8], new SocketAddress(AddressFamily.InterNetwork)));
         await Assert.ThrowsAsync<SocketException>(() => socket.SendToAsync(new byte[65_528], new IPEndPoint(IPAddress.IPv6Loopback, 9)).AsTask());
     }
+
+    [Fact]
+    public async Task Awaited_receives_one_after_another_reuse_one_operation()
+    {
+        // Each receive waits (nothing queued) and its datagram completes it; the caller's next receive must find the
+        // operation back in the pool.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        await using IoUringUdpSocket receiver = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var peer = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        peer.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        var target = (IPEndPoint)receiver.LocalEndPoint;
+        var buffer = new byte[100];
+
+        await Task.Run(async () =>
+        {
+            for (int i = 0; i < 200; i++)
+            {
+                ValueTask<DatagramResult> receive = receiver.ReceiveAsync(buffer);
+                peer.SendTo(new byte[10], target);
+                Assert.Equal(10, (await receive).BytesReceived);
+            }
+        }).WaitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal(1, receiver.Receiver.OperationsCreated);
+    }
 }

@@ -9,6 +9,11 @@ namespace IoUring.Net;
 /// <remarks>A mutable struct: a field of its operation, never copied.</remarks>
 internal struct OperationHolds
 {
+    // The operation whose completion is signalling its caller on this thread, until the caller's GetResult takes the
+    // completion's hold from it (see BeginSignalling).
+    [ThreadStatic]
+    private static object? t_signalling;
+
     private int _holds;
     private int _callerDone;
 
@@ -31,5 +36,36 @@ internal struct OperationHolds
         int holds = Interlocked.Decrement(ref _holds);
         Debug.Assert(holds >= 0, "an operation released more often than it was held");
         return holds == 0;
+    }
+
+    /// <summary>
+    /// The completion is about to signal <paramref name="operation"/>'s caller, whose continuation usually runs inside
+    /// that call on this thread: its GetResult then takes the completion's hold too (<see cref="TakeSignallingHold"/>),
+    /// so that its next operation finds this one in the pool rather than making another.
+    /// </summary>
+    public static void BeginSignalling(object operation) => t_signalling = operation;
+
+    /// <summary>After the signal: true when the completion still holds <paramref name="operation"/> (its caller did not
+    /// take the hold inline) and must release it. Not read from the operation: if the caller took the hold, the
+    /// operation may already serve its next use.</summary>
+    public static bool EndSignalling(object operation)
+    {
+        if (t_signalling != operation)
+        {
+            return false;
+        }
+        t_signalling = null;
+        return true;
+    }
+
+    /// <summary>In the caller's GetResult, before <see cref="ReleaseCaller"/>: inside <paramref name="operation"/>'s
+    /// own signal, the completion lets go here.</summary>
+    public void TakeSignallingHold(object operation)
+    {
+        if (t_signalling == operation)
+        {
+            t_signalling = null;
+            Release();
+        }
     }
 }

@@ -25,10 +25,6 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     // Back to the pool once both its completion has run and its caller is done with it (took the result, or took it
     // too early): 2, 1, 0. A receive withdrawn before any completion was queued gives up the completion's hold too.
     private OperationHolds _holds;
-    // The receive whose completion is signalling its caller on this thread (Execute), until the caller's GetResult
-    // takes the completion's hold from it.
-    [ThreadStatic]
-    private static UdpReceiveOperation? t_signalling;
 
     public Memory<byte> Buffer;
     public SocketAddress? From;
@@ -84,8 +80,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
             _error = receiver.SealBatch(this);
             _result = new DatagramResult(batch.Count, batch.Count);
         }
-        // As a send's (UdpSendOperation.Execute): a caller resumed inline takes this completion's hold in GetResult.
-        t_signalling = this;
+        OperationHolds.BeginSignalling(this); // a caller resumed inline takes this completion's hold
         try
         {
             if (_error is { } error)
@@ -99,9 +94,8 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         }
         finally
         {
-            if (t_signalling == this)
+            if (OperationHolds.EndSignalling(this))
             {
-                t_signalling = null;
                 ReleaseHold();
             }
         }
@@ -132,11 +126,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         }
         finally
         {
-            if (t_signalling == this)
-            {
-                t_signalling = null;
-                _holds.Release(); // inside this receive's own SetResult: the completion lets go here
-            }
+            _holds.TakeSignallingHold(this);
             ReleaseCallerHold();
         }
     }

@@ -33,10 +33,6 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private Libc.msghdr* _message; // msghdr, iovec, name
     private byte* _data;            // the copy, grown to the largest payload copied, never shrunk
     private int _capacity;
-    // The awaited send whose completion is signalling its caller on this thread (Execute), until the caller's GetResult
-    // takes the completion's hold from it.
-    [ThreadStatic]
-    private static UdpSendOperation? t_signalling;
     private byte* _payload;         // what the kernel reads: the copy, or the lent buffer's pinned memory
     private IMemoryOwner<byte>? _lent; // a buffer the caller gave the send (no copy), disposed by ReleaseLent
     private MemoryHandle _lentPin;
@@ -252,9 +248,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     void IThreadPoolWorkItem.Execute()
     {
         Debug.Assert(Awaited && _lent is null, "only an awaited send completes here, after the kernel let go of it");
-        // The caller's continuation usually runs inside SetResult, on this thread: its GetResult then takes this
-        // completion's hold too, so that its next send finds the operation in the pool rather than making another.
-        t_signalling = this;
+        OperationHolds.BeginSignalling(this); // a caller resumed inline takes this completion's hold
         try
         {
             if (_result >= 0)
@@ -270,10 +264,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
         finally
         {
-            // Not read from a field: if the caller took the hold, this operation may already serve its next send.
-            if (t_signalling == this)
+            if (OperationHolds.EndSignalling(this))
             {
-                t_signalling = null;
                 ReleaseHold();
             }
         }
@@ -300,12 +292,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
         finally
         {
-            if (t_signalling == this)
-            {
-                // Inside this send's own SetResult (see Execute): the completion is done with it, and lets go here.
-                t_signalling = null;
-                _holds.Release();
-            }
+            _holds.TakeSignallingHold(this);
             ReleaseCallerHold();
         }
     }

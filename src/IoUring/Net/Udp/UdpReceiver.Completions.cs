@@ -84,7 +84,7 @@ internal sealed unsafe partial class UdpReceiver
         _owner.Loop.OnDatagramReceived(datagram.Payload.Length);
 
         UdpReceiveOperation? completed = null;
-        Exception? error = null;
+        List<(UdpReceiveOperation, Exception)>? failed = null;
         bool pause = false;
         lock (_gate)
         {
@@ -104,38 +104,53 @@ internal sealed unsafe partial class UdpReceiver
                     filling.FillError = ex;
                 }
             }
-            if (_firstWaiting is { } waiting)
+            while (completed is null && _firstWaiting is { } waiting)
             {
                 Unlink(waiting);
                 waiting.Completed = true;
-                completed = waiting;
-                if (waiting.Batch is { } batch)
+                if (waiting.Batch is not { } batch)
                 {
-                    try
-                    {
-                        Append(batch, datagram);
-                    }
-                    catch (Exception ex)
-                    {
-                        error = ex; // as for a single receive's copy: the receive ends with the error, not never
-                    }
-                    // later datagrams join it until its completion runs
-                    _filling = error is null && !batch.IsFull ? waiting : null;
+                    completed = waiting;
+                    break;
+                }
+                try
+                {
+                    Append(batch, datagram);
+                }
+                catch (Exception ex)
+                {
+                    // One batch given to two receives: the other filled it. This one fails, and the datagram goes on
+                    // to the next receive or the queue.
+                    (failed ??= []).Add((waiting, ex));
+                    continue;
+                }
+                completed = waiting;
+                _filling = batch.IsFull ? null : waiting; // later datagrams join it until its completion runs
+            }
+            if (completed is null)
+            {
+                if (!_queue.TryEnqueue(datagram))
+                {
+                    _dropped++;
+                    _owner.Loop.OnDatagramDropped();
+                }
+                else if (_queue.IsFull && !_closed)
+                {
+                    _queueFull = true;
+                    pause = true;
                 }
             }
-            else if (!_queue.TryEnqueue(datagram))
+        }
+        if (failed is not null)
+        {
+            foreach ((UdpReceiveOperation receive, Exception error) in failed)
             {
-                _dropped++;
-                _owner.Loop.OnDatagramDropped();
-            }
-            else if (_queue.IsFull && !_closed)
-            {
-                _queueFull = true;
-                pause = true;
+                receive.CompleteLater(default, error);
             }
         }
         if (completed is not null)
         {
+            Exception? error = null;
             DatagramResult result = default;
             try
             {

@@ -130,6 +130,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         MemoryPoolRentedBytes = (_memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0)
             + (_largeBlockPool is { } large ? (long)large.RentedBlocks * large.BlockBytes : 0),
         RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
+        ReceiveBufferBytes = _receiveBuffers?.MemoryBytes ?? 0,
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
         Wakeups = Interlocked.Read(ref _wakeups),
         BytesSent = _counters.BytesSent + Interlocked.Read(ref _callerBytesSent),

@@ -69,6 +69,10 @@ public struct EventLoopCounters
     /// <summary>Bytes of the loop's pool registered with its ring as fixed buffers now: a level, not a count.</summary>
     public long RegisteredMemoryBytes { readonly get; internal set; }
 
+    /// <summary>Bytes of the loop's receive buffer ring (the provided buffers TCP receives select from): 0 until its
+    /// first connection receives, then the buffer count times their size: a level, not a count.</summary>
+    public long ReceiveBufferBytes { readonly get; internal set; }
+
     /// <summary>Datagrams the UDP sockets on this loop took from the kernel: handed to receives, queued, or
     /// dropped.</summary>
     public long UdpDatagramsReceived { readonly get; internal set; }
@@ -119,6 +123,7 @@ public struct EventLoopCounters
         FileBytesRead = left.FileBytesRead + right.FileBytesRead,
         MemoryPoolRentedBytes = left.MemoryPoolRentedBytes + right.MemoryPoolRentedBytes,
         RegisteredMemoryBytes = left.RegisteredMemoryBytes + right.RegisteredMemoryBytes,
+        ReceiveBufferBytes = left.ReceiveBufferBytes + right.ReceiveBufferBytes,
         UdpDatagramsReceived = left.UdpDatagramsReceived + right.UdpDatagramsReceived,
         UdpDatagramsSent = left.UdpDatagramsSent + right.UdpDatagramsSent,
         UdpBytesReceived = left.UdpBytesReceived + right.UdpBytesReceived,

@@ -8,9 +8,10 @@ namespace IoUring.Loops;
 
 /// <summary>
 /// The loop's receive buffers: one provided-buffer ring that every internal receive of the loop selects from
-/// (IOSQE_BUFFER_SELECT with <see cref="GroupId"/>). The whole protocol lives here: the loop hands a completion's bytes
-/// to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner does, publishes
-/// the buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a buffer id.
+/// (IOSQE_BUFFER_SELECT with the group of <see cref="UseGroup"/>). The whole protocol lives here: the loop hands a
+/// completion's bytes to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner
+/// does, publishes the buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a
+/// buffer id.
 /// </summary>
 /// <remarks>
 /// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, each
@@ -72,8 +73,21 @@ internal sealed class ReceiveBuffers : IDisposable
         return taken;
     }
 
-    /// <summary>The buffer group id a receive names in <c>sqe->buf_group</c>.</summary>
-    public ushort GroupId => _ring.GroupId;
+    /// <summary>
+    /// The buffer group id a receive names in <c>sqe->buf_group</c>; the first call fills the ring (see
+    /// <see cref="BufferRing.Fill"/>). Loop thread.
+    /// </summary>
+    public ushort UseGroup()
+    {
+        if (!_ring.IsFilled)
+        {
+            _ring.Fill();
+        }
+        return _ring.GroupId;
+    }
+
+    /// <summary>Bytes of buffer memory in the ring (0 until the first <see cref="UseGroup"/>).</summary>
+    public long MemoryBytes => _ring.MemoryBytes;
 
     /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through
     /// <see cref="OnExhausted"/>.</summary>

@@ -16,9 +16,10 @@ namespace IoUring.Rings;
 /// Memory: the entry ring is a page-aligned native allocation owned by this object, registered with the kernel in the
 /// constructor and freed at dispose, which the loop does only after its last completion. The buffers are blocks of
 /// pinned managed arrays (<see cref="ReceiveBlock"/>; the pinned object heap never moves them): one page-aligned slab
-/// made here, and whatever <see cref="Exchange"/> puts in place of a block it hands out. A block is the kernel's while
-/// its entry is in the ring and until the completion that names it; a block handed out is the taker's, and since it
-/// is a managed array a reader that keeps it too long reads stale bytes, never freed memory.
+/// made by <see cref="Fill"/> at the first receive, and whatever <see cref="Exchange"/> puts in place of a block it
+/// hands out. A block is the kernel's while its entry is in the ring and until the completion that names it; a block
+/// handed out is the taker's, and since it is a managed array a reader that keeps it too long reads stale bytes, never
+/// freed memory.
 /// Thread: only the ring's thread touches it.
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
@@ -58,13 +59,7 @@ internal sealed unsafe class BufferRing : IDisposable
         nuint entriesSize = (nuint)(count * sizeof(io_uring_buf));
         _entries = (io_uring_buf*)NativeMemory.AlignedAlloc(RoundUpToPage(entriesSize), s_pageSize);
         NativeMemory.Clear(_entries, entriesSize);
-        // One slab, its first block on a page boundary (the pinned heap aligns arrays to 8 bytes only).
-        byte[] slab = GC.AllocateUninitializedArray<byte>(checked(count * bufferSize + (int)s_pageSize), pinned: true);
-        int start = (int)(((nuint)s_pageSize - (nuint)ReceiveBlock.AddressOf(slab, 0) % s_pageSize) % s_pageSize);
-        for (int bid = 0; bid < count; bid++)
-        {
-            _blocks[bid] = new ReceiveBlock(slab, start + bid * bufferSize);
-        }
+        _ = checked(count * bufferSize + (int)s_pageSize); // the slab Fill makes must be possible
 
         io_uring_buf_reg reg = new() { ring_addr = (ulong)_entries, ring_entries = (uint)count, bgid = groupId };
         int result = ring.TryRegister(IORING_REGISTER_PBUF_RING, &reg, 1);
@@ -87,8 +82,30 @@ internal sealed unsafe class BufferRing : IDisposable
             throw IoUringException.FromErrno("IORING_REGISTER_PBUF_RING", errno);
         }
 
-        for (int bid = 0; bid < count; bid++)
+    }
+
+    /// <summary>Whether <see cref="Fill"/> has given the kernel the buffers (until then the ring is registered and
+    /// empty: a receive selecting from it fails with ENOBUFS).</summary>
+    public bool IsFilled { get; private set; }
+
+    /// <summary>Bytes of buffer memory the ring holds: <see cref="Count"/> × <see cref="BufferSize"/> once filled,
+    /// else 0.</summary>
+    public long MemoryBytes => IsFilled ? (long)Count * BufferSize : 0;
+
+    /// <summary>
+    /// Makes the buffers and hands them all to the kernel, once: a ring's memory is made at its first receive, so a
+    /// loop that never receives on TCP (UDP only) holds none of it.
+    /// </summary>
+    public void Fill()
+    {
+        Debug.Assert(!IsFilled, "a buffer ring is filled once");
+        // One slab, its first block on a page boundary (the pinned heap aligns arrays to 8 bytes only).
+        byte[] slab = GC.AllocateUninitializedArray<byte>(Count * BufferSize + (int)s_pageSize, pinned: true);
+        int start = (int)(((nuint)s_pageSize - (nuint)ReceiveBlock.AddressOf(slab, 0) % s_pageSize) % s_pageSize);
+        IsFilled = true;
+        for (int bid = 0; bid < Count; bid++)
         {
+            _blocks[bid] = new ReceiveBlock(slab, start + bid * BufferSize);
             Recycle((ushort)bid);
         }
         Publish();
@@ -135,7 +152,7 @@ internal sealed unsafe class BufferRing : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Recycle(ushort bid)
     {
-        Debug.Assert(bid < Count);
+        Debug.Assert(bid < Count && IsFilled, "only a filled ring's buffers go back");
         io_uring_buf* entry = &_entries[_tail & _mask];
         // Field by field: entry 0's resv is the ring tail, which only Publish writes.
         entry->addr = (ulong)_blocks[bid].Address;

@@ -84,7 +84,9 @@ public sealed class SubmissionQueueTests
         (int reader, int writer) = SocketPair();
         try
         {
-            io_uring_sqe recv = new() { opcode = IORING_OP_RECV, fd = reader, flags = IOSQE_BUFFER_SELECT, buf_group = loop.ReceiveBuffers.GroupId };
+            ushort group = 0;
+            await OnLoopAsync(loop, () => group = loop.ReceiveBuffers.UseGroup()); // fills the ring: on the loop
+            io_uring_sqe recv = new() { opcode = IORING_OP_RECV, fd = reader, flags = IOSQE_BUFFER_SELECT, buf_group = group };
             // Take the ring's only buffer and hold it.
             Write(writer, (byte)'a');
             await OnLoopAsync(loop, () => handler.Submit(recv, 1));

@@ -45,7 +45,7 @@ internal sealed unsafe partial class UdpReceiver
         sqe->addr = (ulong)_message;
         sqe->ioprio = IORING_RECV_MULTISHOT;
         sqe->flags = IOSQE_BUFFER_SELECT;
-        sqe->buf_group = _buffers!.GroupId;
+        sqe->buf_group = _buffers!.UseGroup();
         sqe->msg_flags = Libc.MSG_TRUNC; // the header then reports a cut datagram's real length
         _armed = true;
     }

@@ -69,7 +69,7 @@ public sealed class ReceiveBufferTests(ITestOutputHelper output)
             {
                 SocketPairs.Write(writer, (byte)'h');
                 int fd = reader;
-                await LoopFailureTests.RunOnLoopAsync(loop, () => holder.Submit(new io_uring_sqe { opcode = IORING_OP_RECV, fd = fd, flags = IOSQE_BUFFER_SELECT, buf_group = loop.ReceiveBuffers.GroupId }, (ulong)i));
+                await LoopFailureTests.RunOnLoopAsync(loop, () => holder.Submit(new io_uring_sqe { opcode = IORING_OP_RECV, fd = fd, flags = IOSQE_BUFFER_SELECT, buf_group = loop.ReceiveBuffers.UseGroup() }, (ulong)i));
                 await holder.WaitForAsync(1);
             }
             Assert.All(holder.Completions, c => Assert.Equal(1, c.Result));

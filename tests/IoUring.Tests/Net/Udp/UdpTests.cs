@@ -153,6 +153,33 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
     }
 
     [Fact]
+    public async Task A_loop_that_only_serves_udp_holds_no_tcp_receive_buffers()
+    {
+        // The loop's buffer ring (BufferCount x BufferSize, 4 MiB by default) was made when the loop started, so a
+        // UDP-only process kept it on its GC heap for nothing; it is made at the first TCP receive now.
+        await using var network = new IoUringNetwork(new IoUringNetworkOptions { LoopCount = 1 });
+        IoUring.Loops.EventLoop loop = network.Loops[0];
+        await using IoUringUdpSocket server = network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));
+        using var client = new Socket(AddressFamily.InterNetwork, SocketType.Dgram, ProtocolType.Udp);
+        client.SendTo(new byte[100], server.LocalEndPoint);
+        var buffer = new byte[2048];
+        DatagramResult received = await server.ReceiveAsync(buffer).AsTask().WaitAsync(Timeout);
+        Assert.Equal(100, received.BytesReceived);
+        Assert.Equal(0, loop.Counters.ReceiveBufferBytes);
+
+        await using IoUringListener listener = network.Listen(new IPEndPoint(IPAddress.Loopback, 0));
+        using var tcp = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await tcp.ConnectAsync(listener.LocalEndPoint!);
+        await using IoUringConnection connection = (await listener.AcceptAsync().AsTask().WaitAsync(Timeout))!;
+        await tcp.SendAsync(new byte[] { 1, 2, 3 });
+        var read = await connection.Input.ReadAsync().AsTask().WaitAsync(Timeout);
+        Assert.Equal(3, read.Buffer.Length);
+        connection.Input.AdvanceTo(read.Buffer.End);
+        var options = new IoUring.Loops.EventLoopOptions();
+        Assert.Equal((long)options.BufferCount * options.BufferSize, loop.Counters.ReceiveBufferBytes);
+    }
+
+    [Fact]
     public async Task Many_peers_at_once_each_get_only_their_own_datagrams()
     {
         await using IoUringUdpSocket server = Network.BindUdp(new IPEndPoint(IPAddress.Loopback, 0));

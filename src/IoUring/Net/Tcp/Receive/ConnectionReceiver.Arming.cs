@@ -38,7 +38,7 @@ internal sealed partial class ConnectionReceiver
             sqe->fd = _fd;
             sqe->ioprio = (ushort)((_singleShot ? 0 : IORING_RECV_MULTISHOT) | (_bundles ? IORING_RECVSEND_BUNDLE : 0));
             sqe->flags = IOSQE_BUFFER_SELECT;
-            sqe->buf_group = _owner.Loop.ReceiveBuffers.GroupId;
+            sqe->buf_group = _owner.Loop.ReceiveBuffers.UseGroup();
             if (_singleShot)
             {
                 // at most this many bytes; 0: one buffer (or bundle), when Input holds its threshold already

@@ -145,8 +145,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>The options the loop was made with (validated; not to be changed).</summary>
     internal EventLoopOptions Options => _options;
-    /// <summary>The loop's provided buffers for receives (created when the loop starts, before the constructor
-    /// returns).</summary>
+    /// <summary>The loop's provided buffers for receives (registered when the loop starts, before the constructor
+    /// returns; their memory is made at the first receive).</summary>
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;
     internal int RingSetupRefusals => _ring.RefusedSetupAttempts;
 

@@ -170,15 +170,13 @@ public sealed unsafe partial class EventLoop
         {
             _receiveBuffers?.Dispose();
         }
-        CloseWakeup(drained);
+        _posted.Close(drained);
         _loopRingOwner.Release();
         // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
         // pool's blocks stay valid GC memory for whoever still holds one.
         // Blocks pinned by notifications still pending (or requests not drained) stay out for good, on purpose.
         bool kernelKeepsPins = !drained || _notificationsPending > 0;
-        _memoryPool?.Shutdown(kernelKeepsPins);
-        _largeBlockPool?.Shutdown(kernelKeepsPins);
-        _bufferTable = null; // the ring's table goes with it (counters report nothing registered)
+        _memory.Shutdown(kernelKeepsPins);
         _ring.Dispose();
     }
 }

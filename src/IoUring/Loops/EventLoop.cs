@@ -1,8 +1,8 @@
+using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
-using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Buffers;
 using IoUring.Interop;
@@ -31,6 +31,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private readonly Ring _ring;
     private readonly Thread _thread;
     private readonly LoopRingOwner _loopRingOwner;
+    private readonly LoopMemory _memory;
+    private readonly PostedWork _posted;
+    private bool _wakeupDisarmed; // the wakeup READ had no SQE: retried each iteration, sleeps bounded meanwhile
+    private const long DisarmedSleep = 10_000_000; // ns
     private readonly ManualResetEventSlim _started = new();
     private ExceptionDispatchInfo? _startupError;
     private ReceiveBuffers? _receiveBuffers;
@@ -43,7 +47,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private static EventLoop? t_current;
     private int _liveOwners;
     private EventLoopCounters _counters;
-    private long _handlerExceptions; // its counter: written from any thread
+    private long _handlerExceptions; // the counters written from any thread: Interlocked
+    private long _callerSends;
+    private long _callerBytesSent;
+    private long _queuedDatagramsTruncated;
     private readonly string? _origin; // PoolDiagnostics only: where the loop was made, named in its pools' reports
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
@@ -59,7 +66,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             _origin = BlockLedger.Format(new StackTrace(1, false));
         }
         _faults = _options.Hooks?.Faults;
-        _deferredWake = new DeferredWake(this);
+        _posted = new PostedWork(ReportUnhandled);
+        _memory = new LoopMemory(this, _options.MemoryBlockSize, _options.Hooks?.PoisonReturnedMemory ?? false,
+            _origin);
 
         // Created here so setup errors reach the caller; started disabled so the loop thread becomes the single issuer.
         _ring = Ring.Create(new RingOptions
@@ -127,12 +136,11 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         // the loop's own buffer ring's, and its UDP sockets' own rings' (counted as they happen)
         BufferRingExhaustions = _counters.BufferRingExhaustions + (_receiveBuffers?.Exhaustions ?? 0),
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
-        MemoryPoolRentedBytes = (_memoryPool is { } pool ? (long)pool.RentedBlocks * pool.BlockBytes : 0)
-            + (_largeBlockPool is { } large ? (long)large.RentedBlocks * large.BlockBytes : 0),
-        RegisteredMemoryBytes = _bufferTable?.RegisteredBytes ?? 0,
+        MemoryPoolRentedBytes = _memory.RentedBytes,
+        RegisteredMemoryBytes = _memory.RegisteredBytes,
         ReceiveBufferBytes = _receiveBuffers?.MemoryBytes ?? 0,
         HandlerExceptions = Interlocked.Read(ref _handlerExceptions),
-        Wakeups = Interlocked.Read(ref _wakeups),
+        Wakeups = _posted.Wakes,
         BytesSent = _counters.BytesSent + Interlocked.Read(ref _callerBytesSent),
         UdpDatagramsTruncated = _counters.UdpDatagramsTruncated + Interlocked.Read(ref _queuedDatagramsTruncated),
         CallerSends = Interlocked.Read(ref _callerSends),
@@ -178,46 +186,69 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void OnOwnerFreed() => Interlocked.Decrement(ref _liveOwners);
 
-    /// <summary>A connection on this loop received <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop
-    /// thread.</summary>
-    internal void OnBytesReceived(int count) => _counters.BytesReceived += count;
+    // ---- counting, for Counters: on the loop thread, except where Interlocked says any thread ----
 
-    /// <summary>A file read on this loop completed with <paramref name="bytes"/> (for <see cref="Counters"/>). Loop
-    /// thread.</summary>
-    internal void OnFileRead(int bytes)
-    {
-        _counters.FileReads++;
-        _counters.FileBytesRead += bytes;
-    }
+    internal void OnBytesReceived(int count) => Count().BytesReceived += count;
 
-    /// <summary>A connection on this loop sent <paramref name="count"/> bytes (for <see cref="Counters"/>). Loop
-    /// thread.</summary>
-    internal void OnBytesSent(int count) => _counters.BytesSent += count;
+    internal void OnBytesSent(int count) => Count().BytesSent += count;
 
-    /// <summary>A connection's flushing thread sent <paramref name="count"/> bytes itself (for <see cref="Counters"/>).
-    /// Any thread.</summary>
     internal void OnCallerSend(int count)
     {
         Interlocked.Increment(ref _callerSends);
         Interlocked.Add(ref _callerBytesSent, count);
     }
 
-    private long _callerSends;
-    private long _callerBytesSent;
+    internal void OnFileRead(int bytes)
+    {
+        Count().FileReads++;
+        _counters.FileBytesRead += bytes;
+    }
 
-    /// <summary>The fault injector of the test hooks (null in production).</summary>
-    internal FaultInjector? Faults => _faults;
-
-    /// <summary>A connection on this loop made a zero-copy send (from a registered buffer:
-    /// <paramref name="fixedBuffer"/>). Loop thread.</summary>
     internal void OnZeroCopySend(bool fixedBuffer)
     {
-        _counters.ZeroCopySends++;
+        Count().ZeroCopySends++;
         _counters.ZeroCopySendsFixed += fixedBuffer ? 1 : 0;
     }
 
-    /// <summary>A zero-copy notification said the kernel copied. Loop thread.</summary>
-    internal void OnZeroCopySendCopied() => _counters.ZeroCopySendsCopied++;
+    internal void OnZeroCopySendCopied() => Count().ZeroCopySendsCopied++;
+
+    internal void OnDatagramReceived(int bytes)
+    {
+        Count().UdpDatagramsReceived++;
+        _counters.UdpBytesReceived += bytes;
+    }
+
+    /// <summary>Several datagrams: one segmented send.</summary>
+    internal void OnDatagramsSent(int datagrams, int bytes)
+    {
+        Count().UdpDatagramsSent += datagrams;
+        _counters.UdpBytesSent += bytes;
+    }
+
+    internal void OnDatagramDropped() => Count().UdpDatagramsDropped++;
+
+    /// <summary>The loop copied a cut datagram into a waiting receive or batch.</summary>
+    internal void OnDatagramTruncated() => Count().UdpDatagramsTruncated++;
+
+    /// <summary>A receive took a cut datagram from a UDP socket's queue, on the receiving caller's thread.</summary>
+    internal void OnQueuedDatagramTruncated() => Interlocked.Increment(ref _queuedDatagramsTruncated);
+
+    internal void OnSegmentOffload() => Count().UdpSegmentOffloads++;
+
+    /// <summary>A UDP socket's own buffer ring was empty (ENOBUFS): counted with the loop's.</summary>
+    internal void OnOwnerBuffersExhausted() => Count().BufferRingExhaustions++;
+
+    internal void OnCoalescedReceive() => Count().UdpCoalescedReceives++;
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private ref EventLoopCounters Count()
+    {
+        AssertOnLoopThread();
+        return ref _counters;
+    }
+
+    /// <summary>The fault injector of the test hooks (null in production).</summary>
+    internal FaultInjector? Faults => _faults;
 
     internal void ReportUnhandled(Exception exception)
     {
@@ -303,7 +334,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         _stopped.TrySetResult();
         // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
         // access in it throws ObjectDisposedException, which is reported.
-        RunPostedWork();
+        _posted.Run();
     }
 
     private void Start()
@@ -324,11 +355,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             }
         }
         _ring.Enable(_options.RegisterRingFd);
-        _bufferTable = new RegisteredBufferTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0,
+        _memory.OpenTable(_ring, _options.Hooks?.BufferRegistrationErrno ?? 0,
             _options.Hooks?.BufferUnregistrationErrno ?? 0);
         _receiveBuffers = new ReceiveBuffers(_ring, _options.BufferCount, _options.BufferSize,
             _options.Hooks?.PoisonReturnedMemory ?? false, _origin);
-        OpenWakeup();
+        _posted.Open();
+        ArmWakeup();
     }
 
     /// <summary>
@@ -344,124 +376,134 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private void RunOnce()
     {
         DrainCompletions();
-        RunPostedWork();
+        _posted.Run();
         if (_wakeupDisarmed && !_stopping)
         {
             ArmWakeup();
         }
 
         // Block for a completion unless stopping with nothing left to wait for.
-        bool wait = (!_stopping || HasRequestsToWaitFor) && PrepareToSleep();
+        bool wait = (!_stopping || HasRequestsToWaitFor) && _posted.TryBeginSleep();
         PublishRecycledBuffers();
         SubmitAndWait(wait);
         if (wait)
         {
-            AfterSleep();
+            _posted.EndSleep();
         }
     }
 
-    private void DrainCompletions()
-    {
-        uint ready = _ring.ReadyCompletions(out uint head);
-        while (ready != 0)
-        {
-            for (uint i = 0; i < ready; i++)
-            {
-                io_uring_cqe* cqe = _ring.CqeAt(head + i);
-                Dispatch(cqe->user_data, cqe->res, cqe->flags);
-            }
-            _ring.AdvanceCq(ready);
-            _counters.Cqes += ready;
-            ready = _ring.ReadyCompletions(out head);
-        }
-    }
-
-    [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private void Dispatch(ulong userData, int result, uint flags)
-    {
-        RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
-        bool finalPending = (flags & IORING_CQE_F_MORE) == 0; // the request's end is still to be counted
-        // One try region for the whole completion path: the handler, then (final CQE) the owner's bookkeeping, which
-        // may run owner code too (OnRequestFinished, OnFreed: a RingHandler's OnReleased). Nothing escapes to the loop.
-        try
-        {
-            uint kind = UserData.Kind(userData);
-            if (kind == UserData.CustomKind)
-            {
-                ulong value = _customValues.Get(UserData.Tag(userData), release: finalPending);
-                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call,
-                // straight to it.
-                Debug.Assert(owner is RingHandler);
-                Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
-            }
-            else if ((flags & IORING_CQE_F_BUFFER) != 0)
-            {
-                // An internal receive that took one of the loop's buffers: its bytes, then the buffer goes back.
-                (owner.OwnReceiveBuffers ?? _receiveBuffers!).Deliver(owner, kind, result, flags, userData);
-            }
-            else
-            {
-                owner.HandleCompletion(kind, result, flags, userData);
-            }
-            if (finalPending)
-            {
-                finalPending = false;
-                _inFlight--;
-                owner.OnFinalCompletion();
-            }
-        }
-        catch (Exception ex)
-        {
-            OnDispatchException(owner, ex, finalPending);
-        }
-    }
+    // ---- memory ----
 
     /// <summary>
-    /// An owner threw while handling a completion: tell it, then count the request's end if that was still to come.
-    /// Whatever the owner's hooks throw here is reported; the loop goes on.
+    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with
+    /// the loop's ring as fixed buffers where the kernel allows it. Connections on this loop use it for their pipes
+    /// unless given a pool of their own; custom requests can name its blocks as fixed buffers (see
+    /// <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
     /// </summary>
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private void OnDispatchException(RingOwner owner, Exception exception, bool finalPending)
+    public MemoryPool<byte> MemoryPool => _memory.Pool;
+
+    /// <summary>
+    /// This loop's pool of 64 KiB pinned blocks, trimmed when idle (not registered with the ring): rent a whole burst
+    /// of datagrams from it, fill it and hand it over to <see cref="Net.IoUringUdpSocket.SendSegmentsToAsync(
+    /// IMemoryOwner{byte}, int, int, System.Net.SocketAddress, CancellationToken)"/>, which sends it without a copy and
+    /// returns the block when the kernel is done. Any thread may rent.
+    /// </summary>
+    public MemoryPool<byte> LargeMemoryPool => _memory.LargePool;
+
+    internal PinnedBlockMemoryPool? MemoryPoolIfCreated => _memory.PoolIfCreated;
+
+    internal const int LargeBlockSize = LoopMemory.LargeBlockSize;
+
+    internal PinnedBlockMemoryPool LargeBlockPool => _memory.LargePool;
+
+    internal RegisteredBufferTable? BufferTable => _memory.Table;
+
+    /// <summary>
+    /// Whether <paramref name="memory"/> lies in a block of this loop's <see cref="MemoryPool"/> that is registered
+    /// with this loop's ring, and if so the buffer's index: a request sets it in <c>sqe-&gt;buf_index</c> with
+    /// IORING_RECVSEND_FIXED_BUF (sends) or uses a READ_FIXED/WRITE_FIXED opcode, and keeps the memory's own address in
+    /// <c>sqe-&gt;addr</c>. Registration happens on the loop thread shortly after a region is first used, and is
+    /// refused where the kernel says no (RLIMIT_MEMLOCK): the memory is then still usable, only not fixed.
+    /// Keep the block rented until the request's final completion (for a zero-copy send, its notification): once every
+    /// block of a region is back, the pool may trim the region and the index may later name other memory.
+    /// Loop thread only.
+    /// </summary>
+    public bool TryGetRegisteredBuffer(ReadOnlyMemory<byte> memory, out ushort bufferIndex)
     {
-        TellOwner(owner, exception);
-        if (finalPending)
+        ThrowIfNotOnLoopThread();
+        return _memory.TryGetRegisteredIndex(memory, out bufferIndex);
+    }
+
+    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop
+    /// thread.</summary>
+    internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block) => _memory.RegisteredIndex(block);
+
+    // ---- work from other threads ----
+
+    /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it
+    /// inline.</summary>
+    /// <remarks>
+    /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead, and this does
+    /// not throw: this is the loop's <see cref="PipeScheduler"/> entry point, which pipes call from the application's
+    /// calls. Ring access from such an action throws <see cref="ObjectDisposedException"/> (a
+    /// <see cref="RingHandler"/>'s Submit, <see cref="InvalidOperationException"/>: not on the loop thread), which is
+    /// reported to <see cref="EventLoopOptions.UnhandledException"/>.
+    /// </remarks>
+    public override void Schedule(Action<object?> action, object? state)
+    {
+        ArgumentNullException.ThrowIfNull(action);
+        _posted.Post(action, state);
+        if (_stopped.Task.IsCompleted)
         {
-            _inFlight--;
-            try
-            {
-                owner.OnFinalCompletion();
-            }
-            catch (Exception ex)
-            {
-                TellOwner(owner, ex);
-            }
+            // Stopped, maybe after the loop's last look at its queue: run it elsewhere so nothing is lost.
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop._posted.Run(), this, false);
         }
     }
 
-    private void TellOwner(RingOwner owner, Exception exception)
+    /// <summary>As <see cref="Schedule"/>, for callers that must know the loop is gone rather than run the action
+    /// elsewhere.</summary>
+    /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
+    internal void Post(Action<object?> action, object? state)
     {
-        try
+        if (_stopped.Task.IsCompleted)
         {
-            owner.HandleException(exception);
+            throw new ObjectDisposedException(nameof(EventLoop), "The event loop has stopped.");
         }
-        catch (Exception ex)
-        {
-            ReportUnhandled(ex);
-        }
+        Schedule(action, state);
     }
 
-    /// <summary>The loop's own requests: the eventfd wakeup READ and the stop's cancel-all.</summary>
-    private sealed class LoopRingOwner(EventLoop loop) : RingOwner(loop)
+    /// <summary>As <see cref="Post"/>, waking a sleeping loop at once even from a thread-pool thread: for a caller that
+    /// blocks until the work has run. An eventfd write each time: not for hot paths.</summary>
+    internal void PostAndWake(Action<object?> action, object? state)
     {
-        public const uint KindWakeup = 1;
-        public const uint KindCancel = 2;
+        Post(action, state);
+        _posted.Wake();
+    }
 
-        internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
+    /// <summary>Whether the loop announced it sleeps (a hint): work posted now costs a wake-up, so a poster that can do
+    /// it with one system call may prefer to.</summary>
+    internal bool IsSleeping => _posted.IsSleeping;
+
+    private bool HasPostedWork => !_posted.IsEmpty;
+
+    /// <summary>
+    /// Arms the READ on the wakeup eventfd. Without an SQE for it (the SQ stayed full after an early submit) the loop
+    /// would sleep deaf to posts: it is retried every iteration, and meanwhile the loop sleeps at most
+    /// <see cref="DisarmedSleep"/> at a time.
+    /// </summary>
+    internal void ArmWakeup()
+    {
+        io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindWakeup);
+        _wakeupDisarmed = sqe == null;
+        if (sqe == null)
         {
-            if (kind == KindWakeup && !Loop._stopping)
-            {
-                Loop.ArmWakeup();
-            }
+            return;
         }
+        sqe->opcode = IORING_OP_READ;
+        sqe->fd = _posted.FileDescriptor;
+        // SAFETY: the target is freed only by PostedWork.Close once nothing is in flight (drained).
+        sqe->addr = (ulong)_posted.ReadTarget;
+        sqe->len = sizeof(ulong);
+        sqe->off = ulong.MaxValue; // the current position (an eventfd has none)
     }
 }

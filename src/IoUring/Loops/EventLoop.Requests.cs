@@ -1,3 +1,5 @@
+using System.Runtime.InteropServices;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using IoUring.Interop;
 using IoUring.Rings;
@@ -6,8 +8,9 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-// The SQE API owners submit through (loop thread only), and the io_uring_enter that hands the queued SQEs to the
-// kernel. Every request taken here is counted in flight until its final CQE: the loop's stop waits for that count.
+// Requests: the SQE API owners submit through (loop thread only), the io_uring_enter that hands the queued SQEs to the
+// kernel, and the dispatch of each CQE to its owner. Every request taken here is counted in flight until its final CQE:
+// the loop's stop waits for that count.
 public sealed unsafe partial class EventLoop
 {
     private CustomValueTable _customValues = new(); // mutable struct: never readonly
@@ -214,6 +217,96 @@ public sealed unsafe partial class EventLoop
                     $"({_ring.DroppedCompletions} dropped).", Errno.EBADR);
             default:
                 throw IoUringException.FromErrno("io_uring_enter", -result);
+        }
+    }
+
+    private void DrainCompletions()
+    {
+        uint ready = _ring.ReadyCompletions(out uint head);
+        while (ready != 0)
+        {
+            for (uint i = 0; i < ready; i++)
+            {
+                io_uring_cqe* cqe = _ring.CqeAt(head + i);
+                Dispatch(cqe->user_data, cqe->res, cqe->flags);
+            }
+            _ring.AdvanceCq(ready);
+            _counters.Cqes += ready;
+            ready = _ring.ReadyCompletions(out head);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void Dispatch(ulong userData, int result, uint flags)
+    {
+        RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
+        bool finalPending = (flags & IORING_CQE_F_MORE) == 0; // the request's end is still to be counted
+        // One try region for the whole completion path: the handler, then (final CQE) the owner's bookkeeping, which
+        // may run owner code too (OnRequestFinished, OnFreed: a RingHandler's OnReleased). Nothing escapes to the loop.
+        try
+        {
+            uint kind = UserData.Kind(userData);
+            if (kind == UserData.CustomKind)
+            {
+                ulong value = _customValues.Get(UserData.Tag(userData), release: finalPending);
+                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call,
+                // straight to it.
+                Debug.Assert(owner is RingHandler);
+                Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
+            }
+            else if ((flags & IORING_CQE_F_BUFFER) != 0)
+            {
+                // An internal receive that took one of the loop's buffers: its bytes, then the buffer goes back.
+                (owner.OwnReceiveBuffers ?? _receiveBuffers!).Deliver(owner, kind, result, flags, userData);
+            }
+            else
+            {
+                owner.HandleCompletion(kind, result, flags, userData);
+            }
+            if (finalPending)
+            {
+                finalPending = false;
+                _inFlight--;
+                owner.OnFinalCompletion();
+            }
+        }
+        catch (Exception ex)
+        {
+            OnDispatchException(owner, ex, finalPending);
+        }
+    }
+
+    /// <summary>
+    /// An owner threw while handling a completion: tell it, then count the request's end if that was still to come.
+    /// Whatever the owner's hooks throw here is reported; the loop goes on.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void OnDispatchException(RingOwner owner, Exception exception, bool finalPending)
+    {
+        TellOwner(owner, exception);
+        if (finalPending)
+        {
+            _inFlight--;
+            try
+            {
+                owner.OnFinalCompletion();
+            }
+            catch (Exception ex)
+            {
+                TellOwner(owner, ex);
+            }
+        }
+    }
+
+    private void TellOwner(RingOwner owner, Exception exception)
+    {
+        try
+        {
+            owner.HandleException(exception);
+        }
+        catch (Exception ex)
+        {
+            ReportUnhandled(ex);
         }
     }
 }

@@ -1,0 +1,159 @@
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+using System.Runtime.Versioning;
+using IoUring.Buffers;
+using IoUring.Rings;
+
+namespace IoUring.Loops;
+
+/// <summary>
+/// A loop's send memory: its pool of pinned blocks, whose regions it registers with the ring as fixed buffers (on the
+/// loop thread, the ring's single issuer), and the pool of 64 KiB blocks for large writes. Both pools are made at
+/// first use; any thread may rent.
+/// </summary>
+[SupportedOSPlatform("linux")]
+internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool poisonReturnedBlocks, string? origin)
+    : IRegionRegistrar
+{
+    /// <summary>Bytes per block of <see cref="LargePool"/>.</summary>
+    public const int LargeBlockSize = 64 * 1024;
+
+    private RegisteredBufferTable? _table; // loop thread: made at start, dropped at the ring's close
+    private PinnedBlockMemoryPool? _pool;
+    private PinnedBlockMemoryPool? _largePool;
+
+    /// <summary>The ring's registered-buffer table (null before start and after the stop).</summary>
+    public RegisteredBufferTable? Table => _table;
+
+    public PinnedBlockMemoryPool Pool => Volatile.Read(ref _pool) ?? Create(ref _pool, this, blockSize);
+
+    /// <summary>The pool, if anything used it yet.</summary>
+    public PinnedBlockMemoryPool? PoolIfCreated => Volatile.Read(ref _pool);
+
+    /// <summary>
+    /// Blocks for writes larger than <see cref="Pool"/>'s blocks (SendFileAsync reads 64 KiB at a time): pinned and
+    /// trimmed like the main pool, not registered. ArrayPool's per-core store could not keep up with 64 connections
+    /// sending files, so every response allocated new arrays.
+    /// </summary>
+    public PinnedBlockMemoryPool LargePool
+        => Volatile.Read(ref _largePool) ?? Create(ref _largePool, registrar: null, LargeBlockSize);
+
+    /// <summary>Bytes of both pools rented now.</summary>
+    public long RentedBytes => Rented(_pool) + Rented(_largePool);
+
+    public long RegisteredBytes => _table?.RegisteredBytes ?? 0;
+
+    /// <summary>Loop start, on the loop thread.</summary>
+    public void OpenTable(Ring ring, int injectedErrno, int injectedUnregisterErrno)
+    {
+        loop.AssertOnLoopThread();
+        _table = new RegisteredBufferTable(ring, injectedErrno, injectedUnregisterErrno);
+    }
+
+    /// <summary>The index under which <paramref name="block"/> is registered with the loop's ring, or -1. Loop
+    /// thread (the sender's hot path).</summary>
+    public int RegisteredIndex(PinnedBlockMemoryPool.Block block)
+        => block.Region.Pool == _pool ? block.Region.BufferIndex : -1;
+
+    /// <summary>Whether <paramref name="memory"/> lies in a registered block of <see cref="Pool"/>, and its
+    /// index.</summary>
+    public bool TryGetRegisteredIndex(ReadOnlyMemory<byte> memory, out ushort index)
+    {
+        if (MemoryMarshal.TryGetMemoryManager(memory, out PinnedBlockMemoryPool.Block? block)
+            && block.Region.Pool == _pool && block.Region.BufferIndex >= 0)
+        {
+            index = (ushort)block.Region.BufferIndex;
+            return true;
+        }
+        index = 0;
+        return false;
+    }
+
+    /// <summary>The loop's ring closes (its table with it). Blocks the kernel may still pin
+    /// (<paramref name="kernelKeepsPins"/>: notifications pending, requests not drained) stay out for good.</summary>
+    public void Shutdown(bool kernelKeepsPins)
+    {
+        _pool?.Shutdown(kernelKeepsPins);
+        _largePool?.Shutdown(kernelKeepsPins);
+        _table = null; // counters then report nothing registered
+    }
+
+    public void Register(PinnedBlockMemoryPool.Region region) => OnLoop(region, register: true);
+
+    public void Unregister(PinnedBlockMemoryPool.Region region) => OnLoop(region, register: false);
+
+    private void OnLoop(PinnedBlockMemoryPool.Region region, bool register)
+    {
+        if (loop.IsOnLoopThread)
+        {
+            Apply(region, register);
+            return;
+        }
+        loop.Schedule(static s =>
+        {
+            var (self, r, registering) = ((LoopMemory, PinnedBlockMemoryPool.Region, bool))s!;
+            self.Apply(r, registering);
+        }, (this, region, register));
+    }
+
+    private void Apply(PinnedBlockMemoryPool.Region region, bool register)
+    {
+        if (register)
+        {
+            RegisterNow(region);
+        }
+        else
+        {
+            UnregisterNow(region);
+        }
+    }
+
+    private void RegisterNow(PinnedBlockMemoryPool.Region region)
+    {
+        // After the stop the work runs elsewhere (the ring is gone): the region stays unregistered.
+        if (!loop.IsOnLoopThread || loop.IsStopping || region.IsDropped || _table is not { } table)
+        {
+            return;
+        }
+        if (table.TryRegister(region.Start, PinnedBlockMemoryPool.Region.Length, out ushort index))
+        {
+            region.BufferIndex = index;
+        }
+    }
+
+    private void UnregisterNow(PinnedBlockMemoryPool.Region region)
+    {
+        // The pages go back only once no table holds them: an entry left in place (the loop stops and the ring's close
+        // empties it later, or the kernel refused) keeps them pinned and charged to RLIMIT_MEMLOCK, so releasing them
+        // would make RSS say they are free. They stay, and the GC takes them with the array.
+        bool held = region.BufferIndex >= 0;
+        if (held && loop.IsOnLoopThread && !loop.IsStopping && _table is { } table)
+        {
+            held = !table.TryUnregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
+        }
+        region.BufferIndex = -1;
+        if (!held)
+        {
+            region.ReleasePages();
+        }
+    }
+
+    private PinnedBlockMemoryPool Create(ref PinnedBlockMemoryPool? field, IRegionRegistrar? registrar, int size)
+    {
+        var pool = new PinnedBlockMemoryPool(registrar: registrar, poisonReturnedBlocks: poisonReturnedBlocks,
+            blockSize: size, origin: origin)
+        {
+            OwnedByLoop = true, // users reach it through public properties: their Dispose must not end it
+        };
+        if (Interlocked.CompareExchange(ref field, pool, null) is { } existing)
+        {
+            pool.Shutdown();
+            return existing;
+        }
+        Debug.Assert(ReferenceEquals(Volatile.Read(ref field), pool), "the pool published is the one made");
+        return pool;
+    }
+
+    private static long Rented(PinnedBlockMemoryPool? pool)
+        => pool is null ? 0 : (long)pool.RentedBlocks * pool.BlockBytes;
+}

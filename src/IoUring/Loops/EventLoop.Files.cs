@@ -1,4 +1,3 @@
-using System.Collections.Concurrent;
 using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.Loops;
@@ -7,14 +6,12 @@ namespace IoUring.Loops;
 // READ_FIXED into the loop's registered pool) instead of a blocking pread on a thread-pool thread.
 public sealed partial class EventLoop
 {
-    private const int MaxPooledFileReads = 256;
+    private static readonly Action<object?> s_submitFileRead = static s => FileReads.Submit((FileRead)s!);
 
-    private static readonly Action<object?> s_submitFileRead
-        = static s => { var read = (FileRead)s!; read.Loop.SubmitFileRead(read); };
+    private FileReads? _fileReads; // loop thread: made at the first read
 
-    private readonly ConcurrentQueue<FileRead> _fileReadPool = new();
-    private int _pooledFileReads;
-    private FileReads? _fileReads; // loop thread
+    /// <summary>The loop's pool of reads (any thread).</summary>
+    internal FileReadPool FileReadPool => _fileReadPool;
 
     /// <summary>
     /// Reads up to <paramref name="buffer"/>'s length from <paramref name="file"/> at <paramref name="fileOffset"/>, as
@@ -65,27 +62,20 @@ public sealed partial class EventLoop
         }
         ObjectDisposedException.ThrowIf(_stopped.Task.IsCompleted, this);
 
-        if (!_fileReadPool.TryDequeue(out FileRead? read))
-        {
-            read = new FileRead(this);
-        }
-        else
-        {
-            Interlocked.Decrement(ref _pooledFileReads);
-        }
+        FileRead read = _fileReadPool.Rent();
         try
         {
             read.Start(file, buffer, fileOffset, cancellationToken);
         }
         catch
         {
-            ReturnFileRead(read); // Start takes nothing when it throws
+            _fileReadPool.Return(read); // Start takes nothing when it throws
             throw;
         }
         short version = read.Version;
         if (IsOnLoopThread)
         {
-            SubmitFileRead(read);
+            FileReads.Submit(read);
         }
         else
         {
@@ -102,51 +92,10 @@ public sealed partial class EventLoop
     }
 
     /// <summary>The caller took a read's result: it serves the next read (up to a bound).</summary>
-    internal void ReturnFileRead(FileRead read)
+    /// <summary>The loop's file reads in flight, made at the first. Loop thread.</summary>
+    internal FileReads FileReadsOnLoop()
     {
-        if (Interlocked.Increment(ref _pooledFileReads) <= MaxPooledFileReads)
-        {
-            _fileReadPool.Enqueue(read);
-        }
-        else
-        {
-            Interlocked.Decrement(ref _pooledFileReads);
-        }
+        AssertOnLoopThread();
+        return _fileReads ??= new FileReads(this);
     }
-
-    /// <summary>Any thread: a read's token was cancelled.</summary>
-    internal void RequestReadCancel(FileRead read, short version)
-    {
-        try
-        {
-            Post(static s =>
-            {
-                var (read, version) = ((FileRead, short))s!;
-                if (read.Loop.IsOnLoopThread && !read.Loop._stopping)
-                {
-                    read.Loop.FileReadsOnLoop().Cancel(read, version); // stopping: the stop cancels it
-                }
-            }, (read, version));
-        }
-        catch (ObjectDisposedException)
-        {
-            // The loop stopped: its stop ended the read.
-        }
-    }
-
-    /// <summary>Wherever a posted read runs: on the loop before its stop it is submitted, else it fails as
-    /// disposed.</summary>
-    internal void SubmitFileRead(FileRead read)
-    {
-        if (!IsOnLoopThread || _stopping)
-        {
-            read.Complete(0, FileReads.Stopped());
-            return;
-        }
-        FileReadsOnLoop().Submit(read);
-    }
-
-    /// <summary>Loop thread, before the stop: made then, it is released by the stop (it listens to
-    /// <see cref="Stopping"/>).</summary>
-    private FileReads FileReadsOnLoop() => _fileReads ??= new FileReads(this);
 }

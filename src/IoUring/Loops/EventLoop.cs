@@ -33,6 +33,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private readonly LoopRingOwner _loopRingOwner;
     private readonly LoopMemory _memory;
     private readonly PostedWork _posted;
+    private readonly FileReadPool _fileReadPool;
     private bool _wakeupDisarmed; // the wakeup READ had no SQE: retried each iteration, sleeps bounded meanwhile
     private const long DisarmedSleep = 10_000_000; // ns
     private readonly ManualResetEventSlim _started = new();
@@ -67,6 +68,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         _faults = _options.Hooks?.Faults;
         _posted = new PostedWork(ReportUnhandled);
+        _fileReadPool = new FileReadPool(this);
         _memory = new LoopMemory(this, _options.MemoryBlockSize, _options.Hooks?.PoisonReturnedMemory ?? false,
             _origin);
 

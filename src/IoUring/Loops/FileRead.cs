@@ -77,7 +77,7 @@ internal sealed class FileRead : IValueTaskSource<int>
             _registration = token.UnsafeRegister(static (s, _) =>
             {
                 var read = (FileRead)s!;
-                read.Loop.RequestReadCancel(read, read.Version);
+                FileReads.RequestCancel(read, read.Version);
             }, this);
         }
     }
@@ -142,7 +142,7 @@ internal sealed class FileRead : IValueTaskSource<int>
             if (!_cancelMayArrive && !_abandoned)
             {
                 _source.Reset();
-                Loop.ReturnFileRead(this);
+                Loop.FileReadPool.Return(this);
             }
         }
     }

@@ -25,9 +25,42 @@ internal sealed unsafe class FileReads : RingOwner
 
     public FileReads(EventLoop loop) : base(loop) => loop.Stopping += Release;
 
+    /// <summary>Submits <paramref name="read"/> on its loop (called there), or fails it if the loop is stopping or gone
+    /// (the action then runs elsewhere).</summary>
+    public static void Submit(FileRead read)
+    {
+        EventLoop loop = read.Loop;
+        if (!loop.IsOnLoopThread || loop.IsStopping)
+        {
+            read.Complete(0, Stopped());
+            return;
+        }
+        loop.FileReadsOnLoop().SubmitOnLoop(read);
+    }
+
+    /// <summary>The token of <paramref name="read"/> (at <paramref name="version"/>) was cancelled, on any thread: the
+    /// cancel is posted to the loop (once it stopped, its stop ended the read).</summary>
+    public static void RequestCancel(FileRead read, short version)
+    {
+        try
+        {
+            read.Loop.Post(static s =>
+            {
+                var (read, version) = ((FileRead, short))s!;
+                if (read.Loop.IsOnLoopThread && !read.Loop.IsStopping)
+                {
+                    read.Loop.FileReadsOnLoop().Cancel(read, version);
+                }
+            }, (read, version));
+        }
+        catch (ObjectDisposedException)
+        {
+        }
+    }
+
     /// <summary>Queues the read's SQE (READ, or READ_FIXED into a block of the loop's registered pool), or ends the
     /// read when it cannot go to the kernel.</summary>
-    public void Submit(FileRead read)
+    private void SubmitOnLoop(FileRead read)
     {
         Loop.AssertOnLoopThread();
         if (Loop.IsStopping || IsReleased)
@@ -53,7 +86,7 @@ internal sealed unsafe class FileReads : RingOwner
             // No SQE now: the iteration's submit makes room. Once the loop is gone the read, never in the kernel,
             // fails and gives back its buffer and file.
             ReturnSlot(slot);
-            Loop.RetryNextIteration(read, static r => r.Loop.SubmitFileRead(r), static r => r.Complete(0, Stopped()));
+            Loop.RetryNextIteration(read, static r => Submit(r), static r => r.Complete(0, Stopped()));
             return;
         }
         if (Loop.TryGetRegisteredBuffer(read.Buffer, out ushort bufferIndex))

@@ -266,6 +266,7 @@ public sealed unsafe partial class EventLoop
             if (finalPending)
             {
                 finalPending = false;
+                Debug.Assert(_inFlight > 0, "a final completion with no request in flight");
                 _inFlight--;
                 owner.OnFinalCompletion();
             }

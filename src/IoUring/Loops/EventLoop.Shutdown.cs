@@ -46,9 +46,19 @@ public sealed unsafe partial class EventLoop
 
     /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for
     /// it.</summary>
-    internal void OnNotificationPending() => _notificationsPending++;
+    internal void OnNotificationPending()
+    {
+        AssertOnLoopThread();
+        _notificationsPending++;
+        Debug.Assert(_notificationsPending <= _inFlight, "a pending notification is a request in flight");
+    }
 
-    internal void OnNotificationArrived() => _notificationsPending--;
+    internal void OnNotificationArrived()
+    {
+        AssertOnLoopThread();
+        Debug.Assert(_notificationsPending > 0, "a notification arrived that was not pending");
+        _notificationsPending--;
+    }
 
     /// <summary>Zero-copy notifications outstanding (requests that hold only memory, not an fd).</summary>
     internal int NotificationsPending => Volatile.Read(ref _notificationsPending);
@@ -76,6 +86,7 @@ public sealed unsafe partial class EventLoop
 
     private void BeginStop()
     {
+        AssertOnLoopThread();
         if (_stopping)
         {
             return;

@@ -165,10 +165,19 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     /// <summary>Makes <paramref name="buffers"/>, an owner's own group, published before each submit as the loop's are.
     /// Loop thread.</summary>
-    internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers) => _ownerReceiveBuffers.Add(buffers);
+    internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers)
+    {
+        AssertOnLoopThread();
+        _ownerReceiveBuffers.Add(buffers);
+    }
 
     /// <summary>Stops publishing <paramref name="buffers"/> (the owner disposes them). Loop thread.</summary>
-    internal void RemoveOwnerReceiveBuffers(ReceiveBuffers buffers) => _ownerReceiveBuffers.Remove(buffers);
+    internal void RemoveOwnerReceiveBuffers(ReceiveBuffers buffers)
+    {
+        AssertOnLoopThread();
+        bool removed = _ownerReceiveBuffers.Remove(buffers);
+        Debug.Assert(removed, "an owner's buffers are removed once, after they were added");
+    }
 
     /// <summary>Makes every buffer given back visible to the kernel: the loop's and its owners' own groups.</summary>
     private void PublishRecycledBuffers()
@@ -377,6 +386,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     private void RunOnce()
     {
+        AssertOnLoopThread();
         DrainCompletions();
         _posted.Run();
         if (_wakeupDisarmed && !_stopping)

@@ -56,6 +56,7 @@ public sealed unsafe class BufferRingTests : IDisposable
     public void Receives_consume_buffers_and_recycled_buffers_are_used_again()
     {
         using var buffers = new BufferRing(_ring, groupId: 3, count: 4, bufferSize: 64);
+        buffers.Fill();
         var bidsSeen = new HashSet<ushort>();
         for (int i = 0; i < 20; i++)
         {
@@ -78,6 +79,7 @@ public sealed unsafe class BufferRingTests : IDisposable
     public void An_empty_ring_fails_with_ENOBUFS_and_loses_no_byte_after_a_refill()
     {
         using var buffers = new BufferRing(_ring, groupId: 4, count: 2, bufferSize: 64);
+        buffers.Fill();
         var held = new List<ushort>();
         for (int i = 0; i < 2; i++)
         {
@@ -102,6 +104,7 @@ public sealed unsafe class BufferRingTests : IDisposable
     {
         // On a 4 KiB-page machine this passed with the old hard-coded 4096 too; it guards 16/64 KiB-page kernels.
         using var buffers = new BufferRing(_ring, groupId: 5, count: 4, bufferSize: 64);
+        buffers.Fill();
         nuint page = (nuint)Environment.SystemPageSize;
         Assert.Equal(0u, buffers.RingAddress % page);
         fixed (byte* first = buffers.GetBuffer(0, 1))

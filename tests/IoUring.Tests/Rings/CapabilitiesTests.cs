@@ -104,6 +104,7 @@ public sealed class CapabilitiesTests
         // without it refuses the RECV (EINVAL).
         using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
         using var buffers = new BufferRing(ring, groupId: 7, count: 16, bufferSize: 16);
+        buffers.Fill();
         (int reader, int writer) = SocketPairs.Create();
         try
         {
@@ -135,6 +136,7 @@ public sealed class CapabilitiesTests
         // one completion (the first buffer named in the CQE, the rest found by ring position); without bundles, one buffer.
         using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
         using var buffers = new BufferRing(ring, groupId: 9, count: 16, bufferSize: 16);
+        buffers.Fill();
         (int reader, int writer) = SocketPairs.Create();
         try
         {
@@ -187,6 +189,7 @@ public sealed class CapabilitiesTests
         }
         using Ring ring = Ring.Create(new RingOptions { SqEntries = 8 });
         using var buffers = new BufferRing(ring, groupId: 10, count: 16, bufferSize: 16);
+        buffers.Fill();
         (int reader, int writer) = SocketPairs.Create();
         try
         {

@@ -152,12 +152,4 @@ internal sealed partial class ConnectionInput
         }
         completion.Run();
     }
-
-    /// <summary>What <see cref="Write"/> asks of the receiver.</summary>
-    public enum InputWrite
-    {
-        Accepted,
-        Paused,
-        ReaderGone,
-    }
 }

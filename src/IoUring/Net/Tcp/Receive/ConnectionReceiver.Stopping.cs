@@ -1,7 +1,12 @@
+using System.Diagnostics;
+using IoUring.Interop;
+using static IoUring.Interop.IoUringConstants;
+
 namespace IoUring.Net;
 
-// Stopping receiving: a pause for Input's backpressure and its resumption, the reader gone, the peer's FIN or an
-// error, the close; and the cancels of the RECV these need (retried while the loop has no SQE).
+// Stopping and restarting receiving: a pause for Input's backpressure and its resumption, the reader gone, the peer's
+// FIN or an error, the close; the cancels of the RECV these need (retried while the loop has no SQE); and the hang-up
+// poll that restarts a RECV that may wait for a wakeup that will not come (see the class remarks).
 internal sealed partial class ConnectionReceiver
 {
     /// <summary>
@@ -12,11 +17,11 @@ internal sealed partial class ConnectionReceiver
     public bool CancelForClose()
     {
         bool submitted = Cancel();
-        if (_hangUpArmed)
+        if (_hangUp == HangUpPollState.Armed)
         {
             submitted &= _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.HangUpPoll));
         }
-        if (_backingOff)
+        if (_request == ReceiveRequestState.BackingOff)
         {
             // A TIMEOUT: no fd, but it would hold the close 10 ms.
             submitted &= _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.ReceiveBackoff));
@@ -75,18 +80,22 @@ internal sealed partial class ConnectionReceiver
     /// <returns>False when the RECV needed a cancel and the loop had no SQE for it.</returns>
     private bool Cancel()
     {
-        if (_armed && !_cancelling)
+        if (_request != ReceiveRequestState.Armed)
         {
-            _cancelling = _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive, _armedTag));
-            return _cancelling;
+            return true; // nothing to cancel, or its cancel is in flight already
         }
+        if (!_connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Receive, _armedTag)))
+        {
+            return false;
+        }
+        _request = ReceiveRequestState.Cancelling;
         return true;
     }
 
     /// <summary>
-    /// Cancels the RECV for a pause, the reader gone or a restart; if the loop has no SQE for it (the SQ still full
-    /// after an early submit), tries again next iteration for as long as the cancel is still wanted: without it a
-    /// paused connection would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
+    /// Cancels the RECV for a pause, the reader gone or a restart; without an SQE (the SQ still full after an early
+    /// submit), tries again next iteration for as long as the cancel is still wanted: without it a paused connection
+    /// would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
     /// </summary>
     private void CancelOrRetry()
     {
@@ -100,7 +109,8 @@ internal sealed partial class ConnectionReceiver
 
     private void RetryCancel()
     {
-        if (_owner.Loop.IsOnLoopThread && !_connection.IsClosing && (_paused || _ended || _peerHungUp))
+        if (_owner.Loop.IsOnLoopThread && !_connection.IsClosing
+            && (_paused || _ended || _hangUp == HangUpPollState.PeerHungUp))
         {
             CancelOrRetry(); // Cancel itself does nothing if the RECV ended or its cancel went meanwhile
         }
@@ -123,5 +133,53 @@ internal sealed partial class ConnectionReceiver
         _ended = true;
         _input.CompleteWriter(error);
         _connection.OnDirectionEnded();
+    }
+
+    // ---- The hang-up poll ----
+
+    /// <summary>Arms the one-shot poll that notices the peer's FIN or reset (see the class remarks).</summary>
+    public unsafe void ArmHangUpPoll()
+    {
+        if (_hangUp == HangUpPollState.Armed || _connection.IsClosing || _owner.Loop.IsStopping)
+        {
+            return; // a retry that came after the close began, or after the stop's cancel-all
+        }
+        Debug.Assert(_hangUp == HangUpPollState.None, "the hang-up poll armed again after it fired");
+        Debug.Assert(_owner.Loop.IsOnLoopThread, "the hang-up poll armed off the loop thread");
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.HangUpPoll);
+        if (sqe == null)
+        {
+            // Again next iteration, so starting a connection cannot throw.
+            _owner.Loop.RetryNextIteration(this, static r => r.ArmHangUpPoll());
+            return;
+        }
+        sqe->opcode = IORING_OP_POLL_ADD;
+        sqe->fd = _fd;
+        sqe->poll32_events = PollRdHup;
+        _hangUp = HangUpPollState.Armed;
+    }
+
+    public void OnHangUp(int result)
+    {
+        Debug.Assert(_hangUp == HangUpPollState.Armed, "a hang-up completion without the poll in flight");
+        if (result <= 0)
+        {
+            _hangUp = HangUpPollState.None;
+            return; // cancelled at close
+        }
+        _hangUp = HangUpPollState.PeerHungUp;
+        if (((uint)result & (PollErr | PollHup)) != 0)
+        {
+            RestartWaiting(); // a reset or an error; a FIN alone the RECV sees by itself
+        }
+    }
+
+    // The armed RECV may be waiting for a wakeup that will not come: cancel it; its ECANCELED arms a new one.
+    private void RestartWaiting()
+    {
+        if (IsReceiving && !_paused && !_ended && !_connection.IsClosing)
+        {
+            CancelOrRetry();
+        }
     }
 }

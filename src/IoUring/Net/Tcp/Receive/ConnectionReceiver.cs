@@ -1,8 +1,10 @@
+using System.Diagnostics;
 using System.Runtime.Versioning;
 using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
@@ -27,34 +29,23 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionReceiver
 {
     private const uint PollErr = 0x8, PollHup = 0x10, PollRdHup = 0x2000; // POLLERR and POLLHUP are always reported
-    private const int MaxVector = 8; // spare blocks one vectored RECVMSG fills (64 KiB of 8 KiB blocks)
 
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
     private readonly ConnectionInput _input;
-    // Input's pause threshold, which caps each RECV at what Input can take; 0: not capped
-    private readonly long _pauseThreshold;
+    private readonly long _pauseThreshold;  // caps each RECV at what Input can take; 0: not capped
     private readonly bool _singleShot;      // no kernel cap: each RECV is single-shot, its length the cap
     private readonly bool _bundles;         // each receive may fill several ring buffers (IORING_RECVSEND_BUNDLE)
-    private bool _armed;            // a RECV is in flight (until its final CQE)
-    private bool _cancelling;       // that RECV's cancel is in flight too: one is enough
-    private bool _paused;           // Input's backlog reached its pause threshold: backpressure
-    private bool _ended;            // FIN, error, the reader went away, or closing
-    private bool _backingOff;       // a backoff TIMEOUT is in flight: re-arm when it ends
-    private bool _peerHungUp;       // the hang-up poll fired: the peer's FIN or reset (or an error) reached the socket
-    private bool _hangUpArmed;      // the hang-up poll is in flight
-    private bool _armRetryScheduled; // the loop had no SQE for the RECV: MaybeRearm runs again next iteration
-    private uint _armedTag;         // the armed RECV's user_data tag: 0, or VectoredTag for the vectored RECVMSG
-    private bool _socketNonEmpty;   // single-shot: the last receive left bytes in the socket (arm a vectored one next)
-    // msghdr + MaxVector iovecs of the vectored RECVMSG, made at its first use
-    private unsafe Libc.msghdr* _vectorMessage;
-    // That RECVMSG's spare blocks (until its CQE) and their lengths, made at its first use like the msghdr: only
-    // kernels without the receive cap send it, and every connection would pay for them otherwise.
-    private ReceiveBlock[]? _vectorBlocks;
-    private int[]? _vectorLengths;
-    private int _vectorCount;       // blocks in _vectorBlocks (in flight)
-    private int _exhaustionMark = -1; // see ReceiveBuffers.OnExhausted
+    private ReceiveRequestState _request;
+    private uint _armedTag;                 // the armed RECV's user_data tag: 0, or VectoredTag for the RECVMSG
+    private HangUpPollState _hangUp;
+    private bool _paused;                   // Input's backlog reached its pause threshold: backpressure
+    private bool _ended;                    // FIN, error, the reader went away, or closing (never cleared)
+    private bool _armRetryScheduled;        // the loop had no SQE for the RECV: MaybeRearm runs again next iteration
+    private bool _socketNonEmpty;           // single-shot: the last receive left bytes in the socket
+    private VectoredReceiveBuffers _vectored; // mutable struct: never readonly
+    private int _exhaustionMark = -1;       // see ReceiveBuffers.OnExhausted
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
@@ -73,7 +64,7 @@ internal sealed partial class ConnectionReceiver
         _pauseThreshold = pauseThreshold ?? 0;
         _singleShot = _pauseThreshold > 0 && !capabilities.HasReceiveLimit;
         // Not with single-shot RECVs: a bundle takes its length as a bound only where the socket's queue length is
-        // known (6.15 and 6.16 have bundles but no cap), and the length is what holds the bound there.
+        // known, and the length is what holds the bound there.
         _bundles = capabilities.HasReceiveBundles && !_singleShot;
     }
 
@@ -91,4 +82,274 @@ internal sealed partial class ConnectionReceiver
 
     /// <summary>Arms the RECV (unless paused, ended or closing).</summary>
     public void Start() => MaybeRearm();
+
+    // A RECV (or its RECVMSG) is in flight, maybe with its cancel.
+    private bool IsReceiving => _request is ReceiveRequestState.Armed or ReceiveRequestState.Cancelling;
+
+    private bool CanArm => _request == ReceiveRequestState.None && !_paused && !_ended && !_connection.IsClosing
+        && !_owner.Loop.IsStopping;
+
+    // ---- Arming ----
+
+    private unsafe void MaybeRearm()
+    {
+        if (CanArm && !_armRetryScheduled)
+        {
+            Debug.Assert(_owner.Loop.IsOnLoopThread, "a RECV armed off the loop thread");
+            if (_singleShot && _socketNonEmpty && TryArmVectored())
+            {
+                return;
+            }
+            io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive);
+            if (sqe == null)
+            {
+                RetryArmLater();
+                return;
+            }
+            sqe->opcode = IORING_OP_RECV;
+            sqe->fd = _fd;
+            sqe->ioprio = (ushort)((_singleShot ? 0 : IORING_RECV_MULTISHOT) | (_bundles ? IORING_RECVSEND_BUNDLE : 0));
+            sqe->flags = IOSQE_BUFFER_SELECT;
+            sqe->buf_group = _owner.Loop.ReceiveBuffers.UseGroup();
+            if (_singleShot)
+            {
+                sqe->len = ReceiveLimit(); // 0: one buffer (or bundle), when Input holds its threshold already
+            }
+            else if (_pauseThreshold > 0)
+            {
+                sqe->optlen = ReceiveLimit(); // the multishot RECV's total; 0: no cap
+            }
+            OnArmed(tag: 0);
+        }
+    }
+
+    private void OnArmed(uint tag)
+    {
+        Debug.Assert(_request == ReceiveRequestState.None, "a receive armed while one is in flight");
+        _request = ReceiveRequestState.Armed;
+        _armedTag = tag;
+    }
+
+    // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot RECVs
+    // re-arm after every receive, so this must not end the connection.
+    private void RetryArmLater()
+    {
+        Debug.Assert(!_armRetryScheduled, "a second arm retry");
+        _armRetryScheduled = true;
+        _owner.Loop.Schedule(s_retryArm, this);
+    }
+
+    private static readonly Action<object?> s_retryArm = static r =>
+    {
+        var receiver = (ConnectionReceiver)r!;
+        receiver._armRetryScheduled = false;
+        if (receiver._owner.Loop.IsOnLoopThread)
+        {
+            receiver.MaybeRearm();
+        }
+    };
+
+    /// <summary>
+    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into spare blocks (at most what Input
+    /// can still take), so a bulk receive takes 64 KiB per request instead of one ring buffer, as a bundle would
+    /// (kernels without the receive cap have no usable bundles). It completes at once (the bytes are there), so no
+    /// idle connection holds blocks for it. False when it was not armed (too little room, or no block): arm a RECV.
+    /// </summary>
+    private unsafe bool TryArmVectored()
+    {
+        ReceiveBlockPool spares = _owner.Loop.ReceiveBuffers.Spares;
+        int blockSize = spares.BlockSize;
+        long limit = ReceiveLimit();
+        if (limit <= blockSize)
+        {
+            return false; // one ring buffer holds it
+        }
+        int count = (int)Math.Min(VectoredReceiveBuffers.MaxBlocks, (limit + blockSize - 1) / blockSize);
+        if (!_vectored.TryRent(spares, count))
+        {
+            return false;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Receive,
+            ConnectionRequestKind.VectoredTag);
+        if (sqe == null)
+        {
+            _vectored.Return(spares, count);
+            RetryArmLater();
+            return true; // nothing armed, but the retry is scheduled
+        }
+        sqe->opcode = IORING_OP_RECVMSG;
+        sqe->fd = _fd;
+        // SAFETY: the msghdr is freed with the owner (FreeNativeMemory); the pinned blocks stay ours until this CQE,
+        // also when cancelled.
+        sqe->addr = (ulong)_vectored.Prepare(count, blockSize, limit);
+        sqe->len = 1;
+        OnArmed(ConnectionRequestKind.VectoredTag);
+        return true;
+    }
+
+    /// <summary>Frees the vectored RECVMSG's msghdr: once nothing of the connection is in flight (the owner is
+    /// freed).</summary>
+    public void FreeNativeMemory() => _vectored.FreeNativeMemory();
+
+    /// <summary>
+    /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many
+    /// bytes, and is armed again with what is left then; a receive fills at most one ring buffer past it. 0 (no cap)
+    /// when Input already holds its threshold without pausing: its reader asked for more (ReadAtLeastAsync), and a cap
+    /// of one buffer would make every receive single-shot until it has it. At most int.MaxValue: the kernel takes
+    /// either as an int.
+    /// </summary>
+    private uint ReceiveLimit()
+    {
+        long room = _pauseThreshold - _input.Unconsumed;
+        return room > 0 ? (uint)Math.Min(room, int.MaxValue) : 0;
+    }
+
+    private unsafe void BackOff()
+    {
+        if (!CanArm)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.ReceiveBackoff);
+        if (sqe == null)
+        {
+            // Again next iteration: the connection must not fail for it, nor the receive spin.
+            _owner.Loop.RetryNextIteration(this, static r => r.BackOff());
+            return;
+        }
+        ReceiveBackoff.Prepare(sqe);
+        Debug.Assert(_request == ReceiveRequestState.None, "a backoff TIMEOUT while a receive is in flight");
+        _request = ReceiveRequestState.BackingOff;
+    }
+
+    // The backoff TIMEOUT's CQE: it expired, or was cancelled (closing or the loop stopping, which MaybeRearm checks).
+    public void OnBackoffEnded()
+    {
+        Debug.Assert(_request == ReceiveRequestState.BackingOff, "a backoff completion without its TIMEOUT");
+        _request = ReceiveRequestState.None;
+        MaybeRearm();
+    }
+
+    // ---- Completions ----
+
+    public void OnReceive(ReceivedBytes data, uint flags)
+    {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        Debug.Assert(IsReceiving && _armedTag == 0, "a RECV completion without a RECV in flight");
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _request = ReceiveRequestState.None;
+        }
+        // Single-shot, with bytes still in the socket: the next RECV (armed below) completes at once with more, so the
+        // reader need not wake for these alone.
+        bool moreFollows = _singleShot && (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
+        OnBytes(_ended ? InputWrite.Accepted : _input.Write(data, moreFollows), data.Length, flags, moreFollows);
+    }
+
+    /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare
+    /// blocks.</summary>
+    public void OnVectoredReceive(int result, uint flags)
+    {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        Debug.Assert(IsReceiving && _armedTag == ConnectionRequestKind.VectoredTag,
+            "a RECVMSG completion without a RECVMSG in flight");
+        _request = ReceiveRequestState.None;
+        int count = _vectored.TakeInFlight();
+        if (result <= 0)
+        {
+            _vectored.Return(_owner.Loop.ReceiveBuffers.Spares, count);
+            OnReceiveEnded(result, flags);
+            return;
+        }
+        bool moreFollows = (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
+        // WriteBlocks takes or returns every block (dropping the bytes once the reader is gone).
+        InputWrite written = _input.WriteBlocks(_vectored.Blocks(count), _vectored.Lengths(count),
+            _ended ? 0 : result, moreFollows);
+        _vectored.Blocks(count).Clear();
+        OnBytes(_ended ? InputWrite.Accepted : written, result, flags, moreFollows);
+    }
+
+    // After a receive's bytes went to Input (single-shot: moreFollows when the socket still holds some).
+    private void OnBytes(InputWrite written, int length, uint flags, bool moreFollows)
+    {
+        _socketNonEmpty = moreFollows;
+        if (!_ended)
+        {
+            switch (written)
+            {
+                case InputWrite.Paused when !_paused:
+                    // Backpressure: stop receiving until the reader catches up; bytes on their way still land in Input.
+                    _paused = true;
+                    RaiseBackpressure(paused: true);
+                    CancelOrRetry();
+                    break;
+                case InputWrite.ReaderGone:
+                    OnReaderGone();
+                    break;
+            }
+        }
+        _bytesReceived += length;
+        _owner.Loop.OnBytesReceived(length);
+        MaybeRearm();
+        if (moreFollows && !IsReceiving)
+        {
+            _input.WakeReader(); // no RECV follows at once (paused, ended, closing, or no SQE): that is all for now
+        }
+        if (_hangUp == HangUpPollState.PeerHungUp
+            && (flags & (IORING_CQE_F_MORE | IORING_CQE_F_SOCK_NONEMPTY)) == IORING_CQE_F_MORE)
+        {
+            RestartWaiting(); // it emptied the socket and now waits for a wakeup
+        }
+    }
+
+    /// <summary>A RECV completion without bytes: the peer's FIN, or an error.</summary>
+    public void OnReceiveEnded(int result, uint flags)
+    {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _request = ReceiveRequestState.None;
+        }
+        if (_singleShot)
+        {
+            _socketNonEmpty = false;
+            _input.WakeReader(); // the RECV the last bytes were held for brought none (ENOBUFS, cancelled, an error)
+        }
+        switch (-result)
+        {
+            case 0:
+                // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
+                _connection.NotifyPeerClosed(reset: false);
+                End(null);
+                break;
+            case Errno.ENOBUFS:
+                // Every ring buffer was taken. Those given back are published before the next submit, so re-arm at
+                // once; but if none came back since this connection's last ENOBUFS, wait a little (not a busy loop).
+                if (_owner.Loop.ReceiveBuffers.OnExhausted(ref _exhaustionMark))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff();
+                }
+                break;
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+                MaybeRearm(); // transient: nothing was received, try again
+                break;
+            case Errno.ECANCELED:
+                MaybeRearm(); // cancelled for backpressure or close; re-arms only if neither holds any more
+                break;
+            case Errno.ECONNRESET:
+                _connection.NotifyPeerClosed(reset: true);
+                _connection.Fail(_connection.Settings.CreateResetException("Connection reset by peer."));
+                break;
+            default:
+                // Abortive, so the peer sees a reset rather than a FIN that would pass for a complete stream.
+                _connection.Fail(new IOException($"Receive failed: {IoUringException.ErrnoName(-result)}.",
+                    SocketErrors.FromErrno(-result)));
+                break;
+        }
+    }
 }

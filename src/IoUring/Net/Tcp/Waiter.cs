@@ -5,51 +5,6 @@ using System.Threading.Tasks.Sources;
 namespace IoUring.Net;
 
 /// <summary>
-/// What completing a waiting read (<see cref="ConnectionInput"/>) or flush (<see cref="ConnectionOutput"/>) leaves to
-/// do once its lock is released: drop the wait's token registration, then run its awaiter's continuation, if it
-/// registered one, on the thread pool (inline when the connection's settings prefer inline scheduling), inside the
-/// execution context the awaiter captured, if any. Taken under the lock, run outside it: a continuation never runs
-/// under a pipe's lock.
-/// </summary>
-internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation,
-    object? state, ExecutionContext? context, bool inline)
-{
-    /// <summary>Set to default by a token's own callback: a registration cannot be dropped from inside its
-    /// callback.</summary>
-    public CancellationTokenRegistration Registration = registration;
-
-    public readonly void Run()
-    {
-        Registration.Unregister(); // a cancellation racing this finds nothing waiting
-        if (continuation is null)
-        {
-            return;
-        }
-        if (context is not null)
-        {
-            // Rare (an awaiter that flows the execution context): the continuation runs inside it.
-            ExecutionContext flowed = context;
-            Action<object?> action = continuation;
-            Dispatch(s => ExecutionContext.Run(flowed, c => action(c), s), state, inline);
-            return;
-        }
-        Dispatch(continuation, state, inline);
-    }
-
-    private static void Dispatch(Action<object?> action, object? state, bool inline)
-    {
-        if (inline)
-        {
-            action(state);
-        }
-        else
-        {
-            ThreadPool.UnsafeQueueUserWorkItem(action, state, preferLocal: false);
-        }
-    }
-}
-
-/// <summary>
 /// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
 /// flush) and the state of the ValueTask it returned (and those of flushes that joined it, which keep their outcome
 /// when awaited after a later operation began): its version, its outcome, its awaiter's continuation and its token's
@@ -102,6 +57,7 @@ internal struct Waiter<TResult>
     /// <summary>An operation starts waiting; returns its ValueTask's version.</summary>
     public short Begin(CancellationToken token)
     {
+        Debug.Assert(!IsWaiting, "an operation began while another waits");
         // ValueTasks of the last version not awaited yet keep its outcome: they are not this operation's.
         _heldOwed = _completed ? _joined + 1 : 0;
         _heldVersion = _version;
@@ -121,7 +77,7 @@ internal struct Waiter<TResult>
     /// outcome. Returns whether <paramref name="token"/> is new to this wait and so must be registered.</summary>
     public short Join(CancellationToken token, out bool registerToken)
     {
-        Debug.Assert(IsWaiting);
+        Debug.Assert(IsWaiting, "an operation joined none waiting");
         _joined++;
         // Listed before it is registered, so a token cancelled during its registration still finds the wait.
         registerToken = token.CanBeCanceled && !Cancels(token);
@@ -166,7 +122,7 @@ internal struct Waiter<TResult>
     /// then).</summary>
     public AwaiterCompletion Complete(TResult result, Exception? error, bool inlineContinuations)
     {
-        Debug.Assert(IsWaiting);
+        Debug.Assert(IsWaiting, "an operation completed none waiting");
         var completion = new AwaiterCompletion(_registration, _continuation, _continuationState, _continuationContext,
             inlineContinuations);
         IsWaiting = false;

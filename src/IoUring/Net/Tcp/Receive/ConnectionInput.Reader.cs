@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.ExceptionServices;
 using System.Threading.Tasks.Sources;
@@ -34,7 +35,7 @@ internal sealed partial class ConnectionInput
             }
             if (_writerCompleted && _writerError is { } error)
             {
-                _readState = ReadState.None; // a new read: the last result's buffer is no longer the reader's
+                _readState = InputReadState.None; // a new read: the last result's buffer is no longer the reader's
                 DropUnreadable();
                 return ValueTask.FromException<ReadResult>(error);
             }
@@ -75,7 +76,7 @@ internal sealed partial class ConnectionInput
             }
             if (_writerCompleted && _writerError is { } error)
             {
-                _readState = ReadState.None; // as in ReadAsync
+                _readState = InputReadState.None; // as in ReadAsync
                 DropUnreadable();
                 ExceptionDispatchInfo.Throw(error);
             }
@@ -84,7 +85,7 @@ internal sealed partial class ConnectionInput
                 TakeResult(out result, canceled: false);
                 return true;
             }
-            _readState = ReadState.Tentative; // as a pipe's: AdvanceTo may follow, need not
+            _readState = InputReadState.Tentative; // as a pipe's: AdvanceTo may follow, need not
         }
         result = default;
         return false;
@@ -101,7 +102,7 @@ internal sealed partial class ConnectionInput
             {
                 throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
             }
-            if (_readState == ReadState.None)
+            if (_readState == InputReadState.None)
             {
                 throw new InvalidOperationException("No read to advance: AdvanceTo must follow a read's result.");
             }
@@ -113,7 +114,7 @@ internal sealed partial class ConnectionInput
                     "The positions passed to AdvanceTo are not of the last read's buffer, or examined is before " +
                     "consumed.");
             }
-            _readState = ReadState.None;
+            _readState = InputReadState.None;
             _examined = examinedAt;
             _consumed = consumedAt;
             ReleaseConsumed();
@@ -155,7 +156,7 @@ internal sealed partial class ConnectionInput
                 return;
             }
             _readerCompleted = true;
-            _readState = ReadState.None;
+            _readState = InputReadState.None;
             wasPaused = _writerPaused;
             _writerPaused = false;
             if (!_lent)
@@ -185,10 +186,13 @@ internal sealed partial class ConnectionInput
         completion.Run();
     }
 
-    // ---- Shared, under _sync ----
+    // ---- Shared with the writer side, under _sync ----
 
     private bool CanCompleteRead(int minimumSize)
-        => _writerCompleted || (minimumSize > 0 ? _written - _consumed >= minimumSize : _written > _examined);
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        return _writerCompleted || (minimumSize > 0 ? _written - _consumed >= minimumSize : _written > _examined);
+    }
 
     /// <summary>
     /// Sets the waiting read's outcome: the bytes held (the reader then owes an AdvanceTo, optional after a canceled
@@ -198,6 +202,7 @@ internal sealed partial class ConnectionInput
     /// </summary>
     private AwaiterCompletion CompletePendingRead(bool canceled, Exception? error)
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         _pendingMinimum = 0;
         ReadResult result = default;
         if (error is null)
@@ -206,7 +211,7 @@ internal sealed partial class ConnectionInput
         }
         else
         {
-            _readState = ReadState.None; // the read failed: the reader holds no buffer
+            _readState = InputReadState.None; // the read failed: the reader holds no buffer
         }
         return _read.Complete(result, error, _inlineContinuations);
     }
@@ -215,20 +220,22 @@ internal sealed partial class ConnectionInput
     /// one).</summary>
     private void TakeResult(out ReadResult result, bool canceled)
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         ReadOnlySequence<byte> buffer = _head is null
             ? default
             : new ReadOnlySequence<byte>(_head, _headIndex, _tail!, _tail!.End);
         result = new ReadResult(buffer, canceled, isCompleted: _writerCompleted);
-        _readState = canceled ? ReadState.Tentative : ReadState.Reading;
+        _readState = canceled ? InputReadState.Tentative : InputReadState.Reading;
     }
 
     private void ThrowIfCannotRead()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
         if (_readerCompleted)
         {
             throw new InvalidOperationException("Reading is not allowed after the reader was completed.");
         }
-        if (_read.IsWaiting || _readState == ReadState.Reading)
+        if (_read.IsWaiting || _readState == InputReadState.Reading)
         {
             throw new InvalidOperationException(
                 "Reading is already in progress: a read must be followed by AdvanceTo before the next.");
@@ -238,7 +245,7 @@ internal sealed partial class ConnectionInput
     private long IndexOf(SequencePosition position)
     {
         // A default position is the start of an empty buffer: nothing was held when the read returned.
-        return position.GetObject() is Segment segment ? segment.RunningIndex + position.GetInteger() : _consumed;
+        return position.GetObject() is InputSegment segment ? segment.RunningIndex + position.GetInteger() : _consumed;
     }
 
     ReadResult IValueTaskSource<ReadResult>.GetResult(short token)
@@ -260,14 +267,4 @@ internal sealed partial class ConnectionInput
     void IValueTaskSource<ReadResult>.OnCompleted(Action<object?> continuation, object? state, short token,
         ValueTaskSourceOnCompletedFlags flags)
         => _read.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
-
-    private enum ReadState
-    {
-        /// <summary>No result outstanding: the next read may start.</summary>
-        None,
-        /// <summary>A result was returned: AdvanceTo must come before the next read.</summary>
-        Reading,
-        /// <summary>A canceled result, or TryRead found nothing: AdvanceTo may come, need not.</summary>
-        Tentative,
-    }
 }

@@ -1,6 +1,8 @@
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
+using IoUring.Buffers;
 using IoUring.Loops;
 
 namespace IoUring.Net;
@@ -19,7 +21,7 @@ namespace IoUring.Net;
 /// Backpressure is the pipe's too: once the unconsumed bytes reach the pause threshold, <see cref="Write"/> says so and
 /// the receiver stops receiving; when the reader brings them below the resume threshold (half of it), the receiver is
 /// told on the loop (<see cref="ConnectionReceiver.OnInputResumed"/>).</para>
-/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (.Writer) on the loop, the reader side
+/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (this file) on the loop, the reader side
 /// (.Reader, .CopyTo) on the application's; one lock, never held by a read continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
@@ -44,26 +46,24 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     private readonly bool _inlineContinuations;
 
     // Guarded by _sync.
-    private Segment? _head;           // the oldest unconsumed bytes' block (null: nothing held)
+    private InputSegment? _head;          // the oldest unconsumed bytes' block (null: nothing held)
     private int _headIndex;
-    private Segment? _tail;           // the newest block, still written to while it has room
-    private Segment? _spareSegments;  // released segment objects, reused
-    private long _written;            // bytes appended since the start
-    private long _consumed;           // bytes the reader consumed since the start
-    private long _examined;           // how far the reader examined: a read waits for bytes past it
-    private ReadState _readState;     // what the last result asks of the reader before its next read
-    private Waiter<ReadResult> _read; // a read waiting, completed by the first of Write, CompleteWriter,
-                                      // CancelPendingRead and its token (mutable struct: never readonly)
-    private int _pendingMinimum;      // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
-    private bool _cancelNextRead;     // CancelPendingRead with no read waiting
+    private InputSegment? _tail;          // the newest block, still written to while it has room
+    private InputSegment? _spareSegments; // released segment objects, reused
+    private long _written;                // bytes appended since the start
+    private long _consumed;               // bytes the reader consumed since the start
+    private long _examined;               // how far the reader examined: a read waits for bytes past it
+    private InputReadState _readState;
+    private Waiter<ReadResult> _read;     // completed by Write, CompleteWriter, CancelPendingRead or its token
+                                          // (mutable struct: never readonly)
+    private int _pendingMinimum;          // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
+    private bool _cancelNextRead;         // CancelPendingRead with no read waiting
     private bool _writerCompleted;
     private Exception? _writerError;
     private bool _readerCompleted;
-    private bool _writerPaused;       // Write said pause, and the receiver has not been told to resume since
-    // a CopyToAsync to an Output runs (it lends each result's blocks): Complete keeps them until it ends
-    private bool _lent;
-    // the stream offset up to which that copy's current write lends (the reader's; read by MayHaveUnconsumed)
-    private long _copyingEnd;
+    private bool _writerPaused;           // Write said pause, and the receiver has not been told to resume since
+    private bool _lent;                   // a CopyToAsync to an Output lends the blocks: Complete keeps them
+    private long _copyingEnd;             // the offset up to which that copy's write lends (read by MayHaveUnconsumed)
 
     public ConnectionInput(ConnectionReceiver receiver, EventLoop loop, long pauseThreshold, bool inlineContinuations)
     {
@@ -98,7 +98,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     internal bool MayHaveUnconsumed
         => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
 
-    /// <summary>Memory held for the unconsumed bytes: the blocks of the sequence a read would return (tests).</summary>
+    /// <summary>Memory held for the unconsumed bytes (tests).</summary>
     internal long HeldBytes
     {
         get
@@ -106,7 +106,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
             lock (_sync)
             {
                 long blocks = 0;
-                for (Segment? segment = _head; segment is not null; segment = (Segment?)segment.Next)
+                for (InputSegment? segment = _head; segment is not null; segment = (InputSegment?)segment.Next)
                 {
                     blocks++;
                 }
@@ -125,6 +125,238 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
             {
                 return _writerPaused;
             }
+        }
+    }
+
+    // ---- Writer side: the loop thread ----
+
+    /// <summary>
+    /// Appends a completion's bytes, keeping the ring buffers filled at least half (see the class summary), and
+    /// completes a waiting read that can now complete. <see cref="InputWrite.Paused"/>: the backlog reached the pause
+    /// threshold, stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>.
+    /// <see cref="InputWrite.ReaderGone"/>: the reader completed, the bytes are dropped (as a pipe's flush reports it:
+    /// a reader completing while receiving goes on is noticed here, at the next receive; one completing while paused is
+    /// posted). <paramref name="moreFollows"/>: the receiver's next completion brings more bytes at once (the socket
+    /// still holds some and the next RECV is being armed), so a waiting read is left waiting for it until
+    /// <see cref="MaxHeldForMore"/> bytes are unconsumed: the reader wakes once per batch, not once per ring buffer.
+    /// The receiver calls <see cref="WakeReader"/> when no such completion follows after all.
+    /// </summary>
+    public InputWrite Write(ReceivedBytes data, bool moreFollows = false)
+    {
+        Debug.Assert(_loop.IsOnLoopThread, "Input written off the loop thread");
+        AwaiterCompletion completion = default;
+        bool paused;
+        lock (_sync)
+        {
+            if (_readerCompleted || _writerCompleted)
+            {
+                return _readerCompleted ? InputWrite.ReaderGone : InputWrite.Accepted;
+            }
+            ReceivedBytes.Enumerator buffers = data.GetEnumerator();
+            while (buffers.MoveNext())
+            {
+                Append(buffers.Current, buffers.CurrentBufferId);
+            }
+            paused = AfterAppend(moreFollows, ref completion);
+        }
+        completion.Run();
+        return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
+    }
+
+    /// <summary>
+    /// As <see cref="Write"/>, for a receive into the receiver's own spare blocks (a vectored RECVMSG): the first
+    /// <paramref name="length"/> bytes of <paramref name="blocks"/>, filled in order, each up to
+    /// <paramref name="lengths"/>. Input takes the blocks it keeps; the rest go back to the spares, whatever the
+    /// outcome.
+    /// </summary>
+    public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length,
+        bool moreFollows)
+    {
+        Debug.Assert(_loop.IsOnLoopThread, "Input written off the loop thread");
+        AwaiterCompletion completion = default;
+        bool paused;
+        lock (_sync)
+        {
+            if (_readerCompleted || _writerCompleted)
+            {
+                length = 0; // dropped, as Write drops them
+            }
+            int i = 0;
+            try
+            {
+                for (; i < blocks.Length; i++)
+                {
+                    int filled = Math.Min(lengths[i], length);
+                    length -= filled;
+                    if (filled >= _blockSize / 2)
+                    {
+                        AppendSegment(blocks[i]).SetEnd(filled);
+                        _written += filled;
+                    }
+                    else
+                    {
+                        if (filled > 0)
+                        {
+                            AppendCopy(blocks[i].Array.AsSpan(blocks[i].Offset, filled)); // may fail to rent a block
+                        }
+                        _buffers.Spares.Return(blocks[i]);
+                    }
+                }
+            }
+            finally
+            {
+                for (; i < blocks.Length; i++)
+                {
+                    _buffers.Spares.Return(blocks[i]); // the failed one and the rest: never leaked
+                }
+            }
+            if (_readerCompleted || _writerCompleted)
+            {
+                return _readerCompleted ? InputWrite.ReaderGone : InputWrite.Accepted;
+            }
+            paused = AfterAppend(moreFollows, ref completion);
+        }
+        completion.Run();
+        return paused ? InputWrite.Paused : InputWrite.Accepted;
+    }
+
+    // After bytes were appended: pauses at the threshold, and completes a waiting read that can complete (unless more
+    // follows at once; see Write). Returns whether the writer is paused.
+    private bool AfterAppend(bool moreFollows, ref AwaiterCompletion completion)
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        long backlog = _written - _consumed;
+        if (_pauseThreshold > 0 && backlog >= _pauseThreshold && backlog >= _pendingMinimum)
+        {
+            _writerPaused = true;
+        }
+        if (_read.IsWaiting && CanCompleteRead(_pendingMinimum)
+            && !(moreFollows && !_writerPaused && backlog < MaxHeldForMore))
+        {
+            completion = CompletePendingRead(canceled: false, error: null);
+        }
+        return _writerPaused;
+    }
+
+    /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can
+    /// complete.</summary>
+    public void WakeReader()
+    {
+        Debug.Assert(_loop.IsOnLoopThread, "a read woken for more off the loop thread");
+        AwaiterCompletion completion = default;
+        lock (_sync)
+        {
+            if (_read.IsWaiting && CanCompleteRead(_pendingMinimum))
+            {
+                completion = CompletePendingRead(canceled: false, error: null);
+            }
+        }
+        completion.Run();
+    }
+
+    /// <summary>
+    /// No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on. The
+    /// first completion stands (as a pipe's): an abort after the peer's FIN leaves the bytes before it readable.
+    /// </summary>
+    public void CompleteWriter(Exception? error)
+    {
+        AwaiterCompletion completion = default;
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                return;
+            }
+            _writerCompleted = true;
+            _writerError = error;
+            if (_read.IsWaiting)
+            {
+                completion = CompletePendingRead(canceled: false, error);
+            }
+            DropUnreadable();
+        }
+        completion.Run();
+    }
+
+    // ---- The blocks, under _sync ----
+
+    private void Append(ReadOnlySpan<byte> bytes, ushort bufferId)
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        if (bytes.Length < _blockSize / 2)
+        {
+            AppendCopy(bytes);
+            return;
+        }
+        // Worth a block of its own: keep the ring's buffer (the bytes are at its start), a spare takes its place.
+        AppendSegment(_buffers.Take(bufferId)).SetEnd(bytes.Length);
+        _written += bytes.Length;
+    }
+
+    // Copies a small receive onto the end of the last block (a spare block when it has no room).
+    private void AppendCopy(ReadOnlySpan<byte> bytes)
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        InputSegment? tail = _tail;
+        if (tail is null || _blockSize - tail.End < bytes.Length)
+        {
+            tail = AppendSegment(_buffers.Spares.Rent());
+        }
+        bytes.CopyTo(tail.Block.Array.AsSpan(tail.Block.Offset + tail.End));
+        tail.SetEnd(tail.End + bytes.Length);
+        _written += bytes.Length;
+    }
+
+    private InputSegment AppendSegment(ReceiveBlock block)
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        InputSegment segment = _spareSegments ?? new InputSegment();
+        _spareSegments = (InputSegment?)segment.Next;
+        segment.Reset(block, runningIndex: _written);
+        if (_tail is null)
+        {
+            _head = segment;
+            _headIndex = 0;
+        }
+        else
+        {
+            _tail.SetNext(segment);
+        }
+        _tail = segment;
+        return segment;
+    }
+
+    // Gives back every block whose bytes are all consumed (the last one too: an idle connection holds no memory).
+    private void ReleaseConsumed()
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        Debug.Assert(_consumed <= _written, "consumed past the bytes written");
+        while (_head is { } head && head.RunningIndex + head.End <= _consumed
+            && (head != _tail || _consumed == _written))
+        {
+            _head = (InputSegment?)head.Next;
+            if (head == _tail)
+            {
+                _tail = null;
+            }
+            _buffers.Spares.Return(head.Block);
+            head.Reset(default, 0);
+            head.SetNext(_spareSegments);
+            _spareSegments = head;
+        }
+        _headIndex = _head is null ? 0 : (int)(_consumed - _head.RunningIndex);
+    }
+
+    // Once the writer failed, every read throws: the unconsumed bytes can never be returned, so their blocks go back as
+    // soon as no result the reader holds shows them (a connection aborted or reset that its application never
+    // completes would keep them for good; see InputTests.A_failed_connection_gives_back_the_blocks_...).
+    private void DropUnreadable()
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
+        if (_writerError is not null && _readState == InputReadState.None && !_lent && _head is not null)
+        {
+            _consumed = _written;
+            ReleaseConsumed();
         }
     }
 }

@@ -1,11 +1,9 @@
 namespace IoUring.Net;
 
 /// <summary>
-/// What completing a waiting read (<see cref="ConnectionInput"/>) or flush (<see cref="ConnectionOutput"/>) leaves to
-/// do once its lock is released: drop the wait's token registration, then run its awaiter's continuation, if it
-/// registered one, on the thread pool (inline when the connection's settings prefer inline scheduling), inside the
-/// execution context the awaiter captured, if any. Taken under the lock, run outside it: a continuation never runs
-/// under a pipe's lock.
+/// What completing a waiting read or flush (<see cref="Waiter{TResult}"/>) leaves to do after the lock: drop the
+/// token registration, then run the awaiter's continuation, if any, on the thread pool (or inline), in its captured
+/// execution context. Taken under the lock, run outside it: a continuation never runs under a pipe's lock.
 /// </summary>
 internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation,
     object? state, ExecutionContext? context, bool inline)

@@ -6,10 +6,9 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
-/// flush) and the state of the ValueTask it returned (and those of flushes that joined it, which keep their outcome
-/// when awaited after a later operation began): its version, its outcome, its awaiter's continuation and its token's
-/// registration. A mutable struct kept in a field of its owner (never copied); every member is called under the
-/// owner's lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
+/// flush) and its ValueTask's state (and that of flushes that joined it): version, outcome, continuation, token
+/// registration. A mutable struct in a field of its owner (never copied); every member is called under the owner's
+/// lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
 /// </summary>
 internal struct Waiter<TResult>
 {
@@ -88,14 +87,12 @@ internal struct Waiter<TResult>
         return _version;
     }
 
-    /// <summary>
-    /// Registers the waiting operation's token (<see cref="Begin"/> returned <paramref name="version"/>), outside
-    /// <paramref name="sync"/>, the owner's lock, which it then takes to keep the registration while that operation
-    /// still waits; one that completed meanwhile has its registration dropped at once.
-    /// </summary>
+    /// <summary>Registers the token of the operation <see cref="Begin"/> returned <paramref name="version"/> for, then
+    /// keeps the registration under <paramref name="sync"/>, the owner's lock, if that operation still waits.</summary>
     public void RegisterToken(object sync, short version, CancellationToken token,
         Action<object?, CancellationToken> onCancelled, object owner)
     {
+        Debug.Assert(!Monitor.IsEntered(sync), "a token registered under the owner's lock (its callback takes it)");
         CancellationTokenRegistration registration = token.UnsafeRegister(onCancelled, owner);
         lock (sync)
         {
@@ -205,11 +202,9 @@ internal struct Waiter<TResult>
         return result;
     }
 
-    /// <summary>
-    /// IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the awaiter's
-    /// continuation to run at completion, or runs it now if the outcome is set already (the scheduling context is
-    /// ignored, as by a pipe without a synchronization context; the execution context flows when asked).
-    /// </summary>
+    /// <summary>IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the
+    /// continuation, or runs it now if the outcome is set (the scheduling context is ignored, as by a pipe without a
+    /// synchronization context).</summary>
     public void OnCompleted(object sync, Action<object?> continuation, object? state, short token,
         ValueTaskSourceOnCompletedFlags flags, bool inlineContinuations)
     {

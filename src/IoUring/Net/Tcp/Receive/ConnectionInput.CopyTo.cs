@@ -7,12 +7,10 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionInput
 {
     /// <summary>
-    /// Copies everything to <paramref name="destination"/> until the end of the stream, as <see cref="PipeReader"/>'s
-    /// does. To a connection's Output the received blocks are not copied: each read's bytes are lent to it as they are
-    /// (a large enough write is sent from them,
-    /// <see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>) and consumed once it is
-    /// done with them; completing this reader meanwhile keeps the blocks until then, so the ring never receives into
-    /// memory a send may still read. Ends when the destination completes or this reader is completed.
+    /// As <see cref="PipeReader"/>'s. To a connection's Output each read's blocks are lent, not copied
+    /// (<see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>), and consumed once it
+    /// is done with them; a Complete meanwhile keeps them till then, so the ring never receives into memory a send may
+    /// still read. Ends when the destination completes or this reader is completed.
     /// </summary>
     public override Task CopyToAsync(PipeWriter destination, CancellationToken cancellationToken = default)
     {
@@ -25,7 +23,7 @@ internal sealed partial class ConnectionInput
     private async Task CopyToOutputAsync(ConnectionOutput output, CancellationToken cancellationToken)
     {
         // Lent for the whole copy, not per write: a Complete (a proxy disposing this connection) between a read's
-        // result and its write would otherwise release the blocks under the result. From then on the copy just ends.
+        // result and its write would otherwise release the blocks under the result.
         BeginLending();
         try
         {

@@ -194,12 +194,8 @@ internal sealed partial class ConnectionInput
         return _writerCompleted || (minimumSize > 0 ? _written - _consumed >= minimumSize : _written > _examined);
     }
 
-    /// <summary>
-    /// Sets the waiting read's outcome: the bytes held (the reader then owes an AdvanceTo, optional after a canceled
-    /// result, as with a pipe), or <paramref name="error"/>. Takes its awaiter's continuation, if it registered one, to
-    /// run after the lock, as the returned <see cref="AwaiterCompletion"/> does. Everything the awaiter and the next
-    /// read see changes here, under the lock: a read's completion cannot race the next read's start.
-    /// </summary>
+    /// <summary>Sets the waiting read's outcome (the bytes held, or <paramref name="error"/>) under the lock, so it
+    /// cannot race the next read's start; the returned completion runs the continuation after the lock.</summary>
     private AwaiterCompletion CompletePendingRead(bool canceled, Exception? error)
     {
         Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");

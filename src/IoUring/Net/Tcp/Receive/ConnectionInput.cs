@@ -9,18 +9,13 @@ namespace IoUring.Net;
 
 /// <summary>
 /// A connection's <see cref="IoUringConnection.Input"/>: a <see cref="PipeReader"/> over the loop's receive buffers
-/// themselves. A ring buffer the kernel filled at least half is kept as it is (the ring gets a spare block in its
-/// place, <see cref="ReceiveBuffers.Take"/>), so bulk bytes are never copied in user space; smaller receives are copied
-/// onto the end of the last block, so a trickle of small receives cannot hold a block each. Blocks go back to the
-/// loop's spares as the reader consumes them.
+/// themselves. A ring buffer filled at least half is kept (the ring gets a spare block in its place,
+/// <see cref="ReceiveBuffers.Take"/>); smaller receives are copied onto the end of the last block, so a trickle of
+/// them cannot hold a block each. Blocks go back to the loop's spares as the reader consumes them.
 /// </summary>
 /// <remarks>
-/// <para>The contract is <see cref="Pipe"/>'s reader's: a read completes when there are bytes the reader has not
-/// examined (at least <c>minimumSize</c> unconsumed ones for ReadAtLeastAsync), when the writer completed (its error
-/// is thrown by every read from then on), or when cancelled; one read at a time, each followed by one AdvanceTo.
-/// Backpressure is the pipe's too: once the unconsumed bytes reach the pause threshold, <see cref="Write"/> says so and
-/// the receiver stops receiving; when the reader brings them below the resume threshold (half of it), the receiver is
-/// told on the loop (<see cref="ConnectionReceiver.OnInputResumed"/>).</para>
+/// <para>The contract and the backpressure are <see cref="Pipe"/>'s reader's: <see cref="Write"/> says pause at the
+/// pause threshold; below the resume threshold (half of it) the receiver is told on the loop.</para>
 /// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (this file) on the loop, the reader side
 /// (.Reader, .CopyTo) on the application's; one lock, never held by a read continuation.</para>
 /// </remarks>
@@ -90,11 +85,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         }
     }
 
-    /// <summary>
-    /// Whether bytes the application has yet to act on are waiting (any thread, without the lock: a hint, stale as soon
-    /// as read): received and not consumed, past what a CopyToAsync is writing out. An application answering requests
-    /// with such bytes waiting (pipelined ones) will soon write again.
-    /// </summary>
+    /// <summary>Whether bytes the application has yet to act on (pipelined requests) are waiting: not consumed, past
+    /// what a CopyToAsync is writing out. Any thread, without the lock: a hint.</summary>
     internal bool MayHaveUnconsumed
         => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
 
@@ -131,15 +123,10 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     // ---- Writer side: the loop thread ----
 
     /// <summary>
-    /// Appends a completion's bytes, keeping the ring buffers filled at least half (see the class summary), and
-    /// completes a waiting read that can now complete. <see cref="InputWrite.Paused"/>: the backlog reached the pause
-    /// threshold, stop receiving until <see cref="ConnectionReceiver.OnInputResumed"/>.
-    /// <see cref="InputWrite.ReaderGone"/>: the reader completed, the bytes are dropped (as a pipe's flush reports it:
-    /// a reader completing while receiving goes on is noticed here, at the next receive; one completing while paused is
-    /// posted). <paramref name="moreFollows"/>: the receiver's next completion brings more bytes at once (the socket
-    /// still holds some and the next RECV is being armed), so a waiting read is left waiting for it until
-    /// <see cref="MaxHeldForMore"/> bytes are unconsumed: the reader wakes once per batch, not once per ring buffer.
-    /// The receiver calls <see cref="WakeReader"/> when no such completion follows after all.
+    /// Appends a completion's bytes and completes a waiting read that can now complete. A reader completed while
+    /// receiving goes on is noticed here (<see cref="InputWrite.ReaderGone"/>); one completed while paused is posted.
+    /// <paramref name="moreFollows"/>: the next completion brings more at once, so a waiting read waits for it until
+    /// <see cref="MaxHeldForMore"/> bytes are unconsumed (the receiver calls <see cref="WakeReader"/> if none comes).
     /// </summary>
     public InputWrite Write(ReceivedBytes data, bool moreFollows = false)
     {
@@ -163,12 +150,9 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
     }
 
-    /// <summary>
-    /// As <see cref="Write"/>, for a receive into the receiver's own spare blocks (a vectored RECVMSG): the first
-    /// <paramref name="length"/> bytes of <paramref name="blocks"/>, filled in order, each up to
-    /// <paramref name="lengths"/>. Input takes the blocks it keeps; the rest go back to the spares, whatever the
-    /// outcome.
-    /// </summary>
+    /// <summary>As <see cref="Write"/>, for a vectored RECVMSG's <paramref name="length"/> bytes in
+    /// <paramref name="blocks"/>, each filled up to its length in turn. Input keeps some blocks; the rest go back to
+    /// the spares, whatever the outcome.</summary>
     public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length,
         bool moreFollows)
     {
@@ -254,10 +238,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         completion.Run();
     }
 
-    /// <summary>
-    /// No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws from now on. The
-    /// first completion stands (as a pipe's): an abort after the peer's FIN leaves the bytes before it readable.
-    /// </summary>
+    /// <summary>No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws. The first
+    /// stands, as a pipe's: an abort after the FIN leaves the bytes before it readable.</summary>
     public void CompleteWriter(Exception? error)
     {
         AwaiterCompletion completion = default;
@@ -347,9 +329,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         _headIndex = _head is null ? 0 : (int)(_consumed - _head.RunningIndex);
     }
 
-    // Once the writer failed, every read throws: the unconsumed bytes can never be returned, so their blocks go back as
-    // soon as no result the reader holds shows them (a connection aborted or reset that its application never
-    // completes would keep them for good; see InputTests.A_failed_connection_gives_back_the_blocks_...).
+    // Once the writer failed every read throws, so the blocks go back as soon as no result the reader holds shows them
+    // (InputTests.A_failed_connection_gives_back_the_blocks_...).
     private void DropUnreadable()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");

@@ -4,16 +4,12 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Stopping and restarting receiving: a pause for Input's backpressure and its resumption, the reader gone, the peer's
-// FIN or an error, the close; the cancels of the RECV these need (retried while the loop has no SQE); and the hang-up
-// poll that restarts a RECV that may wait for a wakeup that will not come (see the class remarks).
+// Stopping and restarting: backpressure's pause and resume, the reader gone, the close, the RECV's cancels, and the
+// hang-up poll.
 internal sealed partial class ConnectionReceiver
 {
-    /// <summary>
-    /// Closing: cancels each of this side's requests in flight by its user_data (a cancel by fd would make the kernel
-    /// walk every pending request of the ring: a cost that grows with the loop's open connections).
-    /// </summary>
-    /// <returns>False when the loop had no SQE for one of them: call again.</returns>
+    /// <summary>Closing: cancels each request in flight by its user_data (a cancel by fd would make the kernel walk
+    /// every pending request of the ring). False when the loop had no SQE for one of them: call again.</summary>
     public bool CancelForClose()
     {
         bool submitted = Cancel();
@@ -92,11 +88,8 @@ internal sealed partial class ConnectionReceiver
         return true;
     }
 
-    /// <summary>
-    /// Cancels the RECV for a pause, the reader gone or a restart; without an SQE (the SQ still full after an early
-    /// submit), tries again next iteration for as long as the cancel is still wanted: without it a paused connection
-    /// would go on receiving where the kernel cannot cap the RECV, or a reset stay unseen.
-    /// </summary>
+    /// <summary>Cancels the RECV for a pause, the reader gone or a restart; without an SQE, again next iteration while
+    /// still wanted (else a paused connection would go on receiving, or a reset stay unseen).</summary>
     private void CancelOrRetry()
     {
         if (!Cancel())

@@ -10,20 +10,16 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The receiving half of an <see cref="IoUringConnection"/>: a RECV that selects buffers from the loop's
-/// <see cref="ReceiveBuffers"/> and hands their bytes to <see cref="Input"/>. Receiving pauses (the RECV cancelled)
-/// when Input's backlog reaches its pause threshold, and resumes once the reader has caught up.
+/// <see cref="ReceiveBuffers"/> and hands their bytes to <see cref="Input"/>; it pauses (the RECV cancelled) at
+/// Input's pause threshold. Loop thread only (docs/architecture.md, "Threads and locks").
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only (docs/architecture.md, "Threads and locks"). Owns the receive state and Input's writer side;
-/// tells the connection when the peer closed, when receiving ended, and when it failed.</para>
-/// <para>With a pause threshold each RECV is capped at what Input can still take, so a paused connection holds at most
-/// its threshold plus one buffer: a capped multishot RECV where the kernel can cap one
-/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>), else single-shot RECVs of that length, each followed, while
-/// bytes remain, by a vectored RECVMSG into spare blocks. Uncapped, a multishot RECV keeps reading until its cancel
-/// lands, megabytes past the threshold (BackpressureTests.A_slow_reader_is_never_further_behind_than_the_bound).</para>
-/// <para>A multishot RECV armed after a reset arrived can wait for ever on the dead socket, having spent its one look
-/// on the bytes queued ahead of the RST; a one-shot hang-up POLL_ADD therefore restarts a waiting RECV once the peer's
-/// FIN, reset or an error reaches the socket (ReceiveResetTests.A_reset_while_paused_by_backpressure_...).</para>
+/// <para>Each RECV is capped at what Input can still take: a capped multishot RECV where the kernel has the cap
+/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>), else single-shot RECVs, each followed, while bytes remain, by a
+/// vectored RECVMSG; uncapped, a RECV reads on until its cancel lands
+/// (BackpressureTests.A_slow_reader_is_never_further_behind_than_the_bound).</para>
+/// <para>A multishot RECV armed after a reset can wait for ever on the dead socket, so a one-shot hang-up POLL_ADD
+/// restarts it (ReceiveResetTests.A_reset_while_paused_by_backpressure_...).</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionReceiver
@@ -49,10 +45,7 @@ internal sealed partial class ConnectionReceiver
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
-    /// <summary>Receives <paramref name="connection"/>'s bytes on <paramref name="fd"/> into a new <see cref="Input"/>,
-    /// with <paramref name="owner"/>'s requests; Input pauses receiving at <paramref name="pauseThreshold"/> bytes
-    /// (null or 0: never), each RECV capped by what Input can take before that (as a multishot RECV's total where
-    /// <paramref name="capabilities"/> allow, else as a single-shot RECV's length).
+    /// <summary>Input pauses receiving at <paramref name="pauseThreshold"/> bytes (null or 0: never);
     /// <paramref name="inlineContinuations"/>: the reader's continuations run on the loop thread.</summary>
     public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, long? pauseThreshold,
         bool inlineContinuations, IoUringCapabilities capabilities)
@@ -130,8 +123,7 @@ internal sealed partial class ConnectionReceiver
         _armedTag = tag;
     }
 
-    // The SQ stayed full after an early submit (or the ring is gone): try again next iteration. Single-shot RECVs
-    // re-arm after every receive, so this must not end the connection.
+    // No SQE (the SQ stayed full, or the ring is gone): again next iteration, never ending the connection.
     private void RetryArmLater()
     {
         Debug.Assert(!_armRetryScheduled, "a second arm retry");
@@ -150,10 +142,9 @@ internal sealed partial class ConnectionReceiver
     };
 
     /// <summary>
-    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into spare blocks (at most what Input
-    /// can still take), so a bulk receive takes 64 KiB per request instead of one ring buffer, as a bundle would
-    /// (kernels without the receive cap have no usable bundles). It completes at once (the bytes are there), so no
-    /// idle connection holds blocks for it. False when it was not armed (too little room, or no block): arm a RECV.
+    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into several spare blocks, as a bundle
+    /// would (these kernels have no usable bundles). It completes at once (the bytes are there), so no idle connection
+    /// holds blocks for it. False when it was not armed (too little room, or no block): arm a RECV.
     /// </summary>
     private unsafe bool TryArmVectored()
     {
@@ -187,16 +178,13 @@ internal sealed partial class ConnectionReceiver
         return true;
     }
 
-    /// <summary>Frees the vectored RECVMSG's msghdr: once nothing of the connection is in flight (the owner is
-    /// freed).</summary>
+    /// <summary>Once nothing of the connection is in flight (the owner is freed).</summary>
     public void FreeNativeMemory() => _vectored.FreeNativeMemory();
 
     /// <summary>
-    /// What Input can still take before it pauses: the RECV ends by itself (a CQE without F_MORE) after that many
-    /// bytes, and is armed again with what is left then; a receive fills at most one ring buffer past it. 0 (no cap)
-    /// when Input already holds its threshold without pausing: its reader asked for more (ReadAtLeastAsync), and a cap
-    /// of one buffer would make every receive single-shot until it has it. At most int.MaxValue: the kernel takes
-    /// either as an int.
+    /// What Input can still take before it pauses: the RECV ends by itself after that many bytes. 0 (no cap) when Input
+    /// holds its threshold without pausing (its reader asked for more with ReadAtLeastAsync): a cap of one buffer would
+    /// make every receive single-shot until it has it. At most int.MaxValue: the kernel takes it as an int.
     /// </summary>
     private uint ReceiveLimit()
     {
@@ -323,8 +311,8 @@ internal sealed partial class ConnectionReceiver
                 End(null);
                 break;
             case Errno.ENOBUFS:
-                // Every ring buffer was taken. Those given back are published before the next submit, so re-arm at
-                // once; but if none came back since this connection's last ENOBUFS, wait a little (not a busy loop).
+                // Every ring buffer was taken: re-arm at once if some came back since this connection's last
+                // ENOBUFS, else wait a little (not a busy loop).
                 if (_owner.Loop.ReceiveBuffers.OnExhausted(ref _exhaustionMark))
                 {
                     MaybeRearm();

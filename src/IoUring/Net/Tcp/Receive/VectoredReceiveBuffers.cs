@@ -6,10 +6,9 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// The buffers of <see cref="ConnectionReceiver"/>'s vectored RECVMSG: the spare blocks rented for it, their lengths,
-/// and the msghdr whose iovecs point at them. Made at first use: only kernels without the receive cap send it, and
-/// every connection would pay for them otherwise. A mutable struct in a field of the receiver (never copied, never
-/// readonly); loop thread only.
+/// The buffers of <see cref="ConnectionReceiver"/>'s vectored RECVMSG: spare blocks, their lengths, and the msghdr
+/// whose iovecs point at them; made at first use (only kernels without the receive cap send it). A mutable struct in
+/// a field of the receiver (never copied, never readonly); loop thread only.
 /// </summary>
 internal struct VectoredReceiveBuffers
 {

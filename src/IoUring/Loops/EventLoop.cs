@@ -1,4 +1,3 @@
-using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.CompilerServices;
@@ -108,8 +107,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// </summary>
     public bool SuppressesIoWait => _ring.SuppressesIoWait;
 
-    /// <summary>Whether <see cref="IsOnLoopThread"/> tests by stack range (the loop thread's stack is known and it
-    /// runs).</summary>
     internal bool KnowsThreadStack => _stackSize != 0;
 
     /// <summary>Whether the calling thread is this loop's thread.</summary>
@@ -117,10 +114,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         get
         {
-            // Threads' stacks never overlap, so an address on the caller's stack that lies in the loop thread's stack
-            // means the caller is the loop thread. This costs a subtraction and a compare; a thread-static read is a
-            // call into the runtime's TLS lookup on Linux, measurable on a custom NOP (docs/benchmarks.md,
-            // "Ring core").
+            // Stacks never overlap: an address on the caller's stack inside the loop thread's stack means the loop
+            // thread. Cheaper than a thread-static read (a TLS lookup call on Linux).
             nuint stackSize = _stackSize;
             if (stackSize != 0)
             {
@@ -153,7 +148,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal Ring Ring => _ring;
 
-    /// <summary>The options the loop was made with (validated; not to be changed).</summary>
     internal EventLoopOptions Options => _options;
     /// <summary>The loop's provided buffers for receives (registered when the loop starts, before the constructor
     /// returns; their memory is made at the first receive).</summary>
@@ -163,15 +157,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     // Owners' own receive buffers (UDP sockets'), published with the loop's before each submit. Loop thread only.
     private readonly List<ReceiveBuffers> _ownerReceiveBuffers = [];
 
-    /// <summary>Makes <paramref name="buffers"/>, an owner's own group, published before each submit as the loop's are.
-    /// Loop thread.</summary>
     internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers)
     {
         AssertOnLoopThread();
         _ownerReceiveBuffers.Add(buffers);
     }
 
-    /// <summary>Stops publishing <paramref name="buffers"/> (the owner disposes them). Loop thread.</summary>
     internal void RemoveOwnerReceiveBuffers(ReceiveBuffers buffers)
     {
         AssertOnLoopThread();
@@ -258,7 +249,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         return ref _counters;
     }
 
-    /// <summary>The fault injector of the test hooks (null in production).</summary>
     internal FaultInjector? Faults => _faults;
 
     internal void ReportUnhandled(Exception exception)
@@ -403,52 +393,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             _posted.EndSleep();
         }
     }
-
-    // ---- memory ----
-
-    /// <summary>
-    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with
-    /// the loop's ring as fixed buffers where the kernel allows it. Connections on this loop use it for their pipes
-    /// unless given a pool of their own; custom requests can name its blocks as fixed buffers (see
-    /// <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
-    /// </summary>
-    public MemoryPool<byte> MemoryPool => _memory.Pool;
-
-    /// <summary>
-    /// This loop's pool of 64 KiB pinned blocks, trimmed when idle (not registered with the ring): rent a whole burst
-    /// of datagrams from it, fill it and hand it over to <see cref="Net.IoUringUdpSocket.SendSegmentsToAsync(
-    /// IMemoryOwner{byte}, int, int, System.Net.SocketAddress, CancellationToken)"/>, which sends it without a copy and
-    /// returns the block when the kernel is done. Any thread may rent.
-    /// </summary>
-    public MemoryPool<byte> LargeMemoryPool => _memory.LargePool;
-
-    internal PinnedBlockMemoryPool? MemoryPoolIfCreated => _memory.PoolIfCreated;
-
-    internal const int LargeBlockSize = LoopMemory.LargeBlockSize;
-
-    internal PinnedBlockMemoryPool LargeBlockPool => _memory.LargePool;
-
-    internal RegisteredBufferTable? BufferTable => _memory.Table;
-
-    /// <summary>
-    /// Whether <paramref name="memory"/> lies in a block of this loop's <see cref="MemoryPool"/> that is registered
-    /// with this loop's ring, and if so the buffer's index: a request sets it in <c>sqe-&gt;buf_index</c> with
-    /// IORING_RECVSEND_FIXED_BUF (sends) or uses a READ_FIXED/WRITE_FIXED opcode, and keeps the memory's own address in
-    /// <c>sqe-&gt;addr</c>. Registration happens on the loop thread shortly after a region is first used, and is
-    /// refused where the kernel says no (RLIMIT_MEMLOCK): the memory is then still usable, only not fixed.
-    /// Keep the block rented until the request's final completion (for a zero-copy send, its notification): once every
-    /// block of a region is back, the pool may trim the region and the index may later name other memory.
-    /// Loop thread only.
-    /// </summary>
-    public bool TryGetRegisteredBuffer(ReadOnlyMemory<byte> memory, out ushort bufferIndex)
-    {
-        ThrowIfNotOnLoopThread();
-        return _memory.TryGetRegisteredIndex(memory, out bufferIndex);
-    }
-
-    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop
-    /// thread.</summary>
-    internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block) => _memory.RegisteredIndex(block);
 
     // ---- work from other threads ----
 

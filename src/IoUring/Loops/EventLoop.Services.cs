@@ -1,11 +1,59 @@
+using System.Buffers;
+using IoUring.Buffers;
+using IoUring.Rings;
 using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.Loops;
 
-// File reads on the loop's ring: RandomAccess.ReadAsync's contract, with the read submitted by the loop (READ, or
-// READ_FIXED into the loop's registered pool) instead of a blocking pread on a thread-pool thread.
+// What the loop offers callers besides Schedule: its memory pools (pinned, registered with its ring) and file reads
+// on its ring (RandomAccess.ReadAsync's contract, the read submitted by the loop instead of a blocking pread).
 public sealed partial class EventLoop
 {
+    /// <summary>
+    /// This loop's pool of pinned memory (blocks of <see cref="EventLoopOptions.MemoryBlockSize"/>), registered with
+    /// the loop's ring as fixed buffers where the kernel allows it. Connections on this loop use it for their pipes
+    /// unless given a pool of their own; custom requests can name its blocks as fixed buffers (see
+    /// <see cref="TryGetRegisteredBuffer"/>). Any thread may rent.
+    /// </summary>
+    public MemoryPool<byte> MemoryPool => _memory.Pool;
+
+    /// <summary>
+    /// This loop's pool of 64 KiB pinned blocks, trimmed when idle (not registered with the ring): rent a whole burst
+    /// of datagrams from it, fill it and hand it over to <see cref="Net.IoUringUdpSocket.SendSegmentsToAsync(
+    /// IMemoryOwner{byte}, int, int, System.Net.SocketAddress, CancellationToken)"/>, which sends it without a copy and
+    /// returns the block when the kernel is done. Any thread may rent.
+    /// </summary>
+    public MemoryPool<byte> LargeMemoryPool => _memory.LargePool;
+
+    internal PinnedBlockMemoryPool? MemoryPoolIfCreated => _memory.PoolIfCreated;
+
+    internal const int LargeBlockSize = LoopMemory.LargeBlockSize;
+
+    internal PinnedBlockMemoryPool LargeBlockPool => _memory.LargePool;
+
+    internal RegisteredBufferTable? BufferTable => _memory.Table;
+
+    /// <summary>
+    /// Whether <paramref name="memory"/> lies in a block of this loop's <see cref="MemoryPool"/> that is registered
+    /// with this loop's ring, and if so the buffer's index: a request sets it in <c>sqe-&gt;buf_index</c> with
+    /// IORING_RECVSEND_FIXED_BUF (sends) or uses a READ_FIXED/WRITE_FIXED opcode, and keeps the memory's own address in
+    /// <c>sqe-&gt;addr</c>. Registration happens on the loop thread shortly after a region is first used, and is
+    /// refused where the kernel says no (RLIMIT_MEMLOCK): the memory is then still usable, only not fixed.
+    /// Keep the block rented until the request's final completion (for a zero-copy send, its notification): once every
+    /// block of a region is back, the pool may trim the region and the index may later name other memory.
+    /// Loop thread only.
+    /// </summary>
+    public bool TryGetRegisteredBuffer(ReadOnlyMemory<byte> memory, out ushort bufferIndex)
+    {
+        ThrowIfNotOnLoopThread();
+        return _memory.TryGetRegisteredIndex(memory, out bufferIndex);
+    }
+
+    /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop
+    /// thread.</summary>
+    internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block) => _memory.RegisteredIndex(block);
+
+
     private static readonly Action<object?> s_submitFileRead = static s => FileReads.Submit((FileRead)s!);
 
     private FileReads? _fileReads; // loop thread: made at the first read

@@ -215,7 +215,7 @@ public sealed class CallerSendTests
             await Task.WhenAll(writing, reading);
             EchoTests.AssertSameBytes(expected.ToArray(), received.ToArray());
             Assert.Equal(Writes * (long)WriteSize, server.BytesSent);
-            Assert.Equal(0, output.HeldBlocks);
+            Assert.Equal(0, output.BufferedBlocks);
 
             long callerSent = output.BytesSentByCallers;
             if (callerSends)

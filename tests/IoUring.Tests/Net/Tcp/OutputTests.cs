@@ -245,15 +245,15 @@ public sealed class OutputTests : IAsyncLifetime
         {
             ShrinkSocketBuffers(client, server);
             (ValueTask<FlushResult> flush, _) = await FillUntilAFlushWaitsAsync(server.Output);
-            Assert.True(OutputOf(server).HeldBlocks > 0);
+            Assert.True(OutputOf(server).BufferedBlocks > 0);
             client.LingerState = new LingerOption(true, 0);
             client.Dispose(); // RST
             FlushResult result = await flush.AsTask().WaitAsync(TimeSpan.FromSeconds(10));
             Assert.True(result.IsCompleted);
-            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+            await Eventually.WaitForAsync(() => OutputOf(server).BufferedBlocks == 0);
             server.Output.Write(new byte[100]);
             Assert.True((await server.Output.FlushAsync()).IsCompleted);
-            Assert.Equal(0, OutputOf(server).HeldBlocks); // dropped at the flush
+            Assert.Equal(0, OutputOf(server).BufferedBlocks); // dropped at the flush
         }
     }
 
@@ -276,20 +276,20 @@ public sealed class OutputTests : IAsyncLifetime
                     received += await client.ReceiveAsync(buffer.AsMemory(received)).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
                 }
                 Assert.Equal(response, buffer[..response.Length]);
-                await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+                await Eventually.WaitForAsync(() => OutputOf(server).BufferedBlocks == 0);
             }
 
             // A write in progress (memory asked for, not yet flushed) keeps its block while earlier bytes go.
             Memory<byte> memory = server.Output.GetMemory(10);
-            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            Assert.Equal(1, OutputOf(server).BufferedBlocks);
             "abc"u8.CopyTo(memory.Span);
             server.Output.Advance(3);
             await Task.Delay(100);
-            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            Assert.Equal(1, OutputOf(server).BufferedBlocks);
             await server.Output.FlushAsync();
             int got = await client.ReceiveAsync(buffer.AsMemory()).AsTask().WaitAsync(TimeSpan.FromSeconds(10));
             Assert.Equal("abc"u8.ToArray(), buffer[..got]);
-            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+            await Eventually.WaitForAsync(() => OutputOf(server).BufferedBlocks == 0);
         }
     }
 
@@ -345,7 +345,7 @@ public sealed class OutputTests : IAsyncLifetime
         {
             int first = server.Output.GetMemory().Length;
             server.Output.Write(new byte[64 * 1024]);
-            int blocks = OutputOf(server).HeldBlocks;
+            int blocks = OutputOf(server).BufferedBlocks;
             Assert.True(blocks <= 16, $"GetMemory() gave {first} bytes; 64 KiB written is held in {blocks} blocks");
         }
     }
@@ -474,9 +474,9 @@ public sealed class OutputTests : IAsyncLifetime
         await using (server)
         {
             _ = server.Output.GetMemory();
-            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            Assert.Equal(1, OutputOf(server).BufferedBlocks);
             await server.Output.FlushAsync(); // nothing advanced: nothing to send, and no write in progress
-            Assert.Equal(0, OutputOf(server).HeldBlocks);
+            Assert.Equal(0, OutputOf(server).BufferedBlocks);
         }
     }
 
@@ -495,14 +495,14 @@ public sealed class OutputTests : IAsyncLifetime
             await Task.Delay(200);
             Assert.False(write.IsCompleted, "the write completed while most of it could not be sent");
             // No copy: the output holds the caller's memory as one segment, not 256 blocks of its own.
-            Assert.Equal(1, OutputOf(server).HeldBlocks);
+            Assert.Equal(1, OutputOf(server).BufferedBlocks);
 
             server.Socket.SendBufferSize = 1 << 20;
             Task<byte[]> receiving = ReceiveAllAsync(client);
             FlushResult result = await write.AsTask().WaitAsync(TimeSpan.FromSeconds(20));
             Assert.False(result.IsCompleted || result.IsCanceled);
             Assert.Equal(0, OutputOf(server).Unsent); // completes once all of it is sent, not at the resume threshold
-            Assert.Equal(0, OutputOf(server).HeldBlocks);
+            Assert.Equal(0, OutputOf(server).BufferedBlocks);
             await server.Output.CompleteAsync();
             EchoTests.AssertSameBytes(data, await receiving);
         }
@@ -598,7 +598,7 @@ public sealed class OutputTests : IAsyncLifetime
             client.LingerState = new LingerOption(true, 0);
             client.Dispose(); // RST
             Assert.True((await write.AsTask().WaitAsync(TimeSpan.FromSeconds(10))).IsCompleted);
-            await Eventually.WaitForAsync(() => OutputOf(server).HeldBlocks == 0);
+            await Eventually.WaitForAsync(() => OutputOf(server).BufferedBlocks == 0);
         }
     }
 
@@ -677,7 +677,7 @@ public sealed class OutputTests : IAsyncLifetime
                 }
                 catch (OperationCanceledException)
                 {
-                    ranOnLoop = server.Loop.IsOnLoopThread;  // inline: inside ConnectionOutput.TryTake's completion.Run()
+                    ranOnLoop = server.Loop.IsOnLoopThread;  // inline: inside ConnectionOutput.TakeWork's completion.Run()
                     server.Abort(); // on the loop thread: the close runs now, the sender finishes, the output releases its segments
                     // Another writer of the network rents segments meanwhile (the pool is shared, LIFO).
                     other.Output.Write(secret);

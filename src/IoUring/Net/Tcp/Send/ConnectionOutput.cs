@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.Versioning;
 using System.Threading.Tasks.Sources;
@@ -12,46 +13,41 @@ namespace IoUring.Net;
 /// connection's <see cref="ConnectionSender"/> sends from the very blocks they were written to, then gives back.
 /// </summary>
 /// <remarks>
-/// <para>The contract is <see cref="Pipe"/>'s writer's: bytes written (GetMemory/GetSpan, Advance) are sent only once
-/// flushed (or at Complete, which commits them too); a flush waits while the unsent bytes are at least the pause
-/// threshold (MaxWriteBufferSize) until the sender brings them below the resume threshold (half of it);
-/// CancelPendingFlush ends the waiting flush, or the next one, with IsCanceled; once the sender is gone (the connection
-/// closed, the peer reset or stopped reading) flushes return IsCompleted, or throw the send error that ended it, and
-/// unsent bytes are dropped. Completing with an exception fails the connection (abortive close) instead of sending what
-/// is left. As with a pipe, a flush while another waits joins it, and a flush after Complete returns (no error). One
-/// difference: a pipe pauses only when a commit crosses the threshold, so after a cancelled flush its next flush
-/// returns at once while the unsent bytes are still above it; here every flush waits while they are at or above the
-/// threshold.</para>
-/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (.Writer, .Borrowing, .CallerSend) on the
-/// application's threads, the sender side (.Sender) on the loop; one lock, never held by a flush continuation.</para>
+/// <para>The contract is <see cref="Pipe"/>'s writer's: bytes are sent once flushed (or at Complete); a flush waits
+/// while the buffered bytes are at least the pause threshold (MaxWriteBufferSize) until they fall below the resume
+/// threshold (half of it); once the sender is gone flushes return IsCompleted, or throw the send error that ended it,
+/// and unsent bytes are dropped. Completing with an exception fails the connection (abortive close). One difference: a
+/// pipe pauses only when a commit crosses the threshold; here every flush waits while the bytes are at or above it.
+/// </para>
+/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side on the application's threads, the sender
+/// side (ConnectionOutput.LoopSide.cs) on the loop; one lock, never held by a flush continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
 {
     /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>
-    internal const int MinimumBorrow = 32 * 1024;
+    internal const int MinimumBorrowedWrite = 32 * 1024;
 
-    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCaller"/>); more go through the
-    /// ring.</summary>
+    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCallerUnsynchronized"/>); more go
+    /// through the ring.</summary>
     internal const int MaxCallerSend = 64 * 1024;
     internal const int MaxCallerSendSegments = 8;
 
     private static readonly Action<object?> s_onFlushed = static s => ((ConnectionSender)s!).OnOutputFlushed();
     private static readonly Action<object?> s_onCallerSendFailed =
         static s => ((ConnectionSender)s!).OnCallerSendFailed();
-    private static readonly Action<object?> s_onUnborrowRequested =
-        static s => ((ConnectionSender)s!).OnUnborrowRequested();
+    private static readonly Action<object?> s_onBorrowedWriteCancelled =
+        static s => ((ConnectionSender)s!).OnBorrowedWriteCancelled();
     private static readonly Action<object?, CancellationToken> s_onFlushCancelled =
         static (o, token) => ((ConnectionOutput)o!).OnFlushCancelled(token);
 
-    // an internal object of the connection locked by nothing else (no lock object per connection)
-    private readonly object _sync;
+    private readonly object _sync;           // an internal object of the connection locked by nothing else
     private readonly EventLoop _loop;
     private readonly MemoryPool<byte> _pool;
     private readonly OutputSegmentPool _segments;
-    private readonly long _pauseThreshold;  // 0: flushes never wait
+    private readonly long _pauseThreshold;   // 0: flushes never wait
     private readonly long _resumeThreshold;
-    private readonly long _borrowThreshold; // a WriteAsync at least this large is sent from the caller's memory
+    private readonly long _borrowedWriteThreshold; // a WriteAsync at least this large is sent from the caller's memory
     private readonly int _minimumSegment;
     private readonly bool _inlineContinuations;
     private readonly int _fd;                // the socket, for sends from the flushing thread
@@ -65,40 +61,33 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     // Guarded by _sync.
     private bool _writing;            // the writer holds memory of _tail (GetMemory until the next commit): _tail stays
-    private OutputSegment? _head;           // the oldest unsent bytes' block (null: nothing held)
+    private OutputSegment? _head;     // the oldest unsent bytes' block (null: nothing held)
     private int _headIndex;
-    private OutputSegment? _tail;           // the block the writer writes in
-    // the tail at the last commit: blocks before it are all committed (null: from _head)
-    private OutputSegment? _commitFrom;
+    private OutputSegment? _tail;     // the block the writer writes in
+    private OutputSegment? _commitFrom; // the tail at the last commit: blocks before it are all committed (null: _head)
     private long _committed;          // bytes flushed since the start: the sender may send up to here
     private long _sent;               // bytes the sender is done with (or dropped)
     private long _pinnedBySender;     // of _sent, bytes zero-copy sends still pin until their notifications
     private bool _senderWaiting;      // the sender found nothing to send: the next commit posts it
     private Waiter<FlushResult> _flush; // a flush waiting for the sender to catch up (mutable struct: never readonly)
     private bool _cancelNextFlush;    // CancelPendingFlush with no flush waiting
-    // the waiting flush is a WriteAsync whose caller's memory a segment holds (one, until _borrowedEnd is sent)
-    private bool _borrowing;
-    private long _borrowedEnd;
-    // that write was cancelled: the sender copies what is left once no send is in flight
-    private bool _unborrowRequested;
-    private Exception? _unborrowError; // the cancelled write's outcome: its token's exception, or null for IsCanceled
+    private bool _borrowedWritePending; // the waiting flush is a WriteAsync whose memory segments hold
+    private long _borrowedWriteEnd;     // ... until the bytes up to here are sent
+    private bool _borrowedWriteCancelled; // ... it was cancelled: the sender copies the rest once no send is in flight
+    private Exception? _borrowedWriteCancelError; // the cancelled write's outcome: null for IsCanceled
     private bool _writerCompleted;
     private Exception? _writerError;
     private bool _senderCompleted;
     private Exception? _senderError;
-    private long _bytesSentByCallers;  // of _sent, the bytes flushing threads sent themselves
-    private int _callerSendsCutShort;  // caller sends that left bytes to the ring (partial, EAGAIN): tests
+    private FileSender? _file;        // the file send queued or running: one at a time
+    private long _fileAt;             // where it goes: the output's committed bytes when it was queued
+    private long _bytesSentByCallers; // of _sent, the bytes flushing threads sent themselves
+    private int _callerSendsCutShort; // caller sends that left bytes to the ring (partial, EAGAIN): tests
 
-    /// <param name="syncRoot">The lock: an internal object of the connection that nothing else locks.</param>
-    /// <param name="loop">The loop whose thread sends.</param>
-    /// <param name="pool">Where the blocks come from.</param>
-    /// <param name="pauseThreshold">Unsent bytes at which a flush waits (MaxWriteBufferSize), 0 for never.</param>
-    /// <param name="segments">The network's segment objects, shared by its outputs.</param>
-    /// <param name="inlineContinuations">Run flush continuations inline (UnsafePreferInlineScheduling).</param>
-    /// <param name="fd">The connection's socket: it stays open until the sender has completed
-    /// (<see cref="CompleteSender"/>).</param>
-    /// <param name="callerSendLimit">The most flushed bytes a flush sends from its own thread while the sender may send
-    /// them zero-copy, 0 for never (see <see cref="SendFromCaller"/>).</param>
+    /// <summary><paramref name="syncRoot"/>: the lock, an object of the connection that nothing else locks;
+    /// <paramref name="pauseThreshold"/>: MaxWriteBufferSize, 0 for flushes that never wait;
+    /// <paramref name="fd"/>: open until the sender has completed; <paramref name="callerSendLimit"/>: the most bytes
+    /// a flush sends itself while the sender may send them zero-copy, 0 for never.</summary>
     public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, OutputSegmentPool segments,
         long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
@@ -111,18 +100,16 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         _pauseThreshold = pauseThreshold;
         // as a pipe's: at least 1, or a flush could never resume
         _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0;
-        // A write that reaches the pause threshold waits for the sender anyway, so waiting until all of it is sent
-        // costs the caller little and saves copying it; without a threshold flushes never wait, so writes are always
-        // copied.
-        _borrowThreshold = pauseThreshold > 0 ? Math.Max(pauseThreshold, MinimumBorrow) : long.MaxValue;
-        // As a pipe's minimum segment size: the blocks of ours and Kestrel's pools whatever is asked for, and no tiny
-        // buffers from a pool that gives what is asked for (MemoryPool<byte>.Shared).
+        // A write that reaches the pause threshold waits for the sender anyway, so waiting until it is sent costs the
+        // caller little and saves the copy; without a threshold flushes never wait, so writes are always copied.
+        _borrowedWriteThreshold = pauseThreshold > 0 ? Math.Max(pauseThreshold, MinimumBorrowedWrite) : long.MaxValue;
+        // As a pipe's minimum segment size: whole blocks of ours and Kestrel's pools, and no tiny buffers from a pool
+        // that gives what is asked for (MemoryPool<byte>.Shared).
         _minimumSegment = Math.Min(PinnedBlockMemoryPool.BlockSize, pool.MaxBufferSize);
         _inlineContinuations = inlineContinuations;
     }
 
-    /// <summary>The sender this output feeds and the connection's input (set once, before the connection
-    /// starts).</summary>
+    /// <summary>Set once, before the connection starts.</summary>
     public void SetSender(ConnectionSender sender, ConnectionInput input)
     {
         _sender = sender;
@@ -144,12 +131,11 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <summary>Bytes flushing threads sent themselves (any thread; counted in the connection's BytesSent).</summary>
     public long BytesSentByCallers => Volatile.Read(ref _bytesSentByCallers);
 
-    /// <summary>Sends by flushing threads that left bytes to the ring: the socket's buffer was full (EAGAIN, a partial
-    /// send), or the bytes were in more than <see cref="MaxCallerSendSegments"/> pieces (tests).</summary>
+    /// <summary>Caller sends that left bytes to the ring: EAGAIN, a partial send, or too many pieces (tests).</summary>
     internal int CallerSendsCutShort => Volatile.Read(ref _callerSendsCutShort);
 
-    /// <summary>Blocks held (tests).</summary>
-    internal int HeldBlocks
+    /// <summary>Blocks buffered (tests).</summary>
+    internal int BufferedBlocks
     {
         get
         {
@@ -165,7 +151,216 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    // ---- Shared, under _sync ----
+    /// <summary>
+    /// Bytes buffered for the peer: unsent, and sent zero-copy but pinned until the peer acknowledges them. Flushes
+    /// wait on both, so a peer that stops reading holds MaxWriteBufferSize whichever way the bytes went.
+    /// </summary>
+    private long BufferedBytesUnsynchronized => _committed - _sent + _pinnedBySender;
+
+    // ---- Writer side: the application's thread ----
+
+    public override bool CanGetUnflushedBytes => true;
+
+    public override long UnflushedBytes => _unflushed;
+
+    public override Memory<byte> GetMemory(int sizeHint = 0)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(sizeHint);
+        // _writing is only ever cleared by this writer (a commit): while set, _writable stays this writer's.
+        if (!_writing || _writable.Length < Math.Max(sizeHint, 1))
+        {
+            StartWriting(sizeHint);
+        }
+        return _writable;
+    }
+
+    public override Span<byte> GetSpan(int sizeHint = 0) => GetMemory(sizeHint).Span;
+
+    public override void Advance(int bytes)
+    {
+        if (!_writing)
+        {
+            if (bytes == 0)
+            {
+                return;
+            }
+            throw new InvalidOperationException(
+                "Advance without memory from GetMemory or GetSpan since the last flush.");
+        }
+        if ((uint)bytes > (uint)_writable.Length)
+        {
+            throw new ArgumentOutOfRangeException(nameof(bytes), bytes,
+                "More bytes than the memory GetMemory returned.");
+        }
+        if (Volatile.Read(ref _senderCompleted))
+        {
+            return; // as a pipe's: nothing will be sent, so the same memory is written again (no new blocks)
+        }
+        _tail!.Written += bytes;
+        _writable = _writable.Slice(bytes);
+        _unflushed += bytes;
+    }
+
+    public override ValueTask<FlushResult> FlushAsync(CancellationToken cancellationToken = default)
+    {
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ValueTask.FromCanceled<FlushResult>(cancellationToken);
+        }
+        Action<object?>? postSender = null;
+        ValueTask<FlushResult> result;
+        bool register = false;
+        short version = 0;
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                // As a pipe's: no error (a stream's flush racing its dispose), nothing left to commit.
+                result = new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: _senderCompleted));
+            }
+            else
+            {
+                CommitUnsynchronized();
+                if (_senderCompleted)
+                {
+                    result = _senderError is { } error ? ValueTask.FromException<FlushResult>(error)
+                        : new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: true));
+                }
+                else
+                {
+                    if (TakeSenderWaitingUnsynchronized())
+                    {
+                        postSender = SendFromCallerUnsynchronized();
+                    }
+                    if (_flush.IsWaiting)
+                    {
+                        // As with a pipe, this flush joins the one already waiting; its token may cancel the wait too.
+                        version = _flush.Join(cancellationToken, out register);
+                        result = new ValueTask<FlushResult>(this, version);
+                    }
+                    else if (_cancelNextFlush)
+                    {
+                        _cancelNextFlush = false;
+                        result = new ValueTask<FlushResult>(new FlushResult(isCanceled: true, isCompleted: false));
+                    }
+                    else if (_pauseThreshold == 0 || BufferedBytesUnsynchronized < _pauseThreshold)
+                    {
+                        result = default; // not canceled, not completed
+                    }
+                    else
+                    {
+                        version = _flush.Begin(cancellationToken);
+                        register = cancellationToken.CanBeCanceled;
+                        result = new ValueTask<FlushResult>(this, version);
+                    }
+                }
+            }
+        }
+        if (postSender is not null)
+        {
+            _loop.Schedule(postSender, _sender); // outside the lock: it may write the loop's eventfd
+        }
+        if (register)
+        {
+            _flush.RegisterToken(_sync, version, cancellationToken, s_onFlushCancelled, this);
+        }
+        return result;
+    }
+
+    /// <summary>
+    /// No more writes: what was written is sent (committed as by a flush), then FIN; with <paramref name="exception"/>
+    /// the connection fails instead (abortive close: the peer must not take the stream for complete).
+    /// </summary>
+    public override void Complete(Exception? exception = null)
+    {
+        bool postSender;
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                return;
+            }
+            CommitUnsynchronized();
+            _writerCompleted = true;
+            _writerError = exception;
+            postSender = _senderWaiting; // the sender learns of the end even with nothing left to send
+            _senderWaiting = false;
+        }
+        if (postSender)
+        {
+            _loop.Schedule(s_onFlushed, _sender);
+        }
+    }
+
+    /// <summary>A block with room for <paramref name="sizeHint"/> bytes (at least one) becomes _writable.</summary>
+    private void StartWriting(int sizeHint)
+    {
+        int needed = Math.Max(sizeHint, 1);
+        lock (_sync)
+        {
+            if (_writerCompleted)
+            {
+                throw new InvalidOperationException("Writing is not allowed after the writer was completed.");
+            }
+            OutputSegment? tail = _tail;
+            if (tail is null || tail.Memory.Length - tail.Written < needed)
+            {
+                OutputSegment segment = _segments.Rent();
+                int size = Math.Max(needed, _minimumSegment);
+                bool large = size > _pool.MaxBufferSize && size <= EventLoop.LargeBlockSize;
+                segment.Rent(_pool, size, runningIndex: tail is null ? _committed : tail.RunningIndex + tail.Written,
+                    largePool: large ? _loop.LargeBlockPool : null);
+                if (tail is null)
+                {
+                    _head = segment;
+                    _headIndex = 0;
+                }
+                else
+                {
+                    tail.Next = segment;
+                }
+                _tail = tail = segment;
+            }
+            _writing = true; // before any release: the block written in now stays
+            _writable = tail.Memory.Slice(tail.Written);
+            ReleaseSentUnsynchronized(); // the block the writer moved on from may be sent already
+        }
+    }
+
+    /// <summary>By the writer: what it advanced becomes the sender's to send (or is dropped once the sender is
+    /// gone).</summary>
+    private void CommitUnsynchronized()
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "a commit without the lock");
+        for (OutputSegment? segment = _commitFrom ?? _head; segment is not null; segment = segment.Next)
+        {
+            segment.Committed = segment.Written;
+        }
+        _commitFrom = _tail;
+        _committed += _unflushed;
+        _unflushed = 0;
+        _writing = false;
+        _writable = default;
+        if (_senderCompleted)
+        {
+            _sent = _committed; // dropped: nothing will send them
+        }
+        ReleaseSentUnsynchronized(); // a block asked for and not written in (or already sent) is not held
+        Debug.Assert(_sent <= _committed, "sent past what was flushed");
+    }
+
+    private bool TakeSenderWaitingUnsynchronized()
+    {
+        Debug.Assert(Monitor.IsEntered(_sync), "the sender's wait taken without the lock");
+        if (_senderWaiting && _committed > _sent)
+        {
+            _senderWaiting = false;
+            return true;
+        }
+        return false;
+    }
+
+    // ---- Shared ----
 
     /// <summary>Gives back the segments from <paramref name="first"/> up to (not including)
     /// <paramref name="end"/>.</summary>
@@ -182,8 +377,9 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     // Gives back every block all of whose bytes are sent: the last one too unless the writer is writing in it, so a
     // connection with nothing to send holds no memory.
-    private void ReleaseSent()
+    private void ReleaseSentUnsynchronized()
     {
+        Debug.Assert(Monitor.IsEntered(_sync), "blocks released without the lock");
         while (_head is { } head && (head != _tail || !_writing) && head.RunningIndex + head.Written <= _sent)
         {
             _head = head.Next;

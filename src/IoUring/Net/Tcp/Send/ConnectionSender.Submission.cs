@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
@@ -11,17 +12,16 @@ internal sealed partial class ConnectionSender
 {
     /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls
     /// <see cref="OnSendResult"/>.</summary>
-    private unsafe void Submit(in SendableBytes buffer)
+    private unsafe void Submit(in UnsentBytes buffer)
     {
-        // The msghdr (~1 KiB) is made for the first gather send only: many connections (an idle keep-alive one, or a
-        // response written in one piece) never need it, and it would be resident memory for each.
+        Debug.Assert(_state == SenderState.Idle && _sendInFlight == 0, "a send submitted with another in flight");
+        // The msghdr (~1 KiB) is made at the first gather: many connections never need it.
         if (_message == null && !buffer.IsSingleSegment)
         {
             _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
         }
 
-        // Zero-copy pays off only for large sends, and only when the memory can be held past Consume
-        // (our pool's blocks stay alive while pinned) until the kernel's notification says it is done with it.
+        // Zero-copy pays off only for large sends whose memory outlives Consume (our pool's pinned blocks).
         int pinSet = -1;
         int fixedBuffer = -1;
         int segmentLimit = MaxIovecs;
@@ -34,8 +34,7 @@ internal sealed partial class ConnectionSender
         }
         _lastSendZeroCopy = pinSet >= 0;
 
-        // Plain sends pin one segment in _singlePin (most sends), a gather in _pins (made at the first); zero-copy
-        // sends in their pin set.
+        // Pins: a plain send's one segment in _singlePin, a gather's in _pins, a zero-copy send's in its pin set.
         MemoryHandle[]? pins = pinSet >= 0 ? _pinSets[pinSet]
             : buffer.IsSingleSegment ? null
             : _pins.Length == 0 ? _pins = new MemoryHandle[MaxIovecs] : _pins;
@@ -51,7 +50,7 @@ internal sealed partial class ConnectionSender
                 {
                     continue;
                 }
-                MemoryHandle pin = segment.Pin(); // a lent memory's may throw
+                MemoryHandle pin = segment.Pin(); // a borrowed write's MemoryManager may throw
                 if (pins is null)
                 {
                     _singlePin = pin;
@@ -97,8 +96,7 @@ internal sealed partial class ConnectionSender
             sqe->ioprio = _zeroCopyFlags;
             if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
             {
-                // Every segment lies in the one registered buffer: the kernel takes its pages from the table, unpinned
-                // per send.
+                // Every segment lies in the one registered buffer: the kernel takes its pages from the table.
                 sqe->ioprio |= IORING_RECVSEND_FIXED_BUF;
                 sqe->buf_index = (ushort)fixedBuffer;
             }
@@ -120,7 +118,8 @@ internal sealed partial class ConnectionSender
         if (count == 1)
         {
             sqe->opcode = pinSet >= 0 ? IORING_OP_SEND_ZC : IORING_OP_SEND;
-            // SAFETY: the blocks stay pinned until this send's CQE (a zero-copy send's: its notification); see Consume.
+            // SAFETY: the blocks stay pinned until this send's CQE (a zero-copy send's: its notification), and Output
+            // keeps them until Consume after it.
             sqe->addr = iovecs[0].iov_base;
             sqe->len = (uint)iovecs[0].iov_len;
         }
@@ -128,7 +127,8 @@ internal sealed partial class ConnectionSender
         {
             *_message = new Libc.msghdr { msg_iov = iovecs, msg_iovlen = (nuint)count };
             sqe->opcode = pinSet >= 0 ? IORING_OP_SENDMSG_ZC : IORING_OP_SENDMSG;
-            // SAFETY: FreeNativeMemory frees _message only once nothing is in flight; the blocks stay pinned as above.
+            // SAFETY: _message and its iovecs live until FreeNativeMemory, once nothing is in flight; the blocks stay
+            // pinned until the CQE (zero-copy: the notification).
             sqe->addr = (ulong)_message;
         }
     }
@@ -141,6 +141,7 @@ internal sealed partial class ConnectionSender
     public void OnSendCompleted(int result)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        Debug.Assert(_state == SenderState.Sending, "a send's CQE with no send in flight");
         _sendInFlight = 0;
         if (_pinsInArray)
         {

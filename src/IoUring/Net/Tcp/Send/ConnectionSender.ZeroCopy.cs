@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Numerics;
 using System.Runtime.InteropServices;
 using IoUring.Buffers;
@@ -15,6 +16,7 @@ internal sealed partial class ConnectionSender
     public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        Debug.Assert((_pinSetsBusy & (1 << (int)pinSet)) != 0, "a zero-copy CQE for a pin set not in use");
         if ((flags & IORING_CQE_F_NOTIF) != 0)
         {
             // The kernel is done with the memory.
@@ -27,6 +29,7 @@ internal sealed partial class ConnectionSender
                 }
             }
             _notificationsPending--;
+            Debug.Assert(_notificationsPending >= 0, "more notifications than zero-copy sends");
             _owner.Loop.OnNotificationArrived();
             ReleasePinSet(pinSet);
             if (_pinSetSent[pinSet] > 0)
@@ -36,6 +39,7 @@ internal sealed partial class ConnectionSender
             }
             return;
         }
+        Debug.Assert(_state == SenderState.Sending, "a zero-copy send's result with no send in flight");
         _sendInFlight = 0; // the send's result: only its notification (not cancellable) may follow
         if ((flags & IORING_CQE_F_MORE) == 0)
         {
@@ -43,8 +47,8 @@ internal sealed partial class ConnectionSender
         }
         else
         {
-            // The request is done with the socket; only its memory waits for the notification, which may come only
-            // once the peer acknowledged the data or went away. So neither closing nor the loop's stop waits for it.
+            // Done with the socket; only the memory waits for the notification, which may come only once the peer
+            // acknowledged the data or went away, so neither closing nor the loop's stop waits for it.
             _notificationsPending++;
             _owner.Loop.OnNotificationPending();
             _pinSetSent[pinSet] = Math.Max(result, 0);
@@ -68,7 +72,7 @@ internal sealed partial class ConnectionSender
     /// fixed), only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next
     /// send.
     /// </summary>
-    private int RentPinSet(in SendableBytes buffer, out int fixedBuffer, out int segmentLimit)
+    private int RentPinSet(in UnsentBytes buffer, out int fixedBuffer, out int segmentLimit)
     {
         fixedBuffer = -1;
         segmentLimit = MaxIovecs;
@@ -102,7 +106,7 @@ internal sealed partial class ConnectionSender
         }
         if (leading < segments)
         {
-            // Without fixed gathers (before 6.15) one unfixed gather beats a single fixed segment per send.
+            // Without fixed gathers one unfixed gather beats a single fixed segment per send.
             bool prefixWorthIt = _fixedGather && leading > 0 && leadingBytes >= _settings.ZeroCopySendThreshold;
             if (prefixWorthIt)
             {
@@ -137,6 +141,7 @@ internal sealed partial class ConnectionSender
 
     private void ReleasePinSet(uint set)
     {
+        Debug.Assert((_pinSetsBusy & (1 << (int)set)) != 0, "a pin set released twice");
         ReleasePins(_pinSets[set], _pinSetCounts[set]);
         _pinSetCounts[set] = 0;
         _pinSetsBusy &= ~(1 << (int)set);

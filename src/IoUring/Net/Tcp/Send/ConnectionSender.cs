@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Runtime.Versioning;
 using IoUring.Buffers;
 using IoUring.Interop;
@@ -11,14 +12,12 @@ namespace IoUring.Net;
 /// <summary>
 /// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
 /// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a
-/// time, the next taken when its CQE comes or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this
-/// sender idle and the loop asleep may send itself first, outside the ring: <see cref="ConnectionOutput"/>; what it
-/// leaves, and its errors, come here). Large sends use SEND_ZC/SENDMSG_ZC: the result CQE continues the send
-/// loop at once, the memory stays pinned until the later notification CQE, and if the kernel reports it copied anyway
-/// (loopback) the connection returns to plain sends.
+/// time, the next taken at its CQE or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this sender
+/// idle and the loop asleep may send itself first; what it leaves, and its errors, come here). Large sends go
+/// zero-copy (ConnectionSender.ZeroCopy.cs).
 /// </summary>
 /// <remarks>
-/// Loop thread only (docs/architecture.md, "Threads and locks"). Owns the send state: whether a send is in flight, the
+/// Loop thread only (docs/architecture.md, "Threads and locks"). Owns the send state (<see cref="SenderState"/>), the
 /// pins of the memory the kernel reads, the gather message (native memory, freed by <see cref="FreeNativeMemory"/> once
 /// nothing is in flight) and the zero-copy pin sets and notifications.
 /// </remarks>
@@ -28,35 +27,33 @@ internal sealed partial class ConnectionSender
     private const int MaxIovecs = 64;
     private const int PinSets = 8; // zero-copy sends whose notification may be outstanding at once
 
+    private static readonly Action<object?> s_cancelForBorrowedWriteAgain =
+        static s => ((ConnectionSender)s!).OnBorrowedWriteCancelled();
+
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
     private readonly int _fd;
     private readonly ConnectionOutput _output;
     private readonly ConnectionSettings _settings;
-    private bool _sending;                      // a send is in flight (its result CQE has not come)
-    private bool _finished;                     // the send loop ended (Output's sender side completed)
+    private SenderState _state;
     private MemoryHandle _singlePin;            // a plain send's one segment
-    // a plain gather's segments, made at the first: most connections never gather
-    private MemoryHandle[] _pins = [];
+    private MemoryHandle[] _pins = [];          // a plain gather's segments, made at the first: most never gather
     private int _pinCount;
     private bool _pinsInArray;
     private unsafe Libc.msghdr* _message;       // msghdr followed by MaxIovecs iovecs, made on first gather
-    private bool _ended;
     private long _bytesSent;
-    // the user_data of the send the kernel has (0: none), to cancel it at close
-    private ulong _sendInFlight;
-    private bool _cancelledForUnborrow;         // that send's cancel for a cancelled borrowed write went (one per send)
+    private ulong _sendInFlight;                // the user_data of the send the kernel has (0: none), to cancel it
+    private bool _cancelledForBorrowedWrite;    // that send's cancel for a cancelled borrowed write went (one per send)
+    private FileSender? _fileSending;           // the file being sent (SendingFile)
 
     // Zero-copy: each SEND_ZC holds one pin set (its user_data tag) until its notification.
-    // this connection still tries SEND_ZC (off once the kernel reports it copied)
-    private bool _zeroCopy;
-    private readonly bool _zeroCopyGather;      // SENDMSG_ZC is available (6.1+)
-    private readonly bool _fixedGather;         // SENDMSG_ZC takes registered buffers (6.15+)
+    private bool _zeroCopy;                     // still tries SEND_ZC (off once the kernel reports it copied)
+    private readonly bool _zeroCopyGather;      // SENDMSG_ZC is available
+    private readonly bool _fixedGather;         // SENDMSG_ZC takes registered buffers
     private readonly bool _ignoreCopied;        // test seam: stay zero-copy even where the kernel copies (loopback)
-    private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it (6.2+)
+    private readonly ushort _zeroCopyFlags;     // IORING_SEND_ZC_REPORT_USAGE where the kernel has it
     private bool _lastSendZeroCopy;
-    // the last zero-copy send could not pin its pages: send these bytes copied
-    private bool _copyNextSend;
+    private bool _copyNextSend;                 // the last zero-copy send could not pin its pages: send copied
     private MemoryHandle[][] _pinSets = [];     // per set: memory held until that send's notification
     private int[] _pinSetCounts = [];
     private int[] _pinSetSent = [];             // per set: bytes its send sent, held by Output until the notification
@@ -71,14 +68,14 @@ internal sealed partial class ConnectionSender
         _fd = fd;
         _output = output;
         _settings = settings;
-        // Unix domain sockets have no zero-copy send (EOPNOTSUPP).
         IoUringCapabilities caps = settings.Capabilities;
-        // Only our pool's blocks outlive Output's Consume while pinned (null: the loop's own pool).
+        // Unix domain sockets have no zero-copy send (EOPNOTSUPP); only our pool's blocks outlive Output's Consume
+        // while pinned (null: the loop's own pool).
         _zeroCopy = isTcp && settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
             && settings.MemoryPool is null or PinnedBlockMemoryPool
             && caps.HasZeroCopySend;
-        // Without SENDMSG_ZC (6.0) only single-segment sends go zero-copy. Without REPORT_USAGE (before 6.2) the kernel
-        // cannot say it copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
+        // Without SENDMSG_ZC only single-segment sends go zero-copy. Without REPORT_USAGE the kernel cannot say it
+        // copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
         _zeroCopyGather = caps.HasZeroCopySendMsg;
         _fixedGather = caps.HasZeroCopySendMsgFixed;
         _ignoreCopied = settings.IgnoreZeroCopyCopied;
@@ -89,11 +86,10 @@ internal sealed partial class ConnectionSender
     /// false).</summary>
     public bool MaySendZeroCopy => Volatile.Read(ref _zeroCopy);
 
-    /// <summary>Output completed and sent (FIN queued), or the send loop ended on an error.</summary>
-    public bool Ended => _ended;
+    /// <summary>Output completed and all of it sent: FIN queued.</summary>
+    public bool Ended => _state == SenderState.Ended;
 
-    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves
-    /// (<see cref="ConnectionOutput"/>).</summary>
+    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves.</summary>
     public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
 
     /// <summary>The application aborted the connection (any thread): a flush must not send by itself any
@@ -111,22 +107,22 @@ internal sealed partial class ConnectionSender
 
     public bool ZeroCopyReverted { get; private set; }
 
+    private bool IsSending => _state is SenderState.Sending or SenderState.SendingFile;
+
     /// <summary>Starts sending (loop thread): whatever Output has flushed, then each time a flush posts
     /// <see cref="OnOutputFlushed"/>.</summary>
     public void Start() => SendNext();
 
-    /// <summary>Output was flushed or completed while the sender waited for it (posted to the loop by
-    /// Output).</summary>
+    /// <summary>Output was flushed or completed while the sender waited for it (posted by Output).</summary>
     public void OnOutputFlushed() => SendNext();
 
     /// <summary>
-    /// A send a flushing thread made itself failed (posted to the loop by Output, which took the sender's wait for
-    /// bytes as a flush's post does): handled as this sender's own send failing, so a reset, a transient error or any
-    /// other ends the same way whichever thread's send met it.
+    /// A send a flushing thread made itself failed (posted by Output, which took the sender's wait as a flush's post
+    /// does): handled as this sender's own send failing, so an error ends the same way whichever thread met it.
     /// </summary>
     public void OnCallerSendFailed()
     {
-        if (_sending || _finished)
+        if (_state != SenderState.Idle)
         {
             return; // closing finished the sender meanwhile
         }
@@ -135,38 +131,36 @@ internal sealed partial class ConnectionSender
     }
 
     /// <summary>
-    /// A borrowed write was cancelled (posted to the loop by Output): its memory may be read only until the send in
-    /// flight completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
+    /// A borrowed write was cancelled (posted by Output): its memory may be read only until the send in flight
+    /// completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
     /// </summary>
-    public void OnUnborrowRequested()
+    public void OnBorrowedWriteCancelled()
     {
-        if (_finished || !_output.UnborrowRequested)
+        if (_state >= SenderState.Finished || !_output.BorrowedWriteCancelled)
         {
             return; // the sender is gone, or the write completed meanwhile
         }
-        if (!_sending)
+        if (_state == SenderState.Idle)
         {
             SendNext();
         }
-        else if (!_cancelledForUnborrow && _sendInFlight != 0)
+        else if (!_cancelledForBorrowedWrite && _sendInFlight != 0)
         {
-            _cancelledForUnborrow = _connection.CancelRequest(_sendInFlight);
-            if (!_cancelledForUnborrow)
+            _cancelledForBorrowedWrite = _connection.CancelRequest(_sendInFlight);
+            if (!_cancelledForBorrowedWrite)
             {
                 // No SQE (the SQ still full after an early submit): again next iteration, or a send to a peer that
                 // does not read would keep the cancelled write waiting.
-                _owner.Loop.Schedule(s_unborrowAgain, this);
+                _owner.Loop.Schedule(s_cancelForBorrowedWriteAgain, this);
             }
         }
     }
-
-    private static readonly Action<object?> s_unborrowAgain = static s => ((ConnectionSender)s!).OnUnborrowRequested();
 
     /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its
     /// completion.</summary>
     public void OnClosing()
     {
-        if (!_sending)
+        if (!IsSending)
         {
             Finish(null, peerReset: false);
         }
@@ -176,7 +170,7 @@ internal sealed partial class ConnectionSender
     /// sent.</summary>
     private void SendNext()
     {
-        if (_sending || _finished)
+        if (_state != SenderState.Idle)
         {
             return;
         }
@@ -188,16 +182,16 @@ internal sealed partial class ConnectionSender
         AwaiterCompletion completion = default;
         try
         {
-            switch (_output.TryTake(out SendableBytes bytes, out Exception? writerError, out completion))
+            switch (_output.TakeWork(out UnsentBytes bytes, out Exception? writerError, out completion))
             {
-                case OutputTake.Bytes:
+                case SendWork.Bytes:
                     Submit(bytes);
-                    _sending = true;
+                    _state = SenderState.Sending;
                     break;
-                case OutputTake.File:
+                case SendWork.File:
                     StartFile(_output.QueuedFile!);
                     break;
-                case OutputTake.Completed:
+                case SendWork.Completed:
                     Finish(writerError, peerReset: false);
                     break;
                 default:
@@ -208,9 +202,164 @@ internal sealed partial class ConnectionSender
         {
             Finish(ex, peerReset: false); // no SQE (the loop could not submit to make room): the connection fails
         }
-        // A cancelled borrowed write completes only now that the bytes taken are in flight (or the sender finished):
-        // its continuation, inline on this thread, may close the connection, which must then see this send and cancel
-        // it.
+        // A cancelled borrowed write completes only now that the bytes taken are in flight: its continuation, inline
+        // on this thread, may close the connection, which must then see this send and cancel it.
         completion.Run();
+    }
+
+    /// <summary>A send's result: consume what went, then send on; or end on an error.</summary>
+    private void OnSendResult(int sent, bool pinnedUntilNotification = false)
+    {
+        Debug.Assert(_state is SenderState.Idle or SenderState.Sending, "a send result with no send in flight");
+        if (_state == SenderState.Sending)
+        {
+            _state = SenderState.Idle;
+        }
+        _cancelledForBorrowedWrite = false;
+        if (sent < 0)
+        {
+            if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
+            {
+                // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
+                RevertZeroCopy();
+                SendNext();
+                return;
+            }
+            if (sent is -Errno.ENOMEM or -Errno.ENOBUFS && _lastSendZeroCopy && !_connection.IsClosing)
+            {
+                // The pages could not be charged to RLIMIT_MEMLOCK (no CAP_IPC_LOCK): nothing was sent. Send the same
+                // bytes copied; later large sends try zero-copy again.
+                _copyNextSend = true;
+                SendNext();
+                return;
+            }
+            if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS or -Errno.ECANCELED && !_connection.IsClosing)
+            {
+                // Transient: nothing was sent, send the same bytes again. Only closing and a cancelled borrowed write
+                // cancel a send; the latter's bytes are Output's own copies by then.
+                SendNext();
+                return;
+            }
+            if (sent == -Errno.ECONNRESET)
+            {
+                // This send took the socket's one reset error: the receive will see only an end of stream, so the
+                // reset is told from here.
+                _connection.NotifyPeerClosed(reset: true);
+            }
+            Exception? error = sent switch
+            {
+                -Errno.ECANCELED when _connection.IsClosing => null,
+                _ => _settings.CreateSendException(-sent),
+            };
+            Finish(error, peerReset: sent is -Errno.EPIPE or -Errno.ECONNRESET);
+            return;
+        }
+        // After the completion, never before: the kernel read these bytes until now.
+        _output.Consume(sent, pinnedUntilNotification);
+        SendNext(); // the rest of a partial send, what was flushed meanwhile, or the end
+    }
+
+    /// <summary>
+    /// The send loop ends: Output's flushes see it (a peer that reset or stopped reading is not the application's
+    /// fault: its writes see FlushResult.IsCompleted, as with Kestrel's Sockets transport, instead of an exception).
+    /// Then FIN after the data, or the connection fails on <paramref name="error"/>.
+    /// </summary>
+    private void Finish(Exception? error, bool peerReset)
+    {
+        if (_state >= SenderState.Finished)
+        {
+            return;
+        }
+        _state = SenderState.Finished;
+        _output.CompleteSender(peerReset ? null : error);
+        AbandonQueuedFile(error);
+        End(error);
+    }
+
+    private void Complete(int result, bool pinnedUntilNotification = false)
+    {
+        if (result > 0)
+        {
+            _bytesSent += result;
+            _owner.Loop.OnBytesSent(result);
+        }
+        OnSendResult(result, pinnedUntilNotification); // may submit the next send
+    }
+
+    private void End(Exception? error)
+    {
+        Debug.Assert(_state == SenderState.Finished, "the send loop ends once");
+        if (error is not null || _connection.IsClosing)
+        {
+            if (!_connection.IsClosing)
+            {
+                _connection.Fail(error); // the peer must not mistake a failed stream for a complete one
+            }
+            return;
+        }
+        // Graceful end: FIN after the data. A direct shutdown(2), not IORING_OP_SHUTDOWN, which the kernel always hands
+        // to an io-wq worker; shutting down the sending side only queues the FIN, it never blocks. A failure (the peer
+        // reset first) changes nothing: the connection closes either way.
+        _ = Libc.shutdown(_fd, Libc.SHUT_WR);
+        _state = SenderState.Ended;
+        _connection.OnDirectionEnded();
+    }
+
+    // ---- File sends: once the bytes flushed before a file are sent, its FileSender has the socket until it ends ----
+
+    private void StartFile(FileSender file)
+    {
+        Debug.Assert(_state == SenderState.Idle && _fileSending is null, "a file started with a send in flight");
+        _state = SenderState.SendingFile;
+        _fileSending = file;
+        file.Start();
+    }
+
+    /// <summary>A CQE of the running file send's request (the Send kind with its tag).</summary>
+    public void OnFileCompletion(uint tag, int result)
+    {
+        _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
+        Debug.Assert(_fileSending is not null, "a file send's CQE with no file sending");
+        _fileSending.OnCompletion(tag, result);
+    }
+
+    /// <summary>The file send moved <paramref name="count"/> bytes to the socket.</summary>
+    public void OnFileBytesSent(int count)
+    {
+        _bytesSent += count;
+        _owner.Loop.OnBytesSent(count);
+    }
+
+    /// <summary>
+    /// The running file send ended, nothing of it in flight: the output goes on after it; a socket error
+    /// (<paramref name="socketErrno"/>, not 0) ends the sender as its own send's would.
+    /// </summary>
+    public void OnFileEnded(int socketErrno)
+    {
+        Debug.Assert(_state == SenderState.SendingFile, "a file ended that was not sending");
+        _fileSending = null;
+        _output.EndFile();
+        _state = SenderState.Idle;
+        if (socketErrno != 0)
+        {
+            _lastSendZeroCopy = false;
+            OnSendResult(-socketErrno);
+        }
+        else
+        {
+            SendNext();
+        }
+    }
+
+    /// <summary>Closing: cancels the file send's request in flight, if any. False when the loop had no SQE.</summary>
+    private bool CancelFileForClose() => _fileSending?.CancelForClose() ?? true;
+
+    /// <summary>The sender ended with a file still queued: it fails, none of it sent.</summary>
+    private void AbandonQueuedFile(Exception? error)
+    {
+        if (_output.QueuedFile is { } file && _output.RemoveQueuedFile(file))
+        {
+            file.Abandon(error);
+        }
     }
 }

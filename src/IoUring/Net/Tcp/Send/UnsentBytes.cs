@@ -3,10 +3,9 @@ namespace IoUring.Net;
 /// <summary>
 /// Flushed bytes to send, in place in the output's blocks: <see cref="Length"/> bytes from the head block's
 /// <c>headIndex</c> on. Valid on the loop thread until the next <see cref="ConnectionOutput.Consume"/>: every block
-/// before the last is complete (the writer moved on from it), and the last one's bytes up to here were committed, so
-/// nothing this reads changes under it.
+/// before the last is complete, and the last one's bytes up to here were committed, so nothing this reads changes.
 /// </summary>
-internal readonly struct SendableBytes(OutputSegment head, int headIndex, long length, bool borrowed)
+internal readonly struct UnsentBytes(OutputSegment head, int headIndex, long length, bool borrowed)
 {
     public long Length => length;
 
@@ -15,6 +14,9 @@ internal readonly struct SendableBytes(OutputSegment head, int headIndex, long l
     public bool Borrowed => borrowed;
 
     public bool IsSingleSegment => head.Committed - headIndex >= length;
+
+    /// <summary>All the bytes, when <see cref="IsSingleSegment"/>.</summary>
+    public ReadOnlySpan<byte> SingleSegmentSpan => head.Memory.Span.Slice(headIndex, (int)length);
 
     public Enumerator GetEnumerator() => new(head, headIndex, length);
 

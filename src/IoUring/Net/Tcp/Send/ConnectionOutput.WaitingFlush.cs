@@ -1,41 +1,111 @@
 using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
+using System.Threading.Tasks.Sources;
 
 namespace IoUring.Net;
 
-// Borrowed writes: a WriteAsync at least as large as the borrow threshold is sent from the caller's memory, not
-// copied; cancelled, its unsent rest is copied into the output's own blocks on the loop thread (Unborrow).
+// A flush that waits for the sender: its cancel (CancelPendingFlush, its token), the IValueTaskSource its ValueTask
+// awaits, and borrowed writes. A large WriteAsync is sent from the caller's memory, which the caller keeps (and must
+// not change) until the flush completes; cancelled, its unsent rest is copied into the output's own blocks on the loop
+// thread. (UDP's "lent" buffers differ: their ownership passes to the send for good.)
 internal sealed partial class ConnectionOutput
 {
+    public override void CancelPendingFlush()
+    {
+        AwaiterCompletion completion = default;
+        bool postCancel = false;
+        lock (_sync)
+        {
+            if (!_flush.IsWaiting)
+            {
+                _cancelNextFlush = true;
+                return;
+            }
+            if (_borrowedWritePending)
+            {
+                postCancel = CancelBorrowedWriteUnsynchronized(null);
+            }
+            else
+            {
+                completion = _flush.Complete(new FlushResult(isCanceled: true, isCompleted: false), null,
+                    _inlineContinuations);
+            }
+        }
+        PostBorrowedWriteCancel(postCancel);
+        completion.Run();
+    }
+
+    private void OnFlushCancelled(CancellationToken token)
+    {
+        AwaiterCompletion completion = default;
+        bool postCancel = false;
+        lock (_sync)
+        {
+            if (!_flush.IsWaiting || !_flush.Cancels(token))
+            {
+                return;
+            }
+            if (_borrowedWritePending)
+            {
+                postCancel = CancelBorrowedWriteUnsynchronized(new OperationCanceledException(token));
+            }
+            else
+            {
+                completion = _flush.Complete(default, new OperationCanceledException(token), _inlineContinuations);
+                completion.Registration = default; // this is its callback: nothing to unregister
+            }
+        }
+        PostBorrowedWriteCancel(postCancel);
+        completion.Run();
+    }
+
+    FlushResult IValueTaskSource<FlushResult>.GetResult(short token)
+    {
+        lock (_sync)
+        {
+            return _flush.GetResult(token);
+        }
+    }
+
+    ValueTaskSourceStatus IValueTaskSource<FlushResult>.GetStatus(short token)
+    {
+        lock (_sync)
+        {
+            return _flush.GetStatus(token);
+        }
+    }
+
+    void IValueTaskSource<FlushResult>.OnCompleted(Action<object?> continuation, object? state, short token,
+        ValueTaskSourceOnCompletedFlags flags)
+        => _flush.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
+
     /// <summary>
-    /// Writes <paramref name="source"/> and flushes. A write of at least the borrow threshold (the pause threshold, at
-    /// least <see cref="MinimumBorrow"/>) is not copied: the sender sends it from <paramref name="source"/> itself, and
-    /// the returned flush completes only once the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the
-    /// caller may reuse its memory then and not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it
-    /// completes once no send reads that memory any more, with the bytes not yet sent copied into the output's own
-    /// blocks: nothing is lost, they go out after what was sent.
+    /// Writes <paramref name="source"/> and flushes. A write of at least the borrowed-write threshold (the pause
+    /// threshold, at least <see cref="MinimumBorrowedWrite"/>) is not copied: the returned flush completes only once
+    /// the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the caller may reuse its memory then and
+    /// not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it completes once no send reads that
+    /// memory any more, the unsent bytes copied into the output's own blocks: nothing is lost.
     /// </summary>
     public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source,
         CancellationToken cancellationToken = default)
     {
-        if (source.Length < _borrowThreshold || cancellationToken.IsCancellationRequested)
+        if (source.Length < _borrowedWriteThreshold || cancellationToken.IsCancellationRequested)
         {
             return base.WriteAsync(source, cancellationToken); // copied, then flushed
         }
-        return TryBorrow(new ReadOnlySequence<byte>(source), cancellationToken)
+        return TryWriteBorrowed(new ReadOnlySequence<byte>(source), cancellationToken)
             ?? base.WriteAsync(source, cancellationToken);
     }
 
     /// <summary>
     /// As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence
-    /// (<see cref="ConnectionInput"/>'s CopyToAsync: received blocks sent as they are): the caller keeps
-    /// <paramref name="source"/>'s memory unchanged until the flush completes.
+    /// (<see cref="ConnectionInput"/>'s CopyToAsync: received blocks sent as they are).
     /// </summary>
     public ValueTask<FlushResult> WriteAsync(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
-        if (source.Length >= _borrowThreshold && !cancellationToken.IsCancellationRequested
-            && TryBorrow(source, cancellationToken) is { } borrowed)
+        if (source.Length >= _borrowedWriteThreshold && !cancellationToken.IsCancellationRequested
+            && TryWriteBorrowed(source, cancellationToken) is { } borrowed)
         {
             return borrowed;
         }
@@ -51,7 +121,8 @@ internal sealed partial class ConnectionOutput
     /// flush that completes once all of it is sent; null where a plain flush answers without waiting (completed, a
     /// flush already waiting, a cancel for the next flush): the caller copies instead.
     /// </summary>
-    private ValueTask<FlushResult>? TryBorrow(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
+    private ValueTask<FlushResult>? TryWriteBorrowed(in ReadOnlySequence<byte> source,
+        CancellationToken cancellationToken)
     {
         // The segments first, outside the lock: if enumerating the sequence throws, nothing was linked.
         OutputSegment? first = null;
@@ -83,7 +154,8 @@ internal sealed partial class ConnectionOutput
                 ReturnSegments(first, end: null);
                 return null;
             }
-            Commit(); // what was written before goes first
+            Debug.Assert(!_borrowedWritePending, "a borrowed write without its flush waiting");
+            CommitUnsynchronized(); // what was written before goes first
             if (_tail is null)
             {
                 _head = first;
@@ -100,17 +172,17 @@ internal sealed partial class ConnectionOutput
             }
             _tail = last;         // full: the writer's next GetMemory starts a block of its own after it
             _commitFrom = last;
-            _borrowing = true;
-            _borrowedEnd = _committed;
-            if (TakeSenderWaiting())
+            _borrowedWritePending = true;
+            _borrowedWriteEnd = _committed;
+            if (TakeSenderWaitingUnsynchronized())
             {
-                postSender = SendFromCaller();
+                postSender = SendFromCallerUnsynchronized();
             }
-            if (_sent >= _borrowedEnd)
+            if (_sent >= _borrowedWriteEnd)
             {
                 // This thread sent all of it (as Socket.SendAsync completes a send the socket took at once): its
                 // segments went back with the send, so nothing reads the caller's memory any more.
-                EndBorrowing();
+                EndBorrowedWriteUnsynchronized();
                 return new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: false));
             }
             version = _flush.Begin(cancellationToken);
@@ -127,42 +199,44 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>
-    /// Under the lock: the waiting borrowed write was cancelled. The kernel may be reading the caller's memory, so the
-    /// sender ends that (<see cref="ConnectionSender.OnUnborrowRequested"/>) and the next <see cref="TryTake"/> copies
-    /// what is left and completes the write with <paramref name="error"/> (null: IsCanceled).
+    /// The waiting borrowed write was cancelled. The kernel may be reading the caller's memory, so the sender ends that
+    /// (<see cref="ConnectionSender.OnBorrowedWriteCancelled"/>) and the next <see cref="TakeWork"/> copies what is
+    /// left and completes the write with <paramref name="error"/> (null: IsCanceled).
     /// </summary>
-    /// <returns>True when the sender is to be told (<see cref="PostUnborrow"/>, outside the lock).</returns>
-    private bool RequestUnborrow(Exception? error)
+    /// <returns>True when the sender is to be told (<see cref="PostBorrowedWriteCancel"/>, outside the lock).</returns>
+    private bool CancelBorrowedWriteUnsynchronized(Exception? error)
     {
-        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
-        if (_unborrowRequested)
+        Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write cancelled without the lock");
+        Debug.Assert(_borrowedWritePending, "no borrowed write to cancel");
+        if (_borrowedWriteCancelled)
         {
             return false;
         }
-        _unborrowRequested = true;
-        _unborrowError = error;
+        _borrowedWriteCancelled = true;
+        _borrowedWriteCancelError = error;
         return true;
     }
 
-    private void PostUnborrow(bool post)
+    private void PostBorrowedWriteCancel(bool post)
     {
         if (post)
         {
-            _loop.Schedule(s_onUnborrowRequested, _sender); // outside the lock: it may write the loop's eventfd
+            _loop.Schedule(s_onBorrowedWriteCancelled, _sender); // outside the lock: it may write the loop's eventfd
         }
     }
 
     /// <summary>
-    /// Under the lock, on the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are
-    /// copied into blocks of the output's own, which take its segment's place, and the write completes as cancelled.
+    /// On the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are copied into blocks of
+    /// the output's own, which take its segments' place, and the write completes as cancelled.
     /// </summary>
-    private AwaiterCompletion Unborrow()
+    private AwaiterCompletion CopyBorrowedRestUnsynchronized()
     {
-        Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
-        _unborrowRequested = false;
-        Exception? error = _unborrowError;
-        _unborrowError = null;
-        if (!_borrowing)
+        Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write copied without the lock");
+        Debug.Assert(_loop.IsOnLoopThread, "a borrowed write is copied by the sender, between its sends");
+        _borrowedWriteCancelled = false;
+        Exception? error = _borrowedWriteCancelError;
+        _borrowedWriteCancelError = null;
+        if (!_borrowedWritePending)
         {
             return default; // it completed (all sent) or the sender is gone
         }
@@ -196,7 +270,7 @@ internal sealed partial class ConnectionOutput
                     block = _segments.Rent();
                     long runningIndex = last is null ? start : last.RunningIndex + last.Written;
                     block.Rent(_pool, Math.Max(_minimumSegment,
-                        Math.Min(_pool.MaxBufferSize, (int)Math.Min(int.MaxValue, _borrowedEnd - runningIndex))),
+                        Math.Min(_pool.MaxBufferSize, (int)Math.Min(int.MaxValue, _borrowedWriteEnd - runningIndex))),
                         runningIndex);
                     if (last is null)
                     {
@@ -215,8 +289,8 @@ internal sealed partial class ConnectionOutput
                 rest = rest[count..];
             }
         }
-        // Some bytes are unsent (else the write would have completed), so there is at least one copy.
-        last!.Next = after;
+        Debug.Assert(last is not null, "a pending borrowed write has unsent bytes, so at least one copy");
+        last.Next = after;
         if (previous is null)
         {
             _head = copies;
@@ -235,17 +309,18 @@ internal sealed partial class ConnectionOutput
             _commitFrom = last;
         }
         ReturnSegments(first, end: after);
-        _borrowing = false;
+        _borrowedWritePending = false;
         return _flush.Complete(new FlushResult(isCanceled: error is null, isCompleted: false), error,
             _inlineContinuations);
     }
 
     /// <summary>No borrowed write waits any more (all of it sent, or the sender gone): a cancel that came too late is
     /// dropped.</summary>
-    private void EndBorrowing()
+    private void EndBorrowedWriteUnsynchronized()
     {
-        _borrowing = false;
-        _unborrowRequested = false;
-        _unborrowError = null;
+        Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write ended without the lock");
+        _borrowedWritePending = false;
+        _borrowedWriteCancelled = false;
+        _borrowedWriteCancelError = null;
     }
 }

@@ -19,16 +19,11 @@ internal sealed partial class ConnectionOutput
         SenderGone,
     }
 
-    /// <summary>
-    /// What the sender is to do (loop thread): <see cref="SendWork.Bytes"/> (<paramref name="bytes"/>, which stay in
-    /// place until <see cref="Consume"/>), <see cref="SendWork.Completed"/> (the writer completed and everything is
-    /// sent, or it completed with <paramref name="writerError"/>), <see cref="SendWork.File"/>, or
-    /// <see cref="SendWork.None"/> (the next flush posts <see cref="ConnectionSender.OnOutputFlushed"/>).
-    /// </summary>
-    /// <param name="bytes">What to send, with <see cref="SendWork.Bytes"/>.</param>
-    /// <param name="writerError">The writer's error, with <see cref="SendWork.Completed"/>.</param>
-    /// <param name="completion">A cancelled borrowed write's completion (its unsent rest copied here): the sender runs
-    /// it once it has submitted <paramref name="bytes"/> (an inline continuation may close the connection).</param>
+    /// <summary>What the sender is to do next (loop thread).</summary>
+    /// <param name="bytes">With <see cref="SendWork.Bytes"/>: in place until <see cref="Consume"/>.</param>
+    /// <param name="writerError">With <see cref="SendWork.Completed"/>: what the writer completed with.</param>
+    /// <param name="completion">A cancelled borrowed write's completion (its rest copied here): run once
+    /// <paramref name="bytes"/> are submitted (an inline continuation may close the connection).</param>
     public SendWork TakeWork(out UnsentBytes bytes, out Exception? writerError, out AwaiterCompletion completion)
     {
         Debug.Assert(_loop.IsOnLoopThread, "the sender takes bytes on the loop thread only");
@@ -70,11 +65,8 @@ internal sealed partial class ConnectionOutput
     /// <summary>A borrowed write was cancelled (the sender asks before it takes bytes).</summary>
     public bool BorrowedWriteCancelled => Volatile.Read(ref _borrowedWriteCancelled);
 
-    /// <summary>
-    /// The kernel sent <paramref name="bytes"/> (of those <see cref="TakeWork"/> gave): their blocks go back (once
-    /// unpinned); a waiting flush may go on. <paramref name="pinnedUntilNotification"/>: a zero-copy send's, held until
-    /// <see cref="Unpinned"/>.
-    /// </summary>
+    /// <summary>The kernel sent <paramref name="bytes"/>: their blocks go back; a waiting flush may go on. A zero-copy
+    /// send's stay pinned until <see cref="Unpinned"/>.</summary>
     public void Consume(int bytes, bool pinnedUntilNotification = false)
     {
         Debug.Assert(_loop.IsOnLoopThread, "sends complete on the loop thread only");
@@ -93,8 +85,7 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    /// <summary>A zero-copy send's notification came: the <paramref name="bytes"/> it had sent no longer hold
-    /// memory.</summary>
+    /// <summary>A zero-copy send's notification: the <paramref name="bytes"/> it sent no longer hold memory.</summary>
     public void Unpinned(int bytes)
     {
         AwaiterCompletion completion;
@@ -107,8 +98,6 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    /// <summary>Completes a waiting flush once a borrowed write is all sent, or the buffered bytes fell below the
-    /// resume threshold.</summary>
     private AwaiterCompletion ResumeIfCaughtUpUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a flush resumed without the lock");
@@ -121,10 +110,8 @@ internal sealed partial class ConnectionOutput
         return default;
     }
 
-    /// <summary>
-    /// The sender is gone (closing, the peer gone, a send error): unsent bytes are dropped and flushes return
-    /// IsCompleted from now on, or throw <paramref name="error"/>.
-    /// </summary>
+    /// <summary>The sender is gone: unsent bytes are dropped, and flushes return IsCompleted from now on, or throw
+    /// <paramref name="error"/>.</summary>
     public void CompleteSender(Exception? error)
     {
         AwaiterCompletion completion = default;
@@ -157,9 +144,8 @@ internal sealed partial class ConnectionOutput
     /// them in one non-blocking send(2) instead, as a socket's send does. Safe: the sender cannot send meanwhile (it
     /// waits to be posted), and the fd is closed only after <see cref="CompleteSender"/>, which takes the lock.
     /// </summary>
-    /// <returns>What to post to the loop: null when every flushed byte went (the sender waits again);
-    /// <see cref="ConnectionSender.OnOutputFlushed"/> for what is left (not tried, partial, EAGAIN);
-    /// <see cref="ConnectionSender.OnCallerSendFailed"/> for an error, which the sender handles as its own.</returns>
+    /// <returns>What to post to the loop: null when all went (the sender waits again), OnOutputFlushed for what is
+    /// left, OnCallerSendFailed for an error.</returns>
     private Action<object?>? SendFromCallerUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a caller send without the lock");
@@ -223,21 +209,15 @@ internal sealed partial class ConnectionOutput
         return null;
     }
 
-    /// <summary>
-    /// Whether more flushes are likely before the loop would take this one: then one post serves them all and the loop
-    /// submits their sends together, where each flush sending itself costs a system call apiece (sending from every
-    /// flush lost to posting under Kestrel with pipelined requests: docs/benchmarks). Likely when the thread pool has
-    /// work queued (other connections' flushes come next) or this connection's reader has unconsumed bytes.
-    /// </summary>
+    /// <summary>More flushes likely before the loop takes this one (queued thread-pool work, unconsumed input): one
+    /// post then serves them all, where a send from each costs a system call apiece (docs/benchmarks).</summary>
     private bool MoreSendsLikely() => _input!.MayHaveUnconsumed || ThreadPool.PendingWorkItemCount != 0;
 
     // ---- A file send's place (IoUringConnection.SendFileAsync): after the bytes written before the call and before
     // those flushed after it, so the sender takes bytes only up to it until the file has gone ----
 
-    /// <summary>
-    /// The writer's thread: commits what was written, as a flush does (without waiting), and queues
-    /// <paramref name="file"/> right after it, unless the writer may not write now (completed, its flush still waiting,
-    /// another file queued) or the sender is gone (<paramref name="senderError"/>: what ended it, if an error did).
+    /// <summary>The writer's thread: commits what was written, as a flush does without waiting, and queues
+    /// <paramref name="file"/> after it; <paramref name="senderError"/>: what ended the sender, if an error did.
     /// </summary>
     public FileQueueing QueueFile(FileSender file, out Exception? senderError)
     {
@@ -274,8 +254,7 @@ internal sealed partial class ConnectionOutput
         return FileQueueing.Queued;
     }
 
-    /// <summary>The file queued or running: the one to start when <see cref="TakeWork"/> says
-    /// <see cref="SendWork.File"/>.</summary>
+    /// <summary>The file queued or running.</summary>
     public FileSender? QueuedFile
     {
         get
@@ -287,10 +266,9 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>The sender has sent everything before the queued file.</summary>
     private bool FileIsNextUnsynchronized => _file is not null && _sent == _fileAt;
 
-    /// <summary>The end of what the sender may take now (a queued file holds back what follows).</summary>
+    /// <summary>A queued file holds back what follows it.</summary>
     private long SendLimitUnsynchronized => _file is null ? _committed : _fileAt;
 
     /// <summary>The file the sender started has ended (loop thread, or wherever a stopped loop's retry ends it): what
@@ -304,10 +282,7 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>
-    /// Takes <paramref name="file"/> out of the output before the sender started it (loop thread: a cancel); false when
-    /// it is not queued (the sender started it, or gave it up when it ended).
-    /// </summary>
+    /// <summary>Before the sender started it (loop thread): false when it is not queued.</summary>
     public bool RemoveQueuedFile(FileSender file)
     {
         lock (_sync)

@@ -11,10 +11,8 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
-/// flushed, from the blocks it was written to, in one SEND (one block) or SENDMSG (gather); one send in flight at a
-/// time, the next taken at its CQE or when a flush posts <see cref="OnOutputFlushed"/> (a flush that finds this sender
-/// idle and the loop asleep may send itself first; what it leaves, and its errors, come here). Large sends go
-/// zero-copy (ConnectionSender.ZeroCopy.cs).
+/// flushed, from the blocks it was written to, one SEND or SENDMSG in flight at a time, the next taken at its CQE or
+/// when a flush posts <see cref="OnOutputFlushed"/>. Large sends go zero-copy (ConnectionSender.ZeroCopy.cs).
 /// </summary>
 /// <remarks>
 /// Loop thread only (docs/architecture.md, "Threads and locks"). Owns the send state (<see cref="SenderState"/>), the
@@ -82,8 +80,7 @@ internal sealed partial class ConnectionSender
         _zeroCopyFlags = caps.HasZeroCopyReportUsage ? IORING_SEND_ZC_REPORT_USAGE : (ushort)0;
     }
 
-    /// <summary>Whether large sends may still go zero-copy (any thread: a snapshot; it only ever turns
-    /// false).</summary>
+    /// <summary>Any thread: a snapshot; it only ever turns false.</summary>
     public bool MaySendZeroCopy => Volatile.Read(ref _zeroCopy);
 
     /// <summary>Output completed and all of it sent: FIN queued.</summary>
@@ -92,8 +89,6 @@ internal sealed partial class ConnectionSender
     /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves.</summary>
     public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
 
-    /// <summary>The application aborted the connection (any thread): a flush must not send by itself any
-    /// more.</summary>
     public bool AbortRequested => _connection.AbortRequested;
 
     /// <summary>The errno of a send a flushing thread made itself, set before it posts
@@ -109,11 +104,8 @@ internal sealed partial class ConnectionSender
 
     private bool IsSending => _state is SenderState.Sending or SenderState.SendingFile;
 
-    /// <summary>Starts sending (loop thread): whatever Output has flushed, then each time a flush posts
-    /// <see cref="OnOutputFlushed"/>.</summary>
     public void Start() => SendNext();
 
-    /// <summary>Output was flushed or completed while the sender waited for it (posted by Output).</summary>
     public void OnOutputFlushed() => SendNext();
 
     /// <summary>
@@ -166,8 +158,6 @@ internal sealed partial class ConnectionSender
         }
     }
 
-    /// <summary>Sends what Output has flushed, unless a send is in flight; ends when Output completed and all is
-    /// sent.</summary>
     private void SendNext()
     {
         if (_state != SenderState.Idle)
@@ -207,7 +197,6 @@ internal sealed partial class ConnectionSender
         completion.Run();
     }
 
-    /// <summary>A send's result: consume what went, then send on; or end on an error.</summary>
     private void OnSendResult(int sent, bool pinnedUntilNotification = false)
     {
         Debug.Assert(_state is SenderState.Idle or SenderState.Sending, "a send result with no send in flight");
@@ -323,7 +312,6 @@ internal sealed partial class ConnectionSender
         _fileSending.OnCompletion(tag, result);
     }
 
-    /// <summary>The file send moved <paramref name="count"/> bytes to the socket.</summary>
     public void OnFileBytesSent(int count)
     {
         _bytesSent += count;

@@ -1,36 +1,44 @@
+using System.Buffers;
+using System.Diagnostics;
 using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
 using IoUring.Rings;
 using Microsoft.Win32.SafeHandles;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
 /// <summary>
-/// One <see cref="IoUringConnection.SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>. Queued in the
-/// connection's output after the bytes written before it; when the sender has sent those, it moves the file's range
-/// to the socket through a pipe of its own: SPLICE file to pipe, then SPLICE pipe to socket, repeated (no user-space
-/// copy). Where the kernel refuses to splice from the file (EINVAL: a file system without splice_read), or no pipe
-/// could be made, it READs into a block of the connection's pool and SENDs that instead. Then the sender goes on.
+/// One <see cref="IoUringConnection.SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>, queued in the
+/// output after the bytes written before it: SPLICE file to pipe, then pipe to socket, repeated; where the kernel
+/// cannot splice from the file (EINVAL) or no pipe could be made, READ into a pool block and SEND that.
 /// </summary>
 /// <remarks>
 /// <para>Loop thread only, but for the constructor and <see cref="Discard"/> (the caller's thread, before the file is
 /// queued) and the token's callback (which posts). One request in flight at a time, each the Send kind with a tag of
-/// its own, so a cancel by user_data always finds the one that runs: linked SQEs would save a loop iteration per chunk,
-/// but a cancel could then miss the second link before the kernel queues it, and a splice to a peer that does not read
-/// waits for ever.</para>
-/// <para>The pipe is this send's: made with the send (pipe2 on the caller's thread), closed when it ends. A pipe kept
-/// per connection would hold two fds and a pipe's worth of the user's pipe-buffer allowance (fs.pipe-user-pages-soft:
-/// past it, every new pipe of the user gets 2 pages) for every idle keep-alive connection that once sent a file; and a
-/// send that ends early (end of file, cancel, error) may leave bytes in it that nothing can send any more.</para>
-/// <para>The kernel runs every SPLICE on an io-wq worker thread, and a splice to a socket blocks there until the socket
-/// took it all: a peer that stops reading holds one worker until it reads, or the cancel (the token, the connection's
-/// close) interrupts it.</para>
+/// its own, so a cancel by user_data always finds the one that runs (a cancel could miss the second of linked SQEs, and
+/// a splice to a peer that does not read waits for ever).</para>
+/// <para>The pipe is this send's, made with it and closed when it ends: a pipe kept per connection would hold two fds
+/// and pipe-buffer allowance for every idle connection that once sent a file, and bytes left in it by a send that ended
+/// early could never be sent.</para>
+/// <para>The kernel runs every SPLICE on an io-wq worker, where a splice to a socket blocks until the socket took it
+/// all: a peer that stops reading holds one worker until it reads or the cancel (the token, the close) interrupts it.
+/// </para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class FileSender
 {
     private const int MaxPipeSize = 1024 * 1024; // fs.pipe-max-size's default: what an unprivileged process may ask for
+    // user_data tags of the Send kind (tag 0 is the connection's own SEND)
+    private const uint SpliceInTag = 1;   // SPLICE file -> pipe
+    private const uint SpliceOutTag = 2;  // SPLICE pipe -> socket
+    private const uint PollTag = 3;       // POLL_ADD for POLLOUT on a non-blocking socket that said EAGAIN
+    private const uint ReadTag = 4;       // READ file -> block (no splice)
+    private const uint SendTag = 5;       // SEND block -> socket
+    private const uint PollOut = 0x4;
+
+    private static readonly int s_pageSize = Environment.SystemPageSize;
 
     private readonly IoUringConnection _connection;
     private readonly RingOwner _owner;
@@ -51,6 +59,9 @@ internal sealed partial class FileSender
     private bool _ended;
     private bool _cancelRequested;                // the token was cancelled: nothing new, the one in flight cancelled
     private bool _waitForRoom;                    // the socket said EAGAIN (non-blocking): POLLOUT before splicing
+    private IMemoryOwner<byte>? _block;           // the read-and-send way's block, from the connection's pool
+    private MemoryHandle _blockPin;
+    private int _blockStart, _blockEnd;           // its bytes read and not sent yet
 
     /// <summary>Caller's thread: references <paramref name="file"/>, makes the pipe (or reads instead).</summary>
     public FileSender(IoUringConnection connection, RingOwner owner, ConnectionOutput output, int socket,
@@ -97,6 +108,7 @@ internal sealed partial class FileSender
     /// <summary>The sender has sent everything before the file: the file goes now.</summary>
     public void Start()
     {
+        Debug.Assert(!_started && _inFlight == 0, "a file send started twice");
         _started = true;
         Next();
     }
@@ -150,9 +162,9 @@ internal sealed partial class FileSender
     public void Abandon(Exception? error) => End(error ?? Closed());
 
     /// <summary>
-    /// Ends the send, nothing of it in flight: the pipe closed, the block and the file given back, the sender told (it
-    /// goes on, or ends on <paramref name="socketErrno"/>) before the task completes, so that a continuation finds the
-    /// output free for its next file. A cancelled token wins over <paramref name="error"/>.
+    /// Ends the send, nothing of it in flight. The sender is told (it goes on, or ends on
+    /// <paramref name="socketErrno"/>) before the task completes, so a continuation finds the output free for its next
+    /// file. A cancelled token wins over <paramref name="error"/>.
     /// </summary>
     private void End(Exception? error, int socketErrno = 0)
     {
@@ -160,6 +172,7 @@ internal sealed partial class FileSender
         {
             return;
         }
+        Debug.Assert(_inFlight == 0, "a file send ended under a request that may use its pipe or block");
         _ended = true;
         _registration.Unregister(); // not Dispose: that would wait here for a callback running on another thread
         ClosePipe();
@@ -189,9 +202,9 @@ internal sealed partial class FileSender
         => _owner.Loop.RetryNextIteration(this, retry, static sender => sender.OnLoopGone());
 
     /// <summary>
-    /// The loop is gone with a retry pending (its stop closed the connection). With nothing in flight the send ends
-    /// here, the pipe and the file given back. A request the loop left in the kernel may still use them: they stay
-    /// (the connection keeps its fd for the same reason), and only the task fails. Any thread, the loop gone.
+    /// The loop is gone with a retry pending (any thread). With nothing in flight the send ends here; a request left
+    /// in the kernel may still use the pipe and the file, so they stay (as the connection's fd does) and only the task
+    /// fails.
     /// </summary>
     private void OnLoopGone()
     {
@@ -242,4 +255,174 @@ internal sealed partial class FileSender
 
     private IOException FileError(int errno) =>
         new($"Reading the file at offset {_offset} failed: {IoUringException.ErrnoName(errno)}.");
+
+    // ---- The requests, one at a time on the loop thread: which comes next, its SQE, and its result ----
+
+    private void Next()
+    {
+        Debug.Assert(_inFlight == 0, "a next request while one is in flight");
+        if (_connection.IsClosing)
+        {
+            End(Closed());
+        }
+        else if (_cancelRequested)
+        {
+            End(null);
+        }
+        else if (_pipeRead >= 0)
+        {
+            Submit(_waitForRoom ? PollTag : _inPipe > 0 ? SpliceOutTag : _remaining > 0 ? SpliceInTag : 0);
+        }
+        else
+        {
+            if (_block is null && _remaining > 0)
+            {
+                RentBlock(); // the first read: no pipe could be made, or the kernel refused to splice from the file
+            }
+            Submit(_blockEnd > _blockStart ? SendTag : _remaining > 0 ? ReadTag : 0);
+        }
+    }
+
+    private unsafe void Submit(uint tag)
+    {
+        if (tag == 0)
+        {
+            End(null); // the whole range went
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Send, tag);
+        if (sqe == null)
+        {
+            Retry(static f => f.Next());
+            return;
+        }
+        Debug.Assert(_inFlight == 0 && !_ended, "one request in flight at a time");
+        _inFlight = tag;
+        switch (tag)
+        {
+            case SpliceInTag:
+                // No more than the empty pipe holds: each of its slots takes one page of the file at most (the first
+                // up to the page's end), and a splice into a full pipe would fail the rest (O_NONBLOCK) or wait.
+                sqe->opcode = IORING_OP_SPLICE;
+                // SAFETY: the file stays referenced (DangerousAddRef) and the pipe open until End, after this CQE.
+                sqe->splice_fd_in = _fileFd;
+                sqe->splice_off_in = (ulong)_offset;
+                sqe->fd = _pipeWrite;
+                sqe->off = ulong.MaxValue; // -1: a pipe has no offset
+                sqe->len = (uint)Math.Min(_remaining, _pipeSize - (int)(_offset % s_pageSize));
+                break;
+            case SpliceOutTag:
+                sqe->opcode = IORING_OP_SPLICE;
+                // SAFETY: the pipe closes only in End, after this CQE; the socket once no request of ours runs.
+                sqe->splice_fd_in = _pipeRead;
+                sqe->splice_off_in = ulong.MaxValue;
+                sqe->fd = _socket;
+                sqe->off = ulong.MaxValue;
+                sqe->len = (uint)_inPipe;
+                break;
+            case PollTag:
+                sqe->opcode = IORING_OP_POLL_ADD;
+                sqe->fd = _socket;
+                sqe->poll32_events = PollOut;
+                break;
+            case ReadTag:
+                sqe->opcode = IORING_OP_READ;
+                sqe->fd = _fileFd;
+                sqe->off = (ulong)_offset;
+                // SAFETY: the block stays pinned until ReleaseBlock in End, which runs with nothing in flight.
+                sqe->addr = (ulong)_blockPin.Pointer;
+                sqe->len = (uint)Math.Min(_remaining, _block!.Memory.Length);
+                break;
+            default:
+                sqe->opcode = IORING_OP_SEND;
+                sqe->fd = _socket;
+                // SAFETY: as the READ's: the block stays pinned until End, after this CQE.
+                sqe->addr = (ulong)((byte*)_blockPin.Pointer + _blockStart);
+                sqe->len = (uint)(_blockEnd - _blockStart);
+                sqe->msg_flags = Libc.MSG_NOSIGNAL;
+                break;
+        }
+    }
+
+    public void OnCompletion(uint tag, int result)
+    {
+        Debug.Assert(tag == _inFlight, "a CQE for a request not in flight");
+        _inFlight = 0;
+        if (_ended)
+        {
+            return;
+        }
+        // EINTR: a cancel interrupted it in its worker; ECANCELED: it never ran. Either way Next sees why, or retries.
+        if (result is -Errno.EINTR or -Errno.ECANCELED)
+        {
+            Next();
+            return;
+        }
+        switch (tag)
+        {
+            case SpliceInTag when result == -Errno.EINVAL:
+                // The kernel cannot splice from this file (a file system without splice_read): read and send instead,
+                // from where the file was (the pipe is empty: nothing is spliced in while it holds bytes).
+                ClosePipe();
+                break;
+            case SpliceInTag or ReadTag when result > 0:
+                _offset += result;
+                _remaining -= result;
+                if (tag == SpliceInTag)
+                {
+                    _inPipe += result;
+                }
+                else
+                {
+                    (_blockStart, _blockEnd) = (0, result);
+                }
+                break;
+            case SpliceInTag or ReadTag:
+                End(result == 0 ? EndOfFile() : FileError(-result)); // 0: the file shrank since the call
+                return;
+            case SpliceOutTag or SendTag when result > 0:
+                if (tag == SpliceOutTag)
+                {
+                    _inPipe -= result;
+                }
+                else
+                {
+                    _blockStart += result;
+                }
+                _connection.Sender.OnFileBytesSent(result);
+                break;
+            case SpliceOutTag when result == -Errno.EAGAIN:
+                _waitForRoom = true; // a non-blocking socket (O_NONBLOCK set through its Socket): wait for room
+                break;
+            case SendTag when result is -Errno.EAGAIN or -Errno.ENOBUFS:
+                break; // transient: nothing was sent, send the same bytes again
+            case SpliceOutTag or SendTag:
+                // A socket error (0 would mean nothing can move: fail rather than spin). The connection's sender ends
+                // on it as on its own send's.
+                int errno = result == 0 ? Errno.EPIPE : -result;
+                End(_connection.Settings.CreateSendException(errno), errno); // as the connection's own sends report it
+                return;
+            default: // PollTag: the socket has room, or an error the next splice reports
+                _waitForRoom = false;
+                break;
+        }
+        Next();
+    }
+
+    private void RentBlock()
+    {
+        _block = _connection.MemoryPool.Rent();
+        _blockPin = _block.Memory.Pin();
+    }
+
+    private void ReleaseBlock()
+    {
+        Debug.Assert(_inFlight == 0, "the block released under a READ or SEND");
+        if (_block is not null)
+        {
+            _blockPin.Dispose();
+            _block.Dispose();
+            _block = null;
+        }
+    }
 }

@@ -1,10 +1,8 @@
 namespace IoUring.Net;
 
 /// <summary>
-/// <see cref="OutputSegment"/> objects shared by a network's outputs, so a connection's writes allocate none once warm
-/// (they never reach the application: only the sender reads them). A stack under its own lock, taken inside an
-/// output's; it grows to the most segments held at once (64 connections each with 1 MiB unsent hold 4,096), up to
-/// <see cref="Capacity"/> (~1 MB of segment objects); past that they are left to the GC.
+/// <see cref="OutputSegment"/> objects shared by a network's outputs, so writes allocate none once warm. A stack under
+/// its own lock, taken inside an output's; past <see cref="Capacity"/> returned segments are left to the GC.
 /// </summary>
 internal sealed class OutputSegmentPool
 {

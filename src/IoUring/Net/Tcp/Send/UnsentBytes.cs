@@ -1,9 +1,8 @@
 namespace IoUring.Net;
 
 /// <summary>
-/// Flushed bytes to send, in place in the output's blocks: <see cref="Length"/> bytes from the head block's
-/// <c>headIndex</c> on. Valid on the loop thread until the next <see cref="ConnectionOutput.Consume"/>: every block
-/// before the last is complete, and the last one's bytes up to here were committed, so nothing this reads changes.
+/// Flushed bytes to send, in place in the output's blocks from the head block's <c>headIndex</c> on. Valid until the
+/// next <see cref="ConnectionOutput.Consume"/>: all of them were committed, so nothing this reads changes.
 /// </summary>
 internal readonly struct UnsentBytes(OutputSegment head, int headIndex, long length, bool borrowed)
 {

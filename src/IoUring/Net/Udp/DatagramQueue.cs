@@ -10,7 +10,7 @@ namespace IoUring.Net;
 /// <remarks>Not thread-safe: the <see cref="UdpReceiver"/>'s lock guards it.</remarks>
 internal sealed class DatagramQueue(int capacity)
 {
-    private readonly Slot[] _slots = new Slot[capacity];
+    private readonly DatagramSlot[] _slots = new DatagramSlot[capacity];
     private int _head;
     private int _count;
 
@@ -28,7 +28,7 @@ internal sealed class DatagramQueue(int capacity)
             return false;
         }
         int index = (_head + _count) % _slots.Length;
-        Slot slot = _slots[index] ??= new Slot();
+        DatagramSlot slot = _slots[index] ??= new DatagramSlot();
         ReadOnlySpan<byte> payload = datagram.Payload;
         if (slot.Payload.Length < payload.Length)
         {
@@ -55,24 +55,12 @@ internal sealed class DatagramQueue(int capacity)
             result = default;
             return false;
         }
-        Slot slot = _slots[_head];
+        DatagramSlot slot = _slots[_head];
         var datagram = new ReceivedDatagram(slot.Payload.AsSpan(0, slot.Length), slot.DatagramLength,
             slot.Name.AsSpan(0, slot.NameLength), slot.LocalName.AsSpan(0, slot.LocalNameLength), slot.InterfaceIndex);
         result = Datagrams.CopyOut(datagram, target, from, local);
         _head = (_head + 1) % _slots.Length;
         _count--;
         return true;
-    }
-
-    private sealed class Slot
-    {
-        public byte[] Payload = [];
-        public int Length;
-        public int DatagramLength;
-        public readonly byte[] Name = new byte[Datagrams.NameSpace];
-        public int NameLength;
-        public readonly byte[] LocalName = new byte[LocalAddressFormat.IPv6NameSize];
-        public int LocalNameLength;
-        public int InterfaceIndex;
     }
 }

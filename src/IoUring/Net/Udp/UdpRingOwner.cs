@@ -3,16 +3,6 @@ using IoUring.Loops;
 
 namespace IoUring.Net;
 
-/// <summary>The operation kinds of a UDP socket's requests (the kind bits of their user_data).</summary>
-internal static class UdpRequestKind
-{
-    public const uint Receive = 1;          // the multishot RECVMSG (UdpReceiver)
-    // ASYNC_CANCEL of the RECVMSG (a full queue, or the close), or of an awaited SENDMSG whose caller cancelled
-    public const uint Cancel = 2;
-    public const uint Send = 3;             // SENDMSG (UdpSender); the user_data tag is the send operation's index
-    public const uint ReceiveBackoff = 4;   // TIMEOUT before re-arming a RECVMSG that found no buffer
-}
-
 /// <summary>
 /// The <see cref="RingOwner"/> of one UDP socket's requests: routes each completion to the receiver or the sender, and
 /// lets the socket finish closing after the last one. Its receives select from the socket's own buffer group

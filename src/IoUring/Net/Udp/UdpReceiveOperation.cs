@@ -7,15 +7,15 @@ namespace IoUring.Net;
 
 /// <summary>
 /// One waiting receive of an <see cref="IoUringUdpSocket"/> (a single datagram, or a batch): the source of its
-/// <see cref="ValueTask"/>, pooled by the <see cref="UdpReceiver"/>, so that waiting allocates nothing.
+/// <see cref="ValueTask"/>, pooled by the <see cref="DatagramChannel"/>, so that waiting allocates nothing.
 /// </summary>
 /// <remarks>
 /// The loop fills the caller's buffer and then completes the operation on the thread pool (this is the work item: no
 /// allocation), where the caller's continuation runs: the loop thread never runs application code. The fields below
-/// the core are guarded by the receiver's lock while the operation waits.
+/// the core are guarded by the channel's lock while the operation waits.
 /// </remarks>
 [SupportedOSPlatform("linux")]
-internal sealed class UdpReceiveOperation(UdpReceiver receiver)
+internal sealed class UdpReceiveOperation(DatagramChannel channel)
     : IValueTaskSource<DatagramResult>, IValueTaskSource<int>, IThreadPoolWorkItem
 {
     private ManualResetValueTaskSourceCore<DatagramResult> _core; // mutable struct: never readonly
@@ -33,7 +33,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     public CancellationToken Token;
     public bool Completed;           // a result or an error is set (or on its way): no one else may complete it
     public Exception? FillError;     // a datagram could not join the batch while it filled (its completion fails)
-    public UdpReceiveOperation? Previous, Next; // the receiver's list of waiting receives
+    public UdpReceiveOperation? Previous, Next; // the channel's list of waiting receives
 
     public short Version => _core.Version;
 
@@ -62,7 +62,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         }
     }
 
-    private void OnCancelled() => receiver.Cancel(this);
+    private void OnCancelled() => channel.Cancel(this);
 
     /// <summary>Completes the operation on the thread pool (so the caller's continuation never runs on the
     /// loop).</summary>
@@ -77,7 +77,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
     {
         if (Batch is { } batch && _error is null)
         {
-            _error = receiver.SealBatch(this);
+            _error = channel.SealBatch(this);
             _result = new DatagramResult(batch.Count, batch.Count);
         }
         OperationHolds.BeginSignalling(this); // a caller resumed inline takes this completion's hold
@@ -112,7 +112,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         }
         if (status == ValueTaskSourceStatus.Pending)
         {
-            if (receiver.Withdraw(this))
+            if (channel.Withdraw(this))
             {
                 ReleaseHold(); // no completion will run
             }
@@ -157,7 +157,7 @@ internal sealed class UdpReceiveOperation(UdpReceiver receiver)
         Local = null;
         Batch = null;
         _core.Reset(); // a token of this receive fails from now on, before the pool hands the operation out again
-        receiver.Return(this);
+        channel.Return(this);
     }
 
     int IValueTaskSource<int>.GetResult(short token) => GetResult(token).BytesReceived;

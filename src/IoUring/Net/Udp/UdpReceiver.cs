@@ -1,69 +1,52 @@
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Interop;
 using IoUring.Loops;
+using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
 /// <summary>
 /// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG that selects buffers from the
-/// socket's own provided-buffer group (each buffer holds the io_uring_recvmsg_out header, the source address and one
-/// whole datagram of up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>). Each datagram is copied straight into the
-/// oldest waiting receive's buffer, or else into a bounded queue of copies; the ring buffer goes back to the kernel at
-/// once.
+/// socket's own provided-buffer group (each holds the io_uring_recvmsg_out header, the source address, the control
+/// data and one whole datagram). Each datagram goes to the socket's <see cref="DatagramChannel"/>, and its ring buffer
+/// back to the kernel at once.
 /// </summary>
 /// <remarks>
-/// <para>Threads: the RECVMSG, its completions and the arming state belong to the loop thread; receives are asked for
-/// from any thread. The queue, the waiting receives and the operation pool are guarded by one lock, held for a copy at
-/// most.</para>
-/// <para>A full queue stops the RECVMSG (it is cancelled and not re-armed) until receives have taken half of the queue:
-/// the kernel's socket buffer then holds further datagrams, and drops new ones when it is full, as for any UDP socket.
-/// The datagrams already on their way when the queue filled are dropped too (the newest: the kernel's own policy, and
-/// the order of the rest is kept) and counted (<see cref="Dropped"/>).</para>
-/// <para>Errors the kernel reports through the socket (ICMP port unreachable: ECONNREFUSED on a connected socket, and
-/// the like) end the RECVMSG; the error goes to the oldest waiting receive, or else to the socket's next operation,
-/// and the RECVMSG is re-armed: the socket stays usable.</para>
+/// <para>Every member but the counters and <see cref="ReceiveAsync"/>/<see cref="ReceiveBatchAsync"/> (any thread,
+/// through the channel) runs on the loop thread.</para>
+/// <para>A full queue pauses the RECVMSG (cancelled, not re-armed) until receives have taken half of it: the kernel's
+/// socket buffer then holds further datagrams, and drops new ones when full, as for any UDP socket.</para>
+/// <para>An error the kernel reports through the socket (ICMP: ECONNREFUSED on a connected socket, ...) ends the
+/// RECVMSG; it goes to the oldest waiting receive, or else to the socket's next operation, and the RECVMSG is re-armed.
+/// </para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
-internal sealed unsafe partial class UdpReceiver
+internal sealed unsafe class UdpReceiver
 {
     private readonly IoUringUdpSocket _socket;
     private readonly RingOwner _owner;
     private readonly int _fd;
     private readonly IoUringUdpOptions _options; // the caller's, who may change it later: read at start only
-    private int _largestDatagram;                 // MaxDatagramSize, read at start
     private readonly bool _reportsLocalAddresses;
-    private readonly Lock _gate = new();
-    private readonly DatagramQueue _queue;
-    private readonly Stack<UdpReceiveOperation> _pool = new();
-
-    /// <summary>Receive operations made so far (under the lock; for tests: a receive loop needs one).</summary>
-    internal int OperationsCreated { get; private set; }
-    private UdpReceiveOperation? _firstWaiting, _lastWaiting; // waiting receives, oldest first
-    // a batch completing on the thread pool, still taking datagrams until it runs
-    private UdpReceiveOperation? _filling;
-    // under the lock: the RECVMSG was stopped for a full queue; the first receive to make room resumes it
-    private bool _queueFull;
-    private bool _closed;                   // under the lock: no new receive waits
-
-    // Loop thread only.
+    private readonly DatagramChannel _channel;
+    private int _largestDatagram;                 // MaxDatagramSize, read at start
     private ReceiveBuffers? _buffers;
     // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
     private Libc.msghdr* _message;
-    // set at start: the control room in each buffer (coalesced receives, local addresses), else 0
-    private int _controlSpace;
-    private bool _coalescing;           // set at start: the kernel took UDP_GRO
+    private int _controlSpace;          // the control room in each buffer (coalesced receives, local addresses)
+    private bool _coalescing;           // the kernel took UDP_GRO
     private LocalAddressFormat _localFormat;
     private long _coalescedReceives;
     private bool _armed;
-    private bool _paused;
-    private bool _backingOff;
+    private bool _paused;               // for a full queue
+    private bool _backingOff;           // a TIMEOUT is pending (or its SQE retried): nothing re-arms before it ends
     private bool _closing;
     private int _exhaustionMark = -1;
     private long _received;
-    private long _dropped;
 
     public UdpReceiver(IoUringUdpSocket socket, RingOwner owner, int fd, IoUringUdpOptions options)
     {
@@ -72,33 +55,42 @@ internal sealed unsafe partial class UdpReceiver
         _fd = fd;
         _options = options;
         _reportsLocalAddresses = options.ReceiveLocalAddress; // as the socket's check of ReceiveMessageFromAsync
-        _queue = new DatagramQueue(options.ReceiveQueueCapacity);
+        _channel = new DatagramChannel(this, socket, owner, options.ReceiveQueueCapacity, _reportsLocalAddresses);
     }
 
     public long Received => Volatile.Read(ref _received);
 
-    public long Dropped => Volatile.Read(ref _dropped);
+    public long Dropped => _channel.Dropped;
 
     /// <summary>Receives that held a coalesced burst of several datagrams (UDP_GRO), each split back out.</summary>
     public long CoalescedReceives => Volatile.Read(ref _coalescedReceives);
 
-    /// <summary>Whether the kernel took UDP_GRO for this socket (see <see
-    /// cref="IoUringUdpOptions.ReceiveCoalesced"/>).</summary>
+    /// <summary>Whether the kernel took UDP_GRO for this socket.</summary>
     public bool IsCoalescing => _coalescing;
 
-    /// <summary>Datagrams come with their local address (<see cref="IoUringUdpOptions.ReceiveLocalAddress"/> as the
-    /// socket was bound with).</summary>
     public bool ReportsLocalAddresses => _reportsLocalAddresses;
 
     public long Exhaustions => _buffers?.Exhaustions ?? 0;
 
+    /// <summary>Receive operations made so far (for tests: a receive loop needs one).</summary>
+    internal int OperationsCreated => _channel.OperationsCreated;
 
-    /// <summary>Registers the socket's buffer group and arms the RECVMSG. Loop thread.</summary>
+    private bool OnLoopThread => _owner.Loop.IsOnLoopThread;
+
+    public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, SocketAddress? from, SocketAddress? local,
+        CancellationToken cancellationToken)
+        => _channel.ReceiveAsync(buffer, from, local, cancellationToken);
+
+    public ValueTask<int> ReceiveBatchAsync(UdpDatagramBatch batch, CancellationToken cancellationToken)
+        => _channel.ReceiveBatchAsync(batch, cancellationToken);
+
+    /// <summary>Registers the socket's buffer group and arms the RECVMSG.</summary>
     public void Start()
     {
-        // Coalesced receives: the kernel reports each burst's segment size in a control message after the name, and a
-        // burst takes up to 64 KiB whatever the largest datagram is. Without UDP_GRO (refused) datagrams come one by
-        // one, as they would anyway.
+        Debug.Assert(OnLoopThread, "Start runs on the loop thread");
+        Debug.Assert(_buffers is null && _message is null, "started twice");
+        // Coalesced receives: each burst's segment size comes in a control message, and a burst takes up to 64 KiB
+        // whatever the largest datagram. Without UDP_GRO (refused) datagrams come one by one.
         if (_options.ReceiveCoalesced && Libc.SetIntOption(_fd, Libc.SOL_UDP, Libc.UDP_GRO, 1) == 0)
         {
             _coalescing = true;
@@ -114,8 +106,8 @@ internal sealed unsafe partial class UdpReceiver
             Datagrams.PayloadOffset + _controlSpace + payloadRoom);
         _owner.OwnReceiveBuffers = _buffers;
         _owner.Loop.AddOwnerReceiveBuffers(_buffers);
-        // The kernel reads only the name and control sizes of a multishot RECVMSG's msghdr (and needs msg_name non-null
-        // for the name to be reported at all): it writes the name into each buffer, after the header.
+        // A multishot RECVMSG's msghdr gives only the name and control sizes (msg_name must be non-null for the name
+        // to be reported): the kernel writes both into each buffer, after the header.
         _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + Datagrams.NameSpace));
         _message->msg_name = _message + 1;
         _message->msg_namelen = Datagrams.NameSpace;
@@ -123,8 +115,8 @@ internal sealed unsafe partial class UdpReceiver
         MaybeRearm();
     }
 
-    /// <summary>Asks the kernel for each datagram's local address (IPV6_RECVPKTINFO on an IPv6 socket, which reports
-    /// a dual-mode socket's IPv4 datagrams too, IPv4-mapped; IP_PKTINFO on an IPv4 one).</summary>
+    /// <summary>Asks for each datagram's local address: IPV6_RECVPKTINFO on an IPv6 socket (a dual-mode socket's IPv4
+    /// datagrams come IPv4-mapped), IP_PKTINFO on an IPv4 one.</summary>
     private void EnableLocalAddresses()
     {
         var local = (IPEndPoint)_socket.LocalEndPoint;
@@ -140,34 +132,20 @@ internal sealed unsafe partial class UdpReceiver
         _controlSpace += ControlMessages.LocalAddressSpace;
     }
 
-    /// <summary>The socket is closing: waiting receives fail, the RECVMSG is cancelled. Loop thread.</summary>
+    /// <summary>The socket is closing: waiting receives fail, the RECVMSG is cancelled.</summary>
     public void OnClosing()
     {
+        Debug.Assert(OnLoopThread, "OnClosing runs on the loop thread");
         _closing = true;
-        UdpReceiveOperation? waiting;
-        lock (_gate)
-        {
-            _closed = true;
-            waiting = _firstWaiting;
-            _firstWaiting = _lastWaiting = null;
-            for (UdpReceiveOperation? operation = waiting; operation is not null; operation = operation.Next)
-            {
-                operation.Completed = true;
-            }
-        }
-        while (waiting is not null)
-        {
-            UdpReceiveOperation? next = waiting.Next;
-            waiting.Previous = waiting.Next = null;
-            waiting.CompleteLater(default, new SocketException((int)SocketError.OperationAborted));
-            waiting = next;
-        }
+        _channel.Close();
         CancelReceive();
     }
 
-    /// <summary>After the last request on the socket ended: the buffer group and the msghdr go. Loop thread.</summary>
+    /// <summary>After the last request on the socket ended: the buffer group and the msghdr go (the loop thread, or
+    /// the starting thread when the loop had stopped).</summary>
     public void Release()
     {
+        Debug.Assert(!_armed || _owner.Loop.IsStopping, "released while the RECVMSG may still write into its buffers");
         if (_buffers is not null)
         {
             _owner.OwnReceiveBuffers = null;
@@ -178,4 +156,227 @@ internal sealed unsafe partial class UdpReceiver
         NativeMemory.Free(_message);
         _message = null;
     }
+
+    // ---- arming: re-arming after each end, cancelling for a full queue or the close, backing off ----
+
+    public void OnBackoffEnded()
+    {
+        Debug.Assert(_backingOff, "a back-off TIMEOUT ended that was not started");
+        _backingOff = false;
+        MaybeRearm();
+    }
+
+    private void Pause()
+    {
+        _paused = true;
+        CancelReceive();
+    }
+
+    /// <summary>Receives took half of a full queue (scheduled by the channel).</summary>
+    public void Resume()
+    {
+        Debug.Assert(OnLoopThread, "Resume runs on the loop thread");
+        _paused = false;
+        MaybeRearm();
+    }
+
+    private bool CanArm => !_armed && !_backingOff && !_paused && !_closing && !_owner.Loop.IsStopping;
+
+    private void MaybeRearm()
+    {
+        Debug.Assert(OnLoopThread, "the RECVMSG is armed on the loop thread");
+        if (!CanArm)
+        {
+            return;
+        }
+        Debug.Assert(_buffers is not null && _message is not null, "armed before Start or after Release");
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Receive);
+        if (sqe == null)
+        {
+            BackOff(); // try again later rather than stay deaf
+            return;
+        }
+        sqe->opcode = IORING_OP_RECVMSG;
+        sqe->fd = _fd;
+        // SAFETY: _message is freed only by Release, after the last request on the socket ended; the buffers it
+        // selects belong to _buffers, disposed there too.
+        sqe->addr = (ulong)_message;
+        sqe->ioprio = IORING_RECV_MULTISHOT;
+        sqe->flags = IOSQE_BUFFER_SELECT;
+        sqe->buf_group = _buffers!.UseGroup();
+        sqe->msg_flags = Libc.MSG_TRUNC; // the header then reports a cut datagram's real length
+        _armed = true;
+    }
+
+    private void CancelReceive()
+    {
+        Debug.Assert(OnLoopThread, "the RECVMSG is cancelled on the loop thread");
+        if (!_armed || _owner.Loop.IsStopping) // the stop cancels everything
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Cancel);
+        if (sqe == null)
+        {
+            // Retry at the loop's next iteration (its submit makes room), or the close would wait for ever.
+            _owner.Loop.RetryNextIteration(this, static r => r.CancelReceive());
+            return;
+        }
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = _owner.UserDataOf(UdpRequestKind.Receive);
+    }
+
+    private void BackOff()
+    {
+        if (!CanArm)
+        {
+            return;
+        }
+        _backingOff = true;
+        SubmitBackoff();
+    }
+
+    private void SubmitBackoff()
+    {
+        Debug.Assert(_backingOff, "a back-off TIMEOUT without the back-off state");
+        if (_closing || _owner.Loop.IsStopping)
+        {
+            return;
+        }
+        io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.ReceiveBackoff);
+        if (sqe == null)
+        {
+            _owner.Loop.RetryNextIteration(this, static r => r.SubmitBackoff()); // after the next submit made room
+            return;
+        }
+        ReceiveBackoff.Prepare(sqe);
+    }
+
+    // ---- completions: each datagram to the channel; an error to a waiting receive or the next operation ----
+
+    /// <summary>A completion with a buffer: one datagram (its header, source address and payload).</summary>
+    public void OnReceive(ReceivedBytes data, uint flags)
+    {
+        Debug.Assert(OnLoopThread, "completions run on the loop thread");
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false; // a 0-byte datagram ends a multishot RECVMSG too (the kernel takes a 0 result for the end)
+        }
+        try
+        {
+            foreach (ReadOnlySpan<byte> buffer in data)
+            {
+                OnDatagram(buffer); // one: receive bundles are not asked for
+            }
+        }
+        finally
+        {
+            MaybeRearm(); // also when handing it over threw (the loop reports that): the socket keeps receiving
+        }
+    }
+
+    private void OnDatagram(ReadOnlySpan<byte> buffer)
+    {
+        int payloadOffset = Datagrams.PayloadOffset + _controlSpace;
+        if (buffer.Length < payloadOffset)
+        {
+            return; // the kernel always writes the header and the name area; nothing else can be read from this
+        }
+        io_uring_recvmsg_out header = MemoryMarshal.Read<io_uring_recvmsg_out>(buffer);
+        // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
+        ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize,
+            (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
+        ReadOnlySpan<byte> payload = buffer[payloadOffset..];
+        int largest = _largestDatagram; // coalescing, buffers hold 64 KiB: cut here, as the kernel would
+        // With MSG_TRUNC asked for, payloadlen is the datagram's real length even when the buffer took less of it.
+        int datagramLength = (int)Math.Max(header.payloadlen, (uint)payload.Length);
+        int segmentSize = 0, interfaceIndex = 0, localLength = 0;
+        Span<byte> localName = stackalloc byte[LocalAddressFormat.IPv6NameSize];
+        if (_controlSpace > 0)
+        {
+            localLength = ControlMessages.Read(
+                buffer.Slice(Datagrams.PayloadOffset, (int)Math.Min(header.controllen, (uint)_controlSpace)),
+                _localFormat, localName, out segmentSize, out interfaceIndex);
+            if (localLength == 0 && _reportsLocalAddresses)
+            {
+                localLength = _localFormat.WriteUnspecified(localName); // none reported: "any", not a stale one
+            }
+        }
+        var datagram = new ReceivedDatagram(payload, datagramLength, name, localName[..localLength], interfaceIndex);
+        if (segmentSize > 0 && datagramLength > segmentSize)
+        {
+            // A coalesced burst (UDP_GRO): equal datagrams of segmentSize, the last one maybe shorter.
+            _coalescedReceives++;
+            _owner.Loop.OnCoalescedReceive();
+            for (int offset = 0; offset < datagramLength; offset += segmentSize)
+            {
+                int length = Math.Min(segmentSize, datagramLength - offset);
+                ReadOnlySpan<byte> segment = offset < payload.Length
+                    ? payload.Slice(offset, Math.Min(length, payload.Length - offset))
+                    : default;
+                Deliver(datagram with { Payload = segment[..Math.Min(segment.Length, largest)], Length = length });
+            }
+            return;
+        }
+        Deliver(datagram with { Payload = payload[..Math.Min(payload.Length, largest)] });
+    }
+
+    private void Deliver(in ReceivedDatagram datagram)
+    {
+        _received++;
+        _owner.Loop.OnDatagramReceived(datagram.Payload.Length);
+        if (_channel.Deliver(datagram))
+        {
+            Pause();
+        }
+    }
+
+    /// <summary>A RECVMSG completion without a buffer: an error, or its end (cancelled, ENOBUFS).</summary>
+    public void OnReceiveEnded(int result, uint flags)
+    {
+        Debug.Assert(OnLoopThread, "completions run on the loop thread");
+        if ((flags & IORING_CQE_F_MORE) == 0)
+        {
+            _armed = false;
+        }
+        switch (-result)
+        {
+            case Errno.ENOBUFS:
+                _owner.Loop.OnOwnerBuffersExhausted();
+                // Every buffer was taken. Those given back are published before the next submit; if none came back
+                // since the last ENOBUFS, re-arming would fail again at once: wait a little first.
+                if (_buffers!.OnExhausted(ref _exhaustionMark))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff();
+                }
+                break;
+            case <= 0: // a result without a buffer (not expected), or cancelled for a pause or the close
+            case Errno.ECANCELED:
+            case Errno.EAGAIN:
+            case Errno.EINTR:
+                MaybeRearm();
+                break;
+            default:
+                // An error of the socket (ICMP: ECONNREFUSED on a connected socket, EHOSTUNREACH, ...): reading it
+                // cleared it. It goes to the next operation; receiving goes on.
+                _channel.Fail(SocketErrors.FromErrno(-result));
+                if (IsIcmpError(-result))
+                {
+                    MaybeRearm();
+                }
+                else
+                {
+                    BackOff(); // an error that may persist: do not spin on it
+                }
+                break;
+        }
+    }
+
+    private static bool IsIcmpError(int errno) => SocketErrors.ToSocketError(errno) is
+        SocketError.ConnectionRefused or SocketError.HostUnreachable or SocketError.NetworkUnreachable or
+        SocketError.HostDown or SocketError.NetworkDown or SocketError.MessageSize or SocketError.TimedOut;
 }

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using IoUring.Interop;
 
 namespace IoUring.Net;
@@ -5,11 +6,9 @@ namespace IoUring.Net;
 // Sends from other threads reach the loop through a lock-free stack of the socket's, drained once per loop iteration.
 internal sealed partial class UdpSender
 {
-    /// <summary>
-    /// Hands a send to the loop from another thread: pushed on a lock-free stack of this socket's sends, and the loop
-    /// is posted one drain for all that gather before it runs (a post per send would cost the posted-work queue a slot
-    /// each). False when the loop has stopped (the sends not taken are failed).
-    /// </summary>
+    /// <summary>Hands a send to the loop from another thread: pushed on a lock-free stack, and the loop is posted one
+    /// drain for all that gather before it runs (not a post per send). False when the loop has stopped (the sends not
+    /// taken are failed).</summary>
     private bool Enqueue(UdpSendOperation operation)
     {
         UdpSendOperation? head;
@@ -48,13 +47,12 @@ internal sealed partial class UdpSender
         }
     }
 
-    /// <summary>
-    /// Submits the sends queued from other threads, oldest first, as many as the SQ has room for; the rest wait for a
-    /// drain posted to the next iteration, after the loop has reaped completions (thousands of sends in one go would
-    /// submit early again and again, and with many sockets could fill the CQ). Loop thread.
-    /// </summary>
+    /// <summary>Submits the sends queued from other threads, oldest first, as many as the SQ has room for; the rest
+    /// wait for a drain at the next iteration, after the loop reaped completions (thousands in one go would submit
+    /// early again and again, and with many sockets could fill the CQ).</summary>
     private void SubmitQueued()
     {
+        Debug.Assert(OnLoopThread, "queued sends are submitted on the loop thread");
         // Stopping or closing, sends take no SQE (they are refused) and the ring may be gone: no room to count.
         int room = _closing || _owner.Loop.IsStopping ? int.MaxValue : _owner.Loop.FreeSqes;
         for (; room > 0; room--)
@@ -68,9 +66,9 @@ internal sealed partial class UdpSender
             operation.NextToSubmit = null;
             Submit(operation);
         }
-        // Again next iteration while sends wait: those carried (older, so first), and any on the stack, whose own drain
-        // may have run already, in this batch, finding no room (that one returned without taking them). An extra drain
-        // finds nothing; if the stack reads empty here, the next push posts one.
+        // Again next iteration while sends wait: those carried (older, first), and any on the stack, whose own drain
+        // may have run already in this batch and found no room. An extra drain finds nothing; if the stack reads
+        // empty here, the next push posts one.
         if (_carried is not null || Volatile.Read(ref _toSubmit) is not null)
         {
             _owner.Loop.Schedule(static s => ((UdpSender)s!).SubmitQueued(), this);

@@ -20,8 +20,8 @@ namespace IoUring.Net;
 /// the datagram); an error the kernel reports for it then goes to the socket's next operation if the network answered
 /// it (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result:
 /// a sender faster than the socket is slowed down rather than buffered without bound.</para>
-/// <para>Threads: renting and returning operations (any thread) under a lock; submitting and completions on the loop.
-/// Each in-flight SENDMSG's user_data tag is its operation's index.</para>
+/// <para>Threads: renting and returning operations (any thread) under the lock; submitting and completions on the
+/// loop. Each in-flight SENDMSG's user_data tag is its operation's index.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe partial class UdpSender
@@ -32,27 +32,18 @@ internal sealed unsafe partial class UdpSender
     private readonly int _maxPending;
     private readonly Lock _gate = new();
     private readonly Stack<UdpSendOperation> _pool = new();
-    private int _created;
+    private int _created;           // under the lock, as _pool, _pending and _closed
     private long _copyBytes;        // the native copies' capacity, over every operation (pooled or in flight)
     private int _pending;           // datagrams of the sends rented and not returned (a segmented send: its segments)
-    private bool _closed;           // under the lock: no new sends; operations coming back are freed
+    private bool _closed;           // no new sends; operations coming back are freed
     private bool _closing;          // loop thread: sends reaching the loop from now on are refused
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
-    // sends from other threads waiting for the loop, newest first (a lock-free stack)
-    private UdpSendOperation? _toSubmit;
-    // loop thread: sends taken off the stack that a drain had no SQ room for, oldest first
-    private UdpSendOperation? _carried;
+    private UdpSendOperation? _toSubmit; // sends from other threads waiting for the loop: a lock-free stack
+    private UdpSendOperation? _carried;  // loop thread: sends taken off the stack that found no SQ room, oldest first
     private long _sent;
-    // a send nobody awaited failed for its own reasons: the next send reports it
-    private SocketException? _pendingSendError;
-    // the kernel said EIO to a UDP_SEGMENT send whose datagrams then went alone: the route's device cannot segment, so
-    // segmented sends go one by one
-    private volatile bool _segmentOffloadRefused;
-    // the smallest segment size the kernel would not segment (EMSGSIZE: above the route's MTU; EINVAL: e.g. checksums
-    // off) while the datagrams went alone, 0 for none: segmented sends with segments this large go one by one at once
-    // (written on the loop)
-    private volatile int _refusedSegmentSize;
-    private long _segmentOffloads;  // loop thread: segmented sends the kernel took with UDP_SEGMENT
+    private SocketException? _pendingSendError; // a send nobody awaited failed for its own reasons: for the next send
+    private SegmentOffloadRefusals _refusals; // mutable struct: never readonly
+    private long _segmentOffloads;  // loop thread
 
     public UdpSender(IoUringUdpSocket socket, RingOwner owner, int fd, int maxPending)
     {
@@ -64,18 +55,18 @@ internal sealed unsafe partial class UdpSender
 
     public long Sent => Volatile.Read(ref _sent);
 
+    private bool OnLoopThread => _owner.Loop.IsOnLoopThread;
+
     /// <summary>Segmented sends that went out with UDP_SEGMENT (one SENDMSG for all their datagrams).</summary>
     public long SegmentOffloads => Volatile.Read(ref _segmentOffloads);
 
-    /// <summary>Bytes of native memory the send copies hold (every operation's payload capacity): what the socket's
-    /// sends cost beyond the caller's buffers.</summary>
+    /// <summary>Bytes of native memory the send copies hold (every operation's payload capacity).</summary>
     public long CopyBytes => Interlocked.Read(ref _copyBytes);
 
     /// <summary>An operation's copy grew (or was freed: negative).</summary>
     public void OnCopyResized(long delta) => Interlocked.Add(ref _copyBytes, delta);
 
-    /// <summary>Datagrams of the sends rented and not yet returned (their native copies not back in the
-    /// pool).</summary>
+    /// <summary>Datagrams of the sends rented and not yet returned.</summary>
     public int Pending
     {
         get
@@ -112,15 +103,14 @@ internal sealed unsafe partial class UdpSender
             lent?.Dispose();
             return ValueTask.FromException<int>(refusal);
         }
-        int refusedSize = _refusedSegmentSize;
-        bool offload = !_segmentOffloadRefused && (refusedSize == 0 || segmentSize < refusedSize);
+        bool offload = _refusals.MayOffload(segmentSize);
         try
         {
             operation!.Prepare(payload, to, from, awaited, segmentSize, offload, lent);
         }
         catch
         {
-            // e.g. a caller's MemoryManager whose Pin throws: the send never was, its buffer still goes back
+            // A caller's MemoryManager whose Pin throws, say: the send never was, its buffer still goes back.
             if (lent is not null && !operation!.HoldsLent)
             {
                 lent.Dispose();
@@ -190,13 +180,12 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room). Loop
-    /// thread.</summary>
-    /// <param name="operation">The send.</param>
-    /// <param name="continuing">The next SENDMSG of a segmented send going one datagram at a time: the send was taken
-    /// before any close, so a closing socket still sends it (only the loop's stop refuses it).</param>
+    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room).
+    /// <paramref name="continuing"/>: the next SENDMSG of a segmented send going one datagram at a time, taken before
+    /// any close, so a closing socket still sends it.</summary>
     private void Submit(UdpSendOperation operation, bool continuing = false)
     {
+        Debug.Assert(OnLoopThread, "sends are submitted on the loop thread");
         if ((_closing && !continuing) || _owner.Loop.IsStopping)
         {
             Fail(operation, Errno.EBADF);
@@ -217,29 +206,32 @@ internal sealed unsafe partial class UdpSender
             Fail(operation, Errno.ENOBUFS); // the SQ stayed full (reported to the loop's owner)
             return;
         }
+        Debug.Assert(_inFlight[operation.Index] is null, "a send submitted while its previous SENDMSG is in flight");
+        Debug.Assert(operation.Message != null, "a send submitted after its memory was freed");
         _inFlight[operation.Index] = operation;
         sqe->opcode = IORING_OP_SENDMSG;
         sqe->fd = _fd;
-        // SAFETY: _inFlight holds the operation until this CQE; its msghdr and data are freed only after that (Free,
-        // or its finalizer once nothing references it).
+        // SAFETY: _inFlight holds the operation until this CQE; its msghdr, iovec, name and copy (or pinned lent
+        // buffer) are freed only after that (Free, ReleaseLent, or its finalizer once nothing references it).
         sqe->addr = (ulong)operation.Message;
         sqe->len = 1;
         sqe->msg_flags = Libc.MSG_NOSIGNAL;
     }
 
     /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). A segmented send the kernel would not
-    /// segment (EIO: the device cannot; EMSGSIZE: a segment larger than the route's MTU; EINVAL: e.g. checksums
-    /// switched off) goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
+    /// segment goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
     public void OnSendCompleted(uint tag, int result)
     {
+        Debug.Assert(OnLoopThread, "completions run on the loop thread");
         UdpSendOperation operation = _inFlight[tag]!;
+        Debug.Assert(operation is not null, "a SENDMSG completed that is not in flight");
         _inFlight[tag] = null;
         if (operation.SegmentSize > 0)
         {
-            if (operation.UsesSegmentOffload && IsRefusalToSegment(operation, -result))
+            if (operation.UsesSegmentOffload
+                && SegmentOffloadRefusals.IsRefusalToSegment(operation, -result, _socket))
             {
-                // Remembered once a datagram goes alone: EINVAL also refuses a source the host lacks (IPv6), for
-                // which the datagrams fail alone too, and that says nothing about segmenting.
+                // Remembered once a datagram goes alone (SegmentOffloadRefusals).
                 operation.SegmentRefusal = -result;
                 operation.SendOneByOne();
                 Submit(operation, continuing: true);
@@ -257,7 +249,7 @@ internal sealed unsafe partial class UdpSender
                     return;
                 }
                 _sent++;
-                RememberRefusal(operation);
+                _refusals.Remember(operation);
                 if (operation.NextSegment())
                 {
                     Submit(operation, continuing: true);
@@ -300,10 +292,9 @@ internal sealed unsafe partial class UdpSender
         }
         if (result < 0 && !_closing)
         {
-            // Its caller went on. What the network answered (ICMP: refused, unreachable) is the socket's, for its next
-            // operation, as the kernel reports it; anything else (EACCES, EINVAL, ENOBUFS) was this send's own fault,
-            // for the next send only: a server's receive loop must not fail for an address it answered badly. So is
-            // routing's ENETUNREACH for a chosen source the host does not have.
+            // Its caller went on. What the network answered (ICMP) is the socket's, for its next operation; anything
+            // else (EACCES, EINVAL, ENOBUFS, or ENETUNREACH for a chosen source the host lacks) is this send's own, for
+            // the next send only: a server's receive loop must not fail for an address it answered badly.
             SocketException error = SocketErrors.FromErrno(-result);
             if (error.SocketErrorCode is SocketError.ConnectionRefused or SocketError.HostUnreachable
                 or SocketError.HostDown
@@ -335,7 +326,7 @@ internal sealed unsafe partial class UdpSender
         finally
         {
             // The room and the operation together: a send that finds room also finds this operation in the pool, so
-            // the copies held stay at MaxPendingSends' worth (a room given first let the next send make a new one).
+            // the copies held stay at MaxPendingSends' worth (SendMemoryTests).
             operation.DropCancellation();
             lock (_gate)
             {
@@ -376,6 +367,7 @@ internal sealed unsafe partial class UdpSender
 
     private void CancelInFlight(UdpSendOperation operation, short version)
     {
+        Debug.Assert(OnLoopThread, "in-flight sends are cancelled on the loop thread");
         // Not the same send any more (completed, maybe reused), or the loop's stop cancels everything anyway.
         if (operation.Index >= _inFlight.Length || _inFlight[operation.Index] != operation
             || operation.Version != version || _owner.Loop.IsStopping)
@@ -415,7 +407,11 @@ internal sealed unsafe partial class UdpSender
     }
 
     /// <summary>The socket is closing: sends that reach the loop from now on are refused. Loop thread.</summary>
-    public void OnClosing() => _closing = true;
+    public void OnClosing()
+    {
+        Debug.Assert(OnLoopThread, "OnClosing runs on the loop thread");
+        _closing = true;
+    }
 
     /// <summary>After the last request on the socket ended: the pooled operations' memory goes; those still out go when
     /// they come back.</summary>

@@ -1,0 +1,70 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+using System.Runtime.Versioning;
+using IoUring.Interop;
+
+namespace IoUring.Net;
+
+/// <summary>
+/// What a <see cref="UdpSender"/> learned from the kernel's refusals to segment (UDP_SEGMENT): EIO, the device cannot,
+/// for every destination of the socket, as quinn does; EMSGSIZE (above the route's MTU) or EINVAL (e.g. checksums off)
+/// for that segment size and larger. Refusals count once a datagram of the send went alone: a send whose datagrams
+/// fail alone too (EINVAL for a source the host lacks) says nothing about segmenting.
+/// </summary>
+/// <remarks>A mutable struct: a field of its sender, never copied. Written on the loop thread, read by any.</remarks>
+[SupportedOSPlatform("linux")]
+internal unsafe struct SegmentOffloadRefusals
+{
+    private volatile bool _refusedByDevice;
+    private volatile int _refusedSegmentSize; // the smallest refused, 0 for none
+
+    /// <summary>Whether a segmented send of <paramref name="segmentSize"/> asks the kernel to segment.</summary>
+    public readonly bool MayOffload(int segmentSize)
+    {
+        int refusedSize = _refusedSegmentSize;
+        return !_refusedByDevice && (refusedSize == 0 || segmentSize < refusedSize);
+    }
+
+    /// <summary>A datagram of <paramref name="operation"/> went alone: a refusal it met was the segmenting's.</summary>
+    public void Remember(UdpSendOperation operation)
+    {
+        int errno = operation.SegmentRefusal;
+        if (errno == 0)
+        {
+            return;
+        }
+        operation.SegmentRefusal = 0;
+        if (errno == Errno.EIO)
+        {
+            _refusedByDevice = true;
+        }
+        else if (_refusedSegmentSize == 0 || operation.SegmentSize < _refusedSegmentSize)
+        {
+            Debug.Assert(errno is Errno.EMSGSIZE or Errno.EINVAL, "only EIO, EMSGSIZE and EINVAL refuse segmenting");
+            _refusedSegmentSize = operation.SegmentSize; // the route's or the socket's: smaller ones may go
+        }
+    }
+
+    /// <summary>Whether <paramref name="errno"/> refused the segmenting rather than the datagrams: EMSGSIZE also says
+    /// that all of them together are more than one send carries to the destination, which stays an error.</summary>
+    public static bool IsRefusalToSegment(UdpSendOperation operation, int errno, IoUringUdpSocket socket)
+        => errno is Errno.EIO or Errno.EINVAL
+            || (errno == Errno.EMSGSIZE && operation.Length <= LargestSegmentedSend(operation, socket));
+
+    /// <summary>The most bytes one segmented send carries: 65,535 less the IP and UDP headers (IPv4's 20, IPv6's 40
+    /// of which the payload length does not count).</summary>
+    private static int LargestSegmentedSend(UdpSendOperation operation, IoUringUdpSocket socket)
+    {
+        Libc.msghdr* message = operation.Message;
+        bool ipv4 = message->msg_name is null
+            ? socket.RemoteEndPoint is IPEndPoint { Address: var address }
+                && (address.AddressFamily == AddressFamily.InterNetwork || address.IsIPv4MappedToIPv6)
+            : *(ushort*)message->msg_name == Libc.AF_INET || IsIPv4Mapped((byte*)message->msg_name);
+        return ipv4 ? 65_507 : IoUringUdpOptions.LargestDatagram;
+    }
+
+    /// <summary>A sockaddr_in6 holding ::ffff:a.b.c.d (a dual-mode socket's IPv4 destination).</summary>
+    private static bool IsIPv4Mapped(byte* name)
+        => *(ushort*)name == Libc.AF_INET6 && *(ulong*)(name + 8) == 0 && *(uint*)(name + 16) == 0xFFFF_0000;
+}

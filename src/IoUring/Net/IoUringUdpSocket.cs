@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
@@ -107,8 +108,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
 
     internal bool IsDisposing => Volatile.Read(ref _disposing) != 0;
 
-    /// <summary>Times the RECVMSG found every buffer of the socket's group taken (ENOBUFS) and was re-armed. Read on
-    /// the loop, or approximately.</summary>
+    /// <summary>Times the RECVMSG found every buffer of its group taken (ENOBUFS). Exact on the loop.</summary>
     internal long ReceiveExhaustions => _receiver.Exhaustions;
 
     /// <summary>
@@ -153,18 +153,13 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         return new ValueTask(_closed.Task);
     }
 
-    // ---- errors for the next operation ----
-
     internal void SetPendingError(SocketException error) => Volatile.Write(ref _pendingError, error);
 
     internal SocketException? TakePendingError()
         => Volatile.Read(ref _pendingError) is null ? null : Interlocked.Exchange(ref _pendingError, null);
 
-    // ---- lifecycle (loop thread) ----
-
-    /// <summary>
-    /// Starts receiving on the loop and waits for it. If the loop has stopped, is stopping, or the socket was closed
-    /// first (the network's dispose), the socket is closed and this throws <see cref="ObjectDisposedException"/>.
+    /// <summary>Starts receiving on the loop and waits for it; if the loop has stopped or is stopping, or the socket
+    /// was closed first (the network's dispose), closes the socket and throws <see cref="ObjectDisposedException"/>.
     /// </summary>
     internal void Start()
     {
@@ -195,6 +190,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     /// <summary>Arms the receive; on failure closes the socket (nothing is in flight yet). Loop thread.</summary>
     private void Start(TaskCompletionSource? done)
     {
+        Debug.Assert(Loop.IsOnLoopThread, "the receive is started on the loop thread");
         try
         {
             // Closed before it started: the network's dispose (or the loop's stop) found it registered.
@@ -218,10 +214,11 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         done?.SetResult();
     }
 
-    /// <summary>Closing: stop receiving and sending, then (<see cref="CheckCloseProgress"/>) wait for the last final
-    /// CQE.</summary>
+    /// <summary>Stops receiving and sending, then (<see cref="CheckCloseProgress"/>) waits for the last final CQE.
+    /// </summary>
     internal void BeginClose()
     {
+        Debug.Assert(Loop.IsOnLoopThread, "the close runs on the loop thread");
         if (_closing)
         {
             return;
@@ -233,10 +230,10 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         CheckCloseProgress();
     }
 
-    /// <summary>After each final CQE: once closing and nothing is in flight, release everything and close the
-    /// fd.</summary>
+    /// <summary>After each final CQE: once closing and nothing is in flight, releases everything.</summary>
     internal void CheckCloseProgress()
     {
+        Debug.Assert(Loop.IsOnLoopThread, "final CQEs run on the loop thread");
         if (!_closing || _released || _owner.InFlight != 0)
         {
             return;
@@ -245,9 +242,10 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     }
 
     /// <summary>Nothing is in flight: frees the receive and send state, closes the fd, tells the network and the
-    /// awaiters.</summary>
+    /// awaiters (the loop thread, or the starting thread when the loop had stopped).</summary>
     private void ReleaseAndClose()
     {
+        Debug.Assert(!_released && _owner.InFlight == 0, "released twice, or with requests in flight");
         _released = true;
         _receiver.Release();
         _sender.Release();

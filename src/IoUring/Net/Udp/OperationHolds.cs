@@ -3,15 +3,13 @@ using System.Diagnostics;
 namespace IoUring.Net;
 
 /// <summary>
-/// Who still holds a pooled operation handed to a caller: its completion and its caller. It goes back to the pool when
-/// both have let go, so a caller's misuse (a result taken early, or twice) never returns one still in use.
+/// The reference count of a pooled operation handed to a caller: its completion and its caller. It goes back to the
+/// pool when both have let go, so a caller's misuse (a result taken early, or twice) never pools one still in use.
 /// </summary>
 /// <remarks>A mutable struct: a field of its operation, never copied.</remarks>
 internal struct OperationHolds
 {
-    // The operation whose completion is signalling its caller on this thread, until the caller's GetResult takes the
-    // completion's hold from it (see BeginSignalling).
-    [ThreadStatic]
+    [ThreadStatic] // the operation whose completion is signalling its caller on this thread (BeginSignalling)
     private static object? t_signalling;
 
     private int _holds;
@@ -38,16 +36,17 @@ internal struct OperationHolds
         return holds == 0;
     }
 
-    /// <summary>
-    /// The completion is about to signal <paramref name="operation"/>'s caller, whose continuation usually runs inside
-    /// that call on this thread: its GetResult then takes the completion's hold too (<see cref="TakeSignallingHold"/>),
-    /// so that its next operation finds this one in the pool rather than making another.
-    /// </summary>
-    public static void BeginSignalling(object operation) => t_signalling = operation;
+    /// <summary>The completion is about to signal <paramref name="operation"/>'s caller, whose continuation usually
+    /// runs inline: its GetResult then takes the completion's hold too (<see cref="TakeSignallingHold"/>), so that its
+    /// next operation finds this one in the pool rather than making another.</summary>
+    public static void BeginSignalling(object operation)
+    {
+        Debug.Assert(t_signalling is null, "a completion signals inside another's signal");
+        t_signalling = operation;
+    }
 
-    /// <summary>After the signal: true when the completion still holds <paramref name="operation"/> (its caller did not
-    /// take the hold inline) and must release it. Not read from the operation: if the caller took the hold, the
-    /// operation may already serve its next use.</summary>
+    /// <summary>After the signal: true when the completion still holds <paramref name="operation"/> and must release
+    /// it. Not read from the operation: if the caller took the hold, it may already serve its next use.</summary>
     public static bool EndSignalling(object operation)
     {
         if (t_signalling != operation)
@@ -58,8 +57,8 @@ internal struct OperationHolds
         return true;
     }
 
-    /// <summary>In the caller's GetResult, before <see cref="ReleaseCaller"/>: inside <paramref name="operation"/>'s
-    /// own signal, the completion lets go here.</summary>
+    /// <summary>In the caller's GetResult, before <see cref="ReleaseCaller"/>: inside its own signal, the completion
+    /// lets go here.</summary>
     public void TakeSignallingHold(object operation)
     {
         if (t_signalling == operation)

@@ -14,13 +14,11 @@ namespace IoUring.Net;
 /// Pooled by the <see cref="UdpSender"/> and reused: steady-state sends allocate nothing.
 /// </summary>
 /// <remarks>
-/// <para>The copy is what lets a send complete at once: the caller's memory is free as soon as the call returns. A
-/// caller who waits for the kernel (<see cref="Awaited"/>: too many sends in flight) is completed on the thread pool
-/// (this is the work item) with the SENDMSG's result.</para>
-/// <para>A segmented send (<see cref="SegmentSize"/>) carries a UDP_SEGMENT control message: the kernel cuts the
-/// payload into datagrams of that size (GSO). Where it refuses, the same copy goes out one segment per SENDMSG
-/// (<see cref="SendOneByOne"/>, <see cref="NextSegment"/>). A send from a chosen local address carries IP_PKTINFO or
-/// IPV6_PKTINFO, first, so that it stays when UDP_SEGMENT goes.</para>
+/// <para>The copy lets a send complete at once. A caller who waits for the kernel (<see cref="Awaited"/>) is completed
+/// on the thread pool (this is the work item) with the SENDMSG's result.</para>
+/// <para>A segmented send carries UDP_SEGMENT (GSO); where the kernel refuses, the same copy goes out one segment per
+/// SENDMSG. A chosen source (IP_PKTINFO, IPV6_PKTINFO) comes first in the control data, so it stays when UDP_SEGMENT
+/// goes.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
@@ -34,16 +32,14 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private byte* _data;            // the copy, grown to the largest payload copied, never shrunk
     private int _capacity;
     private byte* _payload;         // what the kernel reads: the copy, or the lent buffer's pinned memory
-    private IMemoryOwner<byte>? _lent; // a buffer the caller gave the send (no copy), disposed by ReleaseLent
+    private IMemoryOwner<byte>? _lent; // a buffer the caller handed over (no copy), disposed by ReleaseLent
     private MemoryHandle _lentPin;
     private int _result;
     private int _localAddressSpace; // the control room the source address takes (0: routing chooses it)
     private bool _offloading;
-    // An awaited send goes back to the pool when both its completion has run and its caller is done with it (took
-    // the result, or took it too early): 2, 1, 0. A caller's misuse thus never returns one still in the kernel.
-    private OperationHolds _holds;
-    // An awaited send's token: its cancellation fails the send if the loop has not submitted it yet, else asks the
-    // kernel to cancel the SENDMSG (one still waiting for room in the socket's buffer).
+    private OperationHolds _holds; // an awaited send's completion and caller (a misuse never pools one in flight)
+    // An awaited send's token: its cancellation fails the send if the loop has not submitted it yet, else cancels the
+    // SENDMSG (one still waiting for room in the socket's buffer).
     private CancellationToken _token;
     private CancellationTokenRegistration _cancellation;
     private volatile bool _cancelRequested;
@@ -64,8 +60,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>Its tag in the SENDMSG's user_data.</summary>
     public ushort Index { get; }
 
-    /// <summary>The caller waits for the kernel's result (else it went on already, and an error goes to the
-    /// socket).</summary>
+    /// <summary>The caller waits for the kernel's result (else an error goes to the socket or its next send).</summary>
     public bool Awaited { get; private set; }
 
     public Libc.msghdr* Message => _message;
@@ -86,8 +81,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>The send leaves from a chosen local address (IP_PKTINFO, IPV6_PKTINFO).</summary>
     public bool HasChosenSource => _localAddressSpace > 0;
 
-    /// <summary>The errno with which the kernel refused to segment this send, until one of its datagrams went alone
-    /// (the sender then remembers it); else 0.</summary>
+    /// <summary>The errno with which the kernel refused to segment this send, until one of its datagrams went alone;
+    /// else 0.</summary>
     public int SegmentRefusal { get; set; }
 
     /// <summary>Datagrams the payload makes.</summary>
@@ -95,13 +90,13 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram (or, <paramref name="lent"/>, pins the caller's buffer that holds it and takes
-    /// it over), its destination (none on a connected socket) and its source (<paramref name="from"/>; none: routing
-    /// chooses). With <paramref name="segmentSize"/> (a payload longer than it), the payload is that many bytes per
-    /// datagram: with UDP_SEGMENT when <paramref name="offload"/>, else one segment at a time.</summary>
+    /// <summary>Copies the datagram (or pins the <paramref name="lent"/> buffer holding it), its destination (none on
+    /// a connected socket) and source (none: routing chooses). A payload longer than <paramref name="segmentSize"/>
+    /// makes datagrams of that size: with UDP_SEGMENT when <paramref name="offload"/>, else one at a time.</summary>
     public void Prepare(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
         int segmentSize = 0, bool offload = true, IMemoryOwner<byte>? lent = null)
     {
+        Debug.Assert(_message != null && _lent is null, "prepared after Free, or still holding a lent buffer");
         _core.Reset();
         Awaited = awaited;
         _cancelRequested = false;
@@ -162,11 +157,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _payload = _data;
     }
 
-    /// <summary>The kernel is done with the send (or never had it): a lent buffer is unpinned and disposed, as the
-    /// caller gave it up.</summary>
     /// <summary>The send has taken over the caller's buffer (disposed by <see cref="ReleaseLent"/>).</summary>
     public bool HoldsLent => _lent is not null;
 
+    /// <summary>The kernel is done with the send (or never had it): a lent buffer is unpinned and disposed.</summary>
     public void ReleaseLent()
     {
         IMemoryOwner<byte>? lent = _lent;
@@ -180,8 +174,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
     }
 
-    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment (still from its
-    /// chosen source).</summary>
+    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment.</summary>
     public void SendOneByOne()
     {
         _offloading = false;
@@ -211,12 +204,10 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         return true;
     }
 
-    /// <summary>The caller's token was cancelled: the loop fails the send if it has not submitted it, or cancels its
-    /// SENDMSG.</summary>
+    /// <summary>The caller's token was cancelled.</summary>
     public bool CancelRequested => _cancelRequested;
 
-    /// <summary>An awaited send: a cancellation of <paramref name="token"/> from now on cancels it (on the
-    /// loop).</summary>
+    /// <summary>An awaited send: a cancellation of <paramref name="token"/> cancels it (on the loop).</summary>
     public void RegisterCancellation(CancellationToken token)
     {
         Debug.Assert(Awaited, "only a send whose caller waits for the kernel can be cancelled");
@@ -273,8 +264,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public int GetResult(short token)
     {
-        // A stale token throws here, before anything changes; so does a result taken before the kernel answered,
-        // which leaves the send to finish (and come back to the pool) on its own.
+        // A stale token throws here, before anything changes; so does a result taken early, which leaves the send to
+        // finish (and come back to the pool) on its own.
         ValueTaskSourceStatus status = _core.GetStatus(token);
         if (_holds.CallerDone)
         {
@@ -328,6 +319,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>Frees the native memory (once the socket is closed and this operation is back in the pool).</summary>
     public void Free()
     {
+        Debug.Assert(_lent is null, "freed while holding a lent buffer");
         NativeMemory.Free(_data);
         NativeMemory.Free(_message);
         _data = null;
@@ -337,9 +329,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         GC.SuppressFinalize(this);
     }
 
-    /// <summary>An awaited send whose caller dropped its ValueTask never comes back to the pool; once the kernel is
-    /// done (it is then in no list of the sender's), only the GC can tell it is gone: its native memory goes
-    /// then.</summary>
+    /// <summary>An awaited send whose caller dropped its ValueTask never comes back to the pool: its native memory
+    /// goes when the GC finds it (the kernel is done with it by then: the sender's in-flight table held it).</summary>
     ~UdpSendOperation()
     {
         NativeMemory.Free(_data);

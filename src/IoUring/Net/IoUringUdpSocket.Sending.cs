@@ -103,17 +103,12 @@ public sealed partial class IoUringUdpSocket
     /// </summary>
     /// <remarks>
     /// <para>Where the kernel refuses to segment, the same bytes go one datagram per SENDMSG: the peer receives the
-    /// same datagrams either way (a datagram above the route's MTU cut into IP fragments, unless the socket forbids
-    /// fragmenting). <see cref="SegmentOffloads"/> counts the sends segmented by the kernel. Refusals are remembered
-    /// once a datagram of the send went alone (one whose datagrams fail alone too, say for a source address the host
-    /// lacks, was not refused for its segmenting), so that later sends skip the failing SENDMSG: EMSGSIZE (a segment
-    /// larger than the route's MTU) and EINVAL (e.g. UDP checksums switched off) for that segment size and larger
-    /// ones, for every destination, as the socket cannot tell which route refused; EIO (a device that cannot segment)
-    /// for the whole socket, as quinn does: the kernel does not say which device refused, and an unconnected socket's
-    /// destinations are usually reached through the same one.</para>
-    /// <para>Going one by one, each datagram is sent once the previous one's SENDMSG completed, and later sends of the
-    /// socket are not held back meanwhile: their datagrams may arrive between this send's (UDP keeps no order anyway;
-    /// holding them would hold every send of the socket to one datagram per loop iteration).</para>
+    /// same datagrams either way. <see cref="SegmentOffloads"/> counts the sends the kernel segmented. A refusal is
+    /// remembered once a datagram of the send went alone, so that later sends skip the failing SENDMSG: EMSGSIZE (a
+    /// segment larger than the route's MTU) and EINVAL (e.g. checksums off) for that segment size and larger ones, to
+    /// every destination; EIO (a device that cannot segment) for the whole socket, as quinn does.</para>
+    /// <para>Going one by one, each datagram is sent once the previous one's SENDMSG completed; later sends of the
+    /// socket are not held back, so their datagrams may arrive in between (UDP keeps no order anyway).</para>
     /// <para>Over IPv4 one segmented send carries at most 65,507 bytes (IPv6: 65,527): more fails with
     /// <see cref="SocketError.MessageSize"/> and nothing is sent.</para>
     /// </remarks>

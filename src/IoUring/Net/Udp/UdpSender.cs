@@ -383,6 +383,18 @@ internal sealed unsafe partial class UdpSender
         sqe->addr = _owner.UserDataOf(UdpRequestKind.Send, operation.Index);
     }
 
+    /// <summary>Operations free for the next send (tests).</summary>
+    internal int PooledOperations
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _pool.Count;
+            }
+        }
+    }
+
     /// <summary>The operation is free for the next send (or its memory goes, the socket being closed).</summary>
     public void ToPool(UdpSendOperation operation)
     {

@@ -58,6 +58,10 @@ public sealed class SendMemoryTests
             for (int i = 0; i < 200; i++)
             {
                 await sender.SendToAsync(datagram, to);
+                // A caller that saw the result before its completion finished on the other thread finds the operation
+                // back a moment later; one resumed inside the completion (the old defect) never would.
+                Assert.True(SpinWait.SpinUntil(() => sender.Sender.PooledOperations == 1, 5000),
+                    $"send {i}: its operation did not go back to the pool");
                 if (i == 0)
                 {
                     oneCopy = sender.Sender.CopyBytes;

@@ -782,7 +782,9 @@ public sealed class UdpTests() : NetworkTests(loopCount: 2)
         {
             for (int i = 0; i < 200; i++)
             {
-                ValueTask<DatagramResult> receive = receiver.ReceiveAsync(buffer);
+                // AsTask before the datagram goes: the result is taken inside the completion, never by a caller racing
+                // its end on another thread (which would need a second operation for a moment, as it may).
+                Task<DatagramResult> receive = receiver.ReceiveAsync(buffer).AsTask();
                 peer.SendTo(new byte[10], target);
                 Assert.Equal(10, (await receive).BytesReceived);
             }

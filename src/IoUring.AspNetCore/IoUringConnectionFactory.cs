@@ -16,21 +16,19 @@ namespace IoUring.AspNetCore;
 /// Outbound connections on io_uring (IORING_OP_CONNECT) as <see cref="ConnectionContext"/>s, with the same features
 /// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
 /// </summary>
-/// <remarks>The loops start at the first connect. Factories made with the same options object (a service provider's
-/// <see cref="IoUringTransportFactory"/> and this one) share them: a proxy's inbound and outbound connections run on
-/// the same loops. They stop (aborting open connections) when the last of those factories is disposed.</remarks>
+/// <remarks>The loops start at the first connect. Factories of one service provider (this one and
+/// <see cref="IoUringTransportFactory"/>) share them, so a proxy's inbound and outbound connections run on the same
+/// loops; the last of them to be disposed stops them.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
     private readonly ILogger _logger;
 
-    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection
-    /// when present.</summary>
+    /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not
-    /// (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops'
-    /// pools are used.</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' pools are not (see
+    /// <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
     /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
     /// it.</exception>
@@ -66,11 +64,11 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     }
 
     /// <summary>
-    /// Makes <paramref name="handler"/> open its connections on this factory's loops (see
-    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them now if they have not started. Where
-    /// io_uring is unavailable the handler is left to connect through sockets, and the first such call logs one warning
-    /// naming the cause. For code that builds its own handlers, e.g. a YARP <c>ForwarderHttpClientFactory</c>; with
-    /// IHttpClientFactory use <c>AddHttpClient(...).UseIoUring()</c>.
+    /// Makes <paramref name="handler"/> connect on this factory's loops (see
+    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them if needed. Where io_uring is unavailable
+    /// the handler keeps its sockets and the first such call logs one warning. For code that builds its own handlers
+    /// (e.g. YARP's <c>ForwarderHttpClientFactory</c>); with IHttpClientFactory use
+    /// <c>AddHttpClient(...).UseIoUring()</c>.
     /// </summary>
     /// <param name="handler">The handler to configure, before its first request.</param>
     /// <returns>True if the handler connects through io_uring, false if through sockets.</returns>
@@ -86,10 +84,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         return true;
     }
 
-    /// <summary>
-    /// The loops' network, started now if it has not been; null (after one warning, then always) where io_uring is
-    /// unavailable, so a caller can fall back to sockets as Kestrel's transport does.
-    /// </summary>
+    /// <summary>The loops' network, started if needed; null (after one warning) without io_uring.</summary>
     [SupportedOSPlatform("linux")]
     internal IoUringNetwork? NetworkOrNull()
         => _transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport) ? transport.Network : null;
@@ -97,8 +92,8 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     private void LogUnavailable(IoUringException ex)
         => IoUringTransportLog.IoUringUnavailableForHttpClient(_logger, ex.Message);
 
-    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every connection still
-    /// open.</summary>
+    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every open
+    /// connection.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>

@@ -16,12 +16,11 @@ namespace IoUring.AspNetCore;
 /// (<see cref="FileHandleEndPoint"/>) and serves their connections from io_uring event loops.
 /// </summary>
 /// <remarks>
-/// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and stop when the
-/// factory is disposed (with the host's services); an <see cref="IoUringConnectionFactory"/> of the same service
-/// provider (HttpClient's <c>UseIoUring()</c>) shares them, and the last of the two to be disposed stops them.</para>
-/// <para>Where io_uring cannot be used (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, a seccomp filter,
-/// RLIMIT_MEMLOCK, or any other failure to set up the rings), it binds through Kestrel's
-/// <see cref="SocketTransportFactory"/> instead and logs one warning naming the cause, unless
+/// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind; an
+/// <see cref="IoUringConnectionFactory"/> of the same service provider shares them, and the last of the two to be
+/// disposed stops them.</para>
+/// <para>Where io_uring cannot be set up (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, seccomp,
+/// RLIMIT_MEMLOCK), it binds through Kestrel's <see cref="SocketTransportFactory"/> and logs one warning, unless
 /// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
 /// </remarks>
 public sealed class IoUringTransportFactory
@@ -33,15 +32,12 @@ public sealed class IoUringTransportFactory
     private readonly LazyTransport _transport;
     private SocketTransportFactory? _fallback;
 
-    /// <summary>Creates the factory. The services after <paramref name="loggerFactory"/> come from dependency injection
-    /// when present.</summary>
+    /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
     /// <param name="options">The transport options.</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' own pools are not
-    /// (<see cref="IoUringTransportOptions.UseLoopMemoryPools"/> off, or no zero-copy send); without one the loops'
-    /// pools are used.</param>
-    /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback (with Kestrel's
-    /// settings applied).</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' pools are not (see
+    /// <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
+    /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback.</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
     /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
     /// it.</exception>
@@ -64,7 +60,7 @@ public sealed class IoUringTransportFactory
     /// <summary>True once a bind found io_uring unavailable and went to the Sockets transport instead.</summary>
     public bool IsFallbackActive => Volatile.Read(ref _fallback) is not null;
 
-    /// <summary>The loops serving the listeners, once the first bind started them (for tests).</summary>
+    // Tests: the loops, once the first bind started them.
     [SupportedOSPlatform("linux")]
     internal IoUring.Net.IoUringNetwork? Network => _transport.Current?.Network;
 
@@ -92,12 +88,10 @@ public sealed class IoUringTransportFactory
     /// <inheritdoc />
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
-    /// <summary>io_uring cannot be set up: serve through Kestrel's Sockets transport from now on (once, under this
-    /// factory's hold's lock).</summary>
+    // Any failure to set the rings up, not only IoUringUnavailableException: Sockets serves better than nothing.
+    // Called once, under the LazyTransport's lock.
     private void UseSockets(IoUringException ex)
     {
-        // IoUringUnavailableException above all (EPERM, ENOSYS, old kernel, RLIMIT_MEMLOCK), but any failure to set the
-        // rings up leaves Kestrel better served by Sockets than not at all; the warning names the cause.
         IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);
         SocketTransportOptions socketOptions =
             _socketOptionsFactory?.Create(Options.DefaultName) ?? new SocketTransportOptions();
@@ -105,10 +99,8 @@ public sealed class IoUringTransportFactory
         Volatile.Write(ref _fallback, new SocketTransportFactory(Options.Create(socketOptions), _loggerFactory));
     }
 
-    /// <summary>
-    /// Lets go of the event loops; the last factory sharing them (see <see cref="IoUringConnectionFactory"/>) stops
-    /// them: every connection still open is aborted and every fd they opened is closed.
-    /// </summary>
+    /// <summary>Lets go of the event loops; the last factory sharing them stops them, aborting every open
+    /// connection.</summary>
     public ValueTask DisposeAsync() => _transport.DisposeAsync();
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>

@@ -7,20 +7,16 @@ namespace Microsoft.Extensions.DependencyInjection;
 public static class HttpClientBuilderIoUringExtensions
 {
     /// <summary>
-    /// The client's primary <see cref="SocketsHttpHandler"/> connects through io_uring: its connections run on the
-    /// loops of the container's <see cref="IoUringConnectionFactory"/> (registered here if it is not; its options are
-    /// <see cref="IoUringTransportOptions"/>, the loops start when the first handler is built). Everything else about
-    /// the handler (pooling, HTTP/2, TLS, proxies' own settings) stays as configured. Where io_uring is unavailable the
-    /// handler connects through sockets as it would without this call, and one warning names the cause
-    /// (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is Kestrel's: it does not apply here). In a host that
-    /// also serves with <c>UseIoUring()</c>, the clients' connections share the server's loops.
-    /// <para>Call it after a <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler: replacing it
-    /// afterwards drops the configurations made before, this one included.</para>
+    /// The client's primary <see cref="SocketsHttpHandler"/> connects on the loops of the container's
+    /// <see cref="IoUringConnectionFactory"/> (registered if missing), shared with a server's <c>UseIoUring()</c>.
+    /// The rest of the handler's configuration stays. Where io_uring is unavailable it connects through sockets and
+    /// one warning names the cause (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> does not apply).
+    /// <para>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler.</para>
     /// </summary>
     /// <param name="builder">The client's builder from <c>AddHttpClient</c>.</param>
     /// <returns>The builder.</returns>
-    /// <exception cref="InvalidOperationException">When a handler is built: the primary handler was replaced by one
-    /// that is not a <see cref="SocketsHttpHandler"/> (only that handler takes a connect callback).</exception>
+    /// <exception cref="InvalidOperationException">When a handler is built: the primary handler is not a
+    /// <see cref="SocketsHttpHandler"/>.</exception>
     /// <example>
     /// <code>
     /// builder.Services.AddHttpClient("backend").UseIoUring();

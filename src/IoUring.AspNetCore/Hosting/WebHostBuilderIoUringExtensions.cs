@@ -27,7 +27,7 @@ public static class WebHostBuilderIoUringExtensions
         return hostBuilder.ConfigureServices(services =>
         {
             services.AddSingleton<IConnectionListenerFactory, IoUringTransportFactory>();
-            // SendFileAsync on the loops (IoUringTransportOptions.ReadFilesOnLoops); once, however often this runs.
+            // ReadFilesOnLoops' middleware, once however often this runs.
             services.TryAddEnumerable(ServiceDescriptor.Singleton<IStartupFilter, LoopFilesStartupFilter>());
         });
     }

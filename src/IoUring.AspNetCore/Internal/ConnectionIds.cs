@@ -1,9 +1,6 @@
 namespace IoUring.AspNetCore.Internal;
 
-/// <summary>
-/// Connection ids in Kestrel's style: 13 base-32 characters of a process-wide counter seeded from the clock, so ids
-/// are unique within a process and unlikely to repeat across restarts.
-/// </summary>
+// Kestrel's style: 13 base-32 characters of a counter seeded from the clock, unlikely to repeat across restarts.
 internal static class ConnectionIds
 {
     private const string Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUV";

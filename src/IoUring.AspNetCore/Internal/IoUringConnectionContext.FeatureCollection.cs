@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Collections;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Connections;
@@ -9,8 +10,8 @@ using Microsoft.AspNetCore.Http.Features;
 
 namespace IoUring.AspNetCore.Internal;
 
-// The features Kestrel's own transports give, implemented by the context itself (no allocation per feature); any
-// other feature, or a replacement of one of these, lives in a short array made on first use (_added).
+// Kestrel's transport features, implemented by the context itself (no allocation per feature); others, and
+// replacements, live in _added.
 internal sealed partial class IoUringConnectionContext :
     IFeatureCollection,
     IConnectionIdFeature,
@@ -22,8 +23,7 @@ internal sealed partial class IoUringConnectionContext :
     IConnectionSocketFeature,
     ILoopFilesFeature
 {
-    // The same list as the type tests in Get<TFeature> and the interfaces above (the feature-collection test checks all
-    // three agree).
+    // Same list as the interfaces above and Get<TFeature>'s tests (FeatureCollection tests check they agree).
     private static readonly Type[] s_ownFeatures =
     [
         typeof(IConnectionIdFeature),
@@ -36,8 +36,8 @@ internal sealed partial class IoUringConnectionContext :
         typeof(ILoopFilesFeature),
     ];
 
-    // Added features, and replaced (or removed: null) own ones. Kestrel adds about five per connection and then asks,
-    // per request, for features nobody has: a short array searched by reference beats a dictionary's hashing here.
+    // Added features, and replaced (or removed: null) own ones. Kestrel adds a few and asks per request for missing
+    // ones: a short array searched by reference beats a dictionary's hashing.
     private KeyValuePair<Type, object?>[]? _added;
     private int _addedCount;
     private int _revision;
@@ -78,8 +78,7 @@ internal sealed partial class IoUringConnectionContext :
         }
     }
 
-    // Kestrel asks for features on every request (its request features fall back to these): the added ones first (they
-    // may replace own ones), then type-handle comparisons.
+    // Per request: added ones first (they may replace own ones), then type comparisons the JIT folds.
     TFeature? IFeatureCollection.Get<TFeature>() where TFeature : default
     {
         int index = IndexOfAdded(typeof(TFeature));
@@ -101,11 +100,12 @@ internal sealed partial class IoUringConnectionContext :
         return default;
     }
 
-    // Feature keys are runtime types (typeof), unique objects: compared by reference.
+    // Runtime types are unique objects: compared by reference.
     private int IndexOfAdded(Type key)
     {
         KeyValuePair<Type, object?>[]? added = _added;
         int count = _addedCount;
+        Debug.Assert(count <= (added?.Length ?? 0), "_addedCount counts entries of _added");
         for (int i = 0; i < count; i++)
         {
             if (ReferenceEquals(added![i].Key, key))
@@ -169,10 +169,7 @@ internal sealed partial class IoUringConnectionContext :
     void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException(
         "The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
 
-    /// <summary>
-    /// <see cref="IoUring.Net.IoUringConnection.Socket"/>: made on first use over a duplicate of the fd, disposed when
-    /// the connection closes (ObjectDisposedException from then on, as with Kestrel's Sockets transport, never another
-    /// connection's socket). Reading or writing through it bypasses the transport's pipes.
-    /// </summary>
+    // Over a duplicate of the fd, disposed at the close (never another connection's socket); I/O through it bypasses
+    // the pipes.
     Socket IConnectionSocketFeature.Socket => _connection.Socket;
 }

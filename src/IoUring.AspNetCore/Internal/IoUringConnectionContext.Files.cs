@@ -3,11 +3,10 @@ using Microsoft.AspNetCore.Http.Features;
 
 namespace IoUring.AspNetCore.Internal;
 
-// SendFileAsync on the loop (ILoopFilesFeature): the wrapper of the last body feature asked for is kept, so the
-// requests of an HTTP/1.1 connection (one body feature, Kestrel's HttpProtocol) share one.
+// The last wrapper is kept: an HTTP/1.1 connection's requests share one body feature, so they share one wrapper.
 internal sealed partial class IoUringConnectionContext
 {
-    private LoopResponseBodyFeature? _loopFiles; // any request's thread: immutable, replaced whole
+    private LoopResponseBodyFeature? _loopFiles; // immutable, replaced whole: read on any request's thread
 
     IHttpResponseBodyFeature ILoopFilesFeature.WithLoopFiles(IHttpResponseBodyFeature body)
     {

@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
 using System.Runtime.Versioning;
@@ -9,17 +10,10 @@ using Microsoft.AspNetCore.Http.Features;
 namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
-/// What Kestrel sees of one io_uring connection: its pipes as <see cref="Transport"/>, and the features Kestrel's own
-/// transports give (see the FeatureCollection part).
+/// What Kestrel sees of one io_uring connection. <see cref="ConnectionClosed"/> fires once, on the thread pool, at the
+/// peer's FIN or RST or at the close, whichever comes first (as on Sockets). Abort resets (FIN with Kestrel's
+/// FinOnError; first reason wins); <see cref="DisposeAsync"/> sends what is left and FIN, then waits for the close.
 /// </summary>
-/// <remarks>
-/// <para><see cref="ConnectionClosed"/> fires once, on the thread pool, when the peer sends FIN or RST (even while the
-/// application is not reading) or when the connection has closed, whichever comes first — as with the Sockets
-/// transport, where it tells Kestrel that the client has gone.</para>
-/// <para><see cref="Abort(ConnectionAbortedException)"/> resets the connection (FIN instead with Kestrel's FinOnError
-/// switch); the first reason wins and is what pending reads fail with. <see cref="DisposeAsync"/> (Kestrel calls it
-/// when it is done with the connection) sends what is left and FIN, then waits until the socket is closed.</para>
-/// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class IoUringConnectionContext : ConnectionContext
 {
@@ -29,9 +23,9 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     private readonly TaskCompletionSource _closedFired = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly KeyValuePair<string, object?> _loopTag; // the metrics' series of this connection's loop
     private CancellationToken _connectionClosed;
-    private int _closedTokenFired;   // 1 once FireConnectionClosed has run (or is running): it fires once
+    private int _closedTokenFired;
     private int _aborted;
-    private int _finLogged;      // WriteFin is logged once: at Kestrel's Abort(null), or else at the dispose
+    private int _finLogged; // at Kestrel's Abort(null), or else at the dispose
     private int _disposed;
 
     public IoUringConnectionContext(IoUringConnection connection, IoUringTransport transport)
@@ -44,8 +38,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         LocalEndPoint = connection.LocalEndPoint;
         RemoteEndPoint = connection.RemoteEndPoint;
 
-        // IoUringConnection cancels its token on the thread pool, where this fires at once (no second hop); when
-        // Kestrel awaits DisposeAsync, that fires it first (IoUringConnection completes Closed before the token).
+        // The connection cancels its token on the thread pool: fire there, no second hop.
         _connection.ConnectionClosed.UnsafeRegister(
             static s => ((IoUringConnectionContext)s!).FireConnectionClosed(), this);
         _connection.OnPeerClosed(static (s, reset) => ((IoUringConnectionContext)s!).OnPeerHangup(reset), this);
@@ -94,9 +87,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
     {
         if (abortReason is null)
         {
-            // Kestrel passes null when the client has gone (ConnectionClosed fired) and FinOnError is off: it wants
-            // FIN, not RST, and completes Transport.Output itself right after this call, which sends FIN once the
-            // output is flushed; DisposeAsync then closes. Not a close reason: a later Abort still resets.
+            // Kestrel's "client gone, send FIN": it completes Transport.Output next. Not a close reason: a later
+            // Abort still resets.
             if (Interlocked.Exchange(ref _finLogged, 1) == 0)
             {
                 IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId,
@@ -132,9 +124,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
         _transport.Metrics.ConnectionClosed(_loopTag);
-        // The connection has closed: fire ConnectionClosed here if nothing has yet (this runs on the thread pool, in
-        // the connection's closed item as a rule: no second hop), or wait for the item that is firing it, before the
-        // source goes.
+        // Fire here if nothing has yet, else wait for whoever is firing, before the source goes.
         FireConnectionClosed();
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();
@@ -142,6 +132,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
 
     private void OnBackpressure(bool paused)
     {
+        Debug.Assert(_connection.Loop.IsOnLoopThread, "backpressure is reported by the loop's receiver");
         if (paused)
         {
             IoUringTransportLog.ConnectionPause(_transport.Logger, ConnectionId);
@@ -152,7 +143,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         }
     }
 
-    /// <summary>The peer sent FIN or RST. Loop thread, or the constructor's if it had already happened.</summary>
+    // Loop thread, or the constructor's if the peer had already gone.
     internal void OnPeerHangup(bool reset)
     {
         if (reset)
@@ -166,7 +157,6 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         ScheduleConnectionClosed();
     }
 
-    /// <summary>From the loop thread: fires <see cref="ConnectionClosed"/> on the thread pool (once).</summary>
     private void ScheduleConnectionClosed()
     {
         if (Volatile.Read(ref _closedTokenFired) != 0)
@@ -177,14 +167,14 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         ThreadPool.UnsafeQueueUserWorkItem(static c => c.FireConnectionClosed(), this, preferLocal: false);
     }
 
-    /// <summary>On a thread-pool thread, never the loop's: fires <see cref="ConnectionClosed"/> (once), then lets
-    /// DisposeAsync finish.</summary>
+    // Once, on the thread pool; then lets DisposeAsync finish.
     private void FireConnectionClosed()
     {
         if (Interlocked.Exchange(ref _closedTokenFired, 1) != 0)
         {
             return;
         }
+        Debug.Assert(!_closedFired.Task.IsCompleted, "the close is signalled once, after the token");
         try
         {
             _closedSource.Cancel();

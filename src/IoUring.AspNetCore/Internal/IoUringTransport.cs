@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
@@ -12,9 +13,8 @@ using Microsoft.Extensions.Logging;
 namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
-/// One <see cref="IoUringNetwork"/> (its loops) as Kestrel uses it: Kestrel's memory pool, Kestrel's exception
-/// types for resets and aborts, loop errors logged, the host's meter (where the network publishes its loops' counters
-/// and the transport its connections). Listeners and outbound connections of one factory share it.
+/// One <see cref="IoUringNetwork"/> as Kestrel uses it: Kestrel's memory pool and exception types, loop errors
+/// logged, the host's meter. A factory's listeners and outbound connections share it.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class IoUringTransport : IAsyncDisposable
@@ -25,6 +25,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
     private IoUringTransport(IoUringNetwork network, MemoryPool<byte>? ownedPool, ILogger logger,
         IoUringMetrics metrics, IoUringTransportOptions options)
     {
+        Debug.Assert(network.Loops.Count > 0, "a network has at least one loop");
         _network = network;
         _ownedPool = ownedPool;
         Logger = logger;
@@ -42,7 +43,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     public IoUringNetwork Network => _network;
 
-    /// <summary>Starts the loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
     public static IoUringTransport Create(IoUringTransportOptions options, ILoggerFactory loggerFactory,
@@ -51,7 +51,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
         ILogger logger = loggerFactory.CreateLogger(IoUringTransportLog.Category);
         IoUringNetworkOptions networkOptions =
             options.ToNetworkOptions(ex => IoUringTransportLog.LoopHandlerException(logger, ex));
-        // The loops' own pools (registered with their rings) where zero-copy sends can use them; Kestrel's otherwise.
+        // The loops' registered pools where zero-copy sends can use them; Kestrel's otherwise.
         bool loopPools = options.UseLoopMemoryPools && networkOptions.ZeroCopySendThreshold is not null
             && IoUringCapabilities.For(networkOptions.Loop.Hooks).HasZeroCopySend;
         MemoryPool<byte>? pool = loopPools
@@ -60,7 +60,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
         try
         {
             networkOptions.MemoryPool = pool;
-            // The network registers its loops with the host's meter; the transport adds its connections there.
             networkOptions.MeterFactory = meterFactory;
             UseKestrelExceptions(networkOptions);
             return new IoUringTransport(new IoUringNetwork(networkOptions), pool, logger,
@@ -73,8 +72,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
         }
     }
 
-    /// <summary>The network's features as <see cref="IoUringNetwork.DescribeFeatures"/> names them, with this layer's
-    /// reasons for the memory pool and its own file reads.</summary>
+    // The network's features, with this layer's reasons for the memory pool and its file reads.
     internal static string DescribeFeatures(IoUringNetwork network, IoUringTransportOptions options, bool kestrelPool)
     {
         FeatureSummary features = FeatureSummary.For(network);
@@ -101,8 +99,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
         return features.ToString();
     }
 
-    /// <summary>Resets read as <see cref="ConnectionResetException"/> and aborts as
-    /// <see cref="ConnectionAbortedException"/>, as Kestrel expects.</summary>
     internal static void UseKestrelExceptions(IoUringNetworkOptions options)
     {
         options.CreateResetException = static message =>
@@ -110,8 +106,6 @@ internal sealed class IoUringTransport : IAsyncDisposable
         options.CreateAbortedException = static message => new ConnectionAbortedException(message);
     }
 
-    /// <summary>Binds <paramref name="endPoint"/> (IP, Unix domain socket, or an inherited listening socket) and starts
-    /// accepting.</summary>
     /// <exception cref="AddressInUseException">The address is taken.</exception>
     public IoUringConnectionListener Bind(EndPoint endPoint, int backlog)
     {
@@ -132,8 +126,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
 
     private IoUringListener ListenOnInherited(FileHandleEndPoint endPoint, int backlog)
     {
-        // Not owned, as Kestrel's Sockets transport does it: the handle belongs to whoever passed it to us (systemd
-        // socket activation, a parent process), and disposing the listener must not close it under them.
+        // Not owned, as on Sockets: the handle belongs to whoever passed it (systemd, a parent process).
         var socket = new Socket(new SafeSocketHandle((IntPtr)endPoint.FileHandle, ownsHandle: false));
         try
         {
@@ -143,8 +136,7 @@ internal sealed class IoUringTransport : IAsyncDisposable
                     $"File handle {endPoint.FileHandle} is a {socket.SocketType} socket; only stream sockets can be " +
                     "served.");
             }
-            // Listening again on a listening socket only sets the backlog; a bound socket that was not yet listening
-            // starts now.
+            // Sets the backlog of a listening socket; starts one only bound.
             socket.Listen(backlog);
             return _network.Listen(socket, backlog);
         }

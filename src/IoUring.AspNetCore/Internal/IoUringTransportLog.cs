@@ -2,14 +2,9 @@ using Microsoft.Extensions.Logging;
 
 namespace IoUring.AspNetCore.Internal;
 
-/// <summary>
-/// The transport's log events. Where an event is the one Kestrel's Sockets transport logs, it has the same id,
-/// level and name (4 Pause, 5 Resume, 6 ReadFin, 7 WriteFin, 8 WriteRst, 14 Error, 19 Reset), so log filters and
-/// dashboards keep working when the transport changes. Events of our own start at 100.
-/// </summary>
+// Events Kestrel's Sockets transport also logs keep its id, level and name, so filters keep working; ours start at 100.
 internal static partial class IoUringTransportLog
 {
-    /// <summary>The logger category.</summary>
     public const string Category = "IoUring.AspNetCore.Transport";
 
     [LoggerMessage(4, LogLevel.Debug, @"Connection id ""{ConnectionId}"" paused.",
@@ -111,7 +106,6 @@ internal static partial class IoUringTransportLog
         EventName = "LoopHandlerException")]
     public static partial void LoopHandlerException(ILogger logger, Exception ex);
 
-    // Information: the one line that says what the server runs on, to read at start and to paste into an issue.
     [LoggerMessage(102, LogLevel.Information, "io_uring transport started: {Features}.",
         EventName = "TransportStarted")]
     public static partial void TransportStarted(ILogger logger, string features);

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Diagnostics.CodeAnalysis;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
@@ -10,13 +11,9 @@ using Microsoft.Extensions.Logging;
 namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
-/// A factory's hold on the <see cref="IoUringTransport"/> of its <see cref="IoUringTransportOptions"/>: the factories
-/// made with the same options object (a service provider's <see cref="IoUringTransportFactory"/> and
-/// <see cref="IoUringConnectionFactory"/>, which get the one <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>)
-/// share one set of loops, so a proxy's inbound and outbound connections run on the same loops and one io_uring_enter
-/// serves both. Factories given the same options object with other services (another host's logger, pool or meter
-/// factory) get loops of their own. The loops start on first use (binding or connecting, not at construction, so a host
-/// that never uses them starts none) and stop when the last factory holding them is disposed.
+/// A factory's hold on the <see cref="SharedTransport"/> of its options object: a service provider's two factories get
+/// the same <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>, so a proxy's inbound and outbound connections share
+/// loops; another host's factories (other services) get their own. The loops start on first use.
 /// </summary>
 internal sealed class LazyTransport
 {
@@ -36,14 +33,13 @@ internal sealed class LazyTransport
         lock (s_tableLock)
         {
             s_byOptions.TryGetValue(options, out SharedTransport? found);
-            // The same options object given to factories of another host (other services) gets loops of its own.
             bool otherHost = found is not null && !found.ServesFor(loggerFactory, memoryPoolFactory, meterFactory);
             if (found is not null && !otherHost && found.TryHold())
             {
                 _shared = found;
                 return;
             }
-            // None yet, one that stopped (its holders all disposed, it cannot start again), or another host's.
+            // None yet, one that stopped (it cannot start again), or another host's.
             _shared = new SharedTransport(options, loggerFactory, memoryPoolFactory, meterFactory);
             _shared.TryHold();
             if (!otherHost)
@@ -53,14 +49,12 @@ internal sealed class LazyTransport
         }
     }
 
-    /// <summary>The transport if it has started.</summary>
     [SupportedOSPlatform("linux")]
     public IoUringTransport? Current => _shared.Current;
 
     /// <summary>
-    /// The transport, started now if it has not been. If io_uring cannot be set up and <paramref name="onUnavailable"/>
-    /// is given, it is called the first time this holder finds that out and false is returned from then on; without it
-    /// the error is thrown. True only on Linux (a transport starts nowhere else), which CA1416 takes as Linux's guard.
+    /// The transport, started if needed. Where io_uring cannot be set up, <paramref name="onUnavailable"/> is called
+    /// once per holder and false returned; without it the error is thrown. True only on Linux (CA1416's guard).
     /// </summary>
     /// <exception cref="ObjectDisposedException">The factory (<c>owner</c>) was disposed.</exception>
     [SupportedOSPlatformGuard("linux")]
@@ -75,6 +69,7 @@ internal sealed class LazyTransport
             {
                 return true;
             }
+            Debug.Assert(unavailable is not null, "a transport that did not start has its setup error");
             if (onUnavailable is null)
             {
                 ExceptionDispatchInfo.Throw(unavailable!); // one exception for every holder: keep its setup stack trace
@@ -88,7 +83,7 @@ internal sealed class LazyTransport
         }
     }
 
-    /// <summary>Lets go of the loops; the last holder stops them (every connection still open is aborted).</summary>
+    /// <summary>Lets go of the loops; the last holder stops them, aborting open connections.</summary>
     public ValueTask DisposeAsync()
     {
         lock (_lock)
@@ -100,87 +95,5 @@ internal sealed class LazyTransport
             _disposed = true;
         }
         return _shared.ReleaseAsync();
-    }
-
-    /// <summary>The transport of one options object and how many factories hold it.</summary>
-    private sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory,
-        IMemoryPoolFactory<byte>? memoryPoolFactory, IMeterFactory? meterFactory)
-    {
-        private readonly Lock _lock = new();
-        private IoUringTransport? _transport;
-        private IoUringException? _unavailable; // set up once and failed: not tried again
-        private int _holders;
-        private bool _stopped;
-
-        [SupportedOSPlatform("linux")]
-        public IoUringTransport? Current => Volatile.Read(ref _transport);
-
-        /// <summary>Made with these services (a service provider's factories get the same ones).</summary>
-        public bool ServesFor(ILoggerFactory loggers, IMemoryPoolFactory<byte>? pools, IMeterFactory? meters)
-            => loggers == loggerFactory && pools == memoryPoolFactory && meters == meterFactory;
-
-        public bool TryHold()
-        {
-            lock (_lock)
-            {
-                if (_stopped)
-                {
-                    return false;
-                }
-                _holders++;
-                return true;
-            }
-        }
-
-        public IoUringTransport? GetOrStart(out IoUringException? unavailable)
-        {
-            lock (_lock)
-            {
-                if (_transport is null && _unavailable is null)
-                {
-                    IoUringCapabilities capabilities =
-                        IoUringCapabilities.For(options.ToNetworkOptions().Loop.Hooks);
-                    try
-                    {
-                        // Unsupported (off Linux, among other causes): throws naming the cause, as the loops' setup
-                        // still may.
-                        if (!capabilities.IsSupported)
-                        {
-                            capabilities.EnsureSupported();
-                        }
-                        else
-                        {
-                            Volatile.Write(ref _transport,
-                                IoUringTransport.Create(options, loggerFactory, memoryPoolFactory, meterFactory));
-                        }
-                    }
-                    catch (IoUringException ex)
-                    {
-                        _unavailable = ex;
-                    }
-                }
-                unavailable = _unavailable;
-                return _transport;
-            }
-        }
-
-        public async ValueTask ReleaseAsync()
-        {
-            IoUringTransport? transport;
-            lock (_lock)
-            {
-                if (--_holders > 0)
-                {
-                    return;
-                }
-                _stopped = true;
-                transport = _transport;
-            }
-            // A transport starts only on Linux: the check is for CA1416 (the JIT folds it away).
-            if (transport is not null && OperatingSystem.IsLinux())
-            {
-                await transport.DisposeAsync().ConfigureAwait(false);
-            }
-        }
     }
 }

@@ -5,13 +5,8 @@ using Microsoft.Extensions.Options;
 
 namespace IoUring.AspNetCore.Internal.Files;
 
-/// <summary>
-/// Added by UseIoUring(): a middleware first in the pipeline that gives each request on an io_uring connection the
-/// response body feature whose SendFileAsync reads on the loop (<see cref="LoopResponseBodyFeature"/>), so static
-/// files, Results.File and every other SendFileAsync caller go through it. Nothing is added when
-/// <see cref="IoUringTransportOptions.ReadFilesOnLoops"/> is false; requests on Sockets connections (the fallback) are
-/// left alone.
-/// </summary>
+// First in the pipeline, so every SendFileAsync caller gets the loop's; Sockets connections (the fallback) have no
+// ILoopFilesFeature and are left alone.
 internal sealed class LoopFilesStartupFilter(IOptions<IoUringTransportOptions> options) : IStartupFilter
 {
     public Action<IApplicationBuilder> Configure(Action<IApplicationBuilder> next)
@@ -24,7 +19,7 @@ internal sealed class LoopFilesStartupFilter(IOptions<IoUringTransportOptions> o
         {
             app.Use(static next => context =>
             {
-                // Every request pays for this: the indexer, cheaper than the generic virtual Get<T>/Set<T>.
+                // Every request pays for this: the indexer is cheaper than the generic virtual Get<T>/Set<T>.
                 IFeatureCollection features = context.Features;
                 if (features[typeof(ILoopFilesFeature)] is ILoopFilesFeature files
                     && features[typeof(IHttpResponseBodyFeature)] is IHttpResponseBodyFeature body)

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.Versioning;
 using IoUring.Loops;
@@ -6,25 +7,13 @@ using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.AspNetCore.Internal.Files;
 
-/// <summary>
-/// Kestrel's response body feature with <see cref="SendFileAsync"/> reading files larger than one read
-/// (<see cref="ChunkSize"/>) on the connection's loop
-/// (<see cref="EventLoop.ReadAsync"/>) straight into the response's own memory (<see cref="PipeWriter.GetMemory"/> of
-/// <see cref="Writer"/>), then flushing it: Kestrel still writes the headers, frames, encrypts and paces the body.
-/// Everything else is the inner feature's. Immutable: one connection's requests may share it.
-/// </summary>
-/// <remarks>
-/// Kestrel's own SendFileAsync reads through a FileStream on the thread pool (a blocking pread) into a rented array,
-/// then copies that into the body. Here the read goes to the loop's ring, and its bytes land where the response is
-/// sent from: over HTTP/1.1 without TLS that is the connection's output, so the file's bytes are never copied in user
-/// space; over HTTP/2 and TLS Kestrel's framing and encryption copy them, and the gain is the thread not held.
-/// </remarks>
+// SendFileAsync reads on the loop straight into the writer's memory (the connection's output over plain HTTP/1.1:
+// no user-space copy; under HTTP/2 or TLS the gain is the thread-pool thread not held). Immutable: shared by requests.
 [SupportedOSPlatform("linux")]
 internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, EventLoop loop)
     : IHttpResponseBodyFeature
 {
-    // Bytes asked of the writer per read: one loop round trip and one flush per chunk. The loop's output gives a block
-    // of this size from its large pinned pool (EventLoop.LargeBlockPool); smaller chunks cost a round trip per 4 KiB.
+    // One read and one flush per chunk; the loop's output gives this size from EventLoop.LargeBlockPool.
     internal const int ChunkSize = 64 * 1024;
 
     public IHttpResponseBodyFeature Inner => inner;
@@ -39,17 +28,13 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
 
     public Task CompleteAsync() => inner.CompleteAsync();
 
-    /// <summary>As Kestrel's: the range [offset, offset + count) of the file at <paramref name="path"/> (to its end
-    /// when <paramref name="count"/> is null) goes into the body.</summary>
     /// <exception cref="ArgumentOutOfRangeException">The range is not inside the file.</exception>
     /// <exception cref="IOException">The file ended early (truncated while being sent), or a read failed.</exception>
     /// <exception cref="OperationCanceledException">The token was cancelled.</exception>
     public Task SendFileAsync(string path, long offset, long? count,
         CancellationToken cancellationToken = default)
     {
-        // One read's worth goes to Kestrel's copy, cheaper there (docs/benchmarks.md, "Files"). Without a count the
-        // file's size decides, by a stat: the copy opens the file itself. An empty-looking file (/proc's) is read to
-        // its end on the loop.
+        // One chunk or less is cheaper through Kestrel's copy. An empty-looking file (/proc's) is read on the loop.
         if (count <= ChunkSize
             || (count is null && new FileInfo(path) is { Exists: true, Length: > 0 and var length }
                 && length - offset <= ChunkSize))
@@ -75,8 +60,7 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
         }
         cancellationToken.ThrowIfCancellationRequested();
 
-        // Without a count the file is sent to its end as it is then (Kestrel's copy does the same): a file that grew
-        // meanwhile goes whole, and one whose size says 0 (/proc, /sys) still sends what it holds.
+        // Without a count, to the end as it is then (as Kestrel's copy): a file that grew goes whole, /proc's too.
         PipeWriter writer = inner.Writer;
         long remaining = count ?? long.MaxValue;
         while (remaining > 0)
@@ -97,6 +81,7 @@ internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, Ev
                     $"'{path}' ended at byte {offset}, {remaining} bytes short of the range being sent: it was " +
                     "truncated while being sent.");
             }
+            Debug.Assert(read <= memory.Length && read <= remaining, "a read fills at most the memory given");
             writer.Advance(read);
             offset += read;
             remaining -= read;

@@ -88,7 +88,7 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
         if (abortReason is null)
         {
             // Kestrel's "client gone, send FIN": it completes Transport.Output next. Not a close reason: a later
-            // Abort still resets.
+            // Abort still resets. Logged once (Peer_fin_is_logged_with_the_sockets_transport_event_id).
             if (Interlocked.Exchange(ref _finLogged, 1) == 0)
             {
                 IoUringTransportLog.ConnectionWriteFin(_transport.Logger, ConnectionId,
@@ -124,7 +124,8 @@ internal sealed partial class IoUringConnectionContext : ConnectionContext
             IoUringTransportLog.ConnectionError(_transport.Logger, ConnectionId, ex);
         }
         _transport.Metrics.ConnectionClosed(_loopTag);
-        // Fire here if nothing has yet, else wait for whoever is firing, before the source goes.
+        // Fire here if nothing has yet, else wait for whoever is firing, before the source goes
+        // (Client_gone_between_requests_fires_ConnectionClosed).
         FireConnectionClosed();
         await _closedFired.Task.ConfigureAwait(false);
         _closedSource.Dispose();

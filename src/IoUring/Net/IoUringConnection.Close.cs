@@ -1,20 +1,25 @@
 using System.Diagnostics;
+using System.Net.Sockets;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Ending the connection: Abort and DisposeAsync (any thread), and on the loop thread the close itself, through
-// ConnectionState's steps: cancel what is in flight, wait for the final CQEs, close the fd through the ring.
+// Ending the connection: Abort and DisposeAsync (any thread), then on the loop thread ConnectionState's steps: cancel
+// what is in flight, wait for the final CQEs, close the fd through the ring. Also the Socket handed to applications
+// (Kestrel's IConnectionSocketFeature), which wraps a duplicate fd so its number stays its own while a call runs.
 public sealed partial class IoUringConnection
 {
+    private Socket? _socket;        // under the _closed lock
+    private bool _fdReleased;       // under the _closed lock: no new Socket
+
     /// <summary>
     /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
     /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
     /// </summary>
     public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
 
-    /// <summary>Abort was called (any thread): from then on nothing more is sent, also what is flushed before the loop
+    /// <summary>Abort was called (any thread): nothing more is sent, even what was flushed before the loop
     /// closes.</summary>
     internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
@@ -55,8 +60,6 @@ public sealed partial class IoUringConnection
         return new ValueTask(_closed.Task);
     }
 
-    // ---- lifecycle (loop thread) ----
-
     private void BeginAbortiveClose() => BeginClose(_abortReason, abortive: true);
 
     /// <summary>The receiver or the sender reached its end: close gracefully once both have.</summary>
@@ -72,13 +75,12 @@ public sealed partial class IoUringConnection
     /// for complete.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
 
-    // Closing: cancel each request in flight (by user_data), wait for each final CQE, then close through the ring, so
-    // the fd number cannot be reused while a request on it may still run. Then tell the application. Zero-copy
-    // notifications are not waited for: they may come minutes later (unacknowledged data keeps the kernel's hold on the
-    // memory until the peer acknowledges it or goes away), so only the memory waits: the pins and the handle are freed
-    // after the last one.
+    // Cancel each request in flight, wait for each final CQE, then close through the ring, so the fd number cannot be
+    // reused while a request on it may still run. Zero-copy notifications may come much later (the peer has not
+    // acknowledged): only the memory waits for them, freed after the last one.
     private unsafe void BeginClose(Exception? reason, bool abortive)
     {
+        _owner.Loop.AssertOnLoopThread();
         if (_state != ConnectionState.Open)
         {
             return;
@@ -95,8 +97,7 @@ public sealed partial class IoUringConnection
         _sender.OnClosing();
         if (_owner.InFlight > _sender.NotificationsPending)
         {
-            // What is left in flight then (these cancels, an earlier one) ends by itself; the last final CQE closes the
-            // fd.
+            // the last final CQE closes the fd
             CancelForClose();
         }
         else
@@ -121,11 +122,11 @@ public sealed partial class IoUringConnection
         }
     }
 
-    // A cancel the loop had no SQE for (the SQ stayed full after an early submit) is tried again next iteration, or the
-    // close would wait for ever; cancelling a request twice is harmless (the second finds nothing). Once the loop is
-    // gone the retry is dropped: its requests still in the kernel may use the fd, which therefore stays open.
+    // A cancel with no SQE (the SQ full) is retried next iteration, or the close would wait for ever; a second cancel
+    // finds nothing. Once the loop is gone the retry is dropped and the fd stays open: its requests may still use it.
     private void CancelForClose()
     {
+        Debug.Assert(_state == ConnectionState.Cancelling, $"cancelling for close in state {_state}");
         if (!(_receiver.CancelForClose() & _sender.CancelForClose()))
         {
             RetryOnLoop(static c => c.CancelForClose());
@@ -147,17 +148,15 @@ public sealed partial class IoUringConnection
             _owner.Loop.RetryNextIteration(this, static c => c.SubmitCloseRequest(), static c => c.CloseWithoutRing());
             return;
         }
+        Debug.Assert(_state == ConnectionState.ClosingFd, $"CLOSE submitted in state {_state}");
         sqe->opcode = IORING_OP_CLOSE;
         sqe->fd = _fd;
     }
 
     private void RetryOnLoop(Action<IoUringConnection> retry) => _owner.Loop.RetryNextIteration(this, retry);
 
-    /// <summary>
-    /// The loop went with the CLOSE still waiting for an SQE: no request on the fd runs any more (only zero-copy
-    /// notifications may be pending, which hold memory, not the fd), so it is closed here, and the close finishes as
-    /// the CLOSE's completion would have finished it. Any thread, the loop gone.
-    /// </summary>
+    /// <summary>The loop went with the CLOSE still waiting for an SQE: no request on the fd runs any more
+    /// (notifications hold memory, not the fd), so it is closed here as the CLOSE would have. Any thread.</summary>
     private void CloseWithoutRing()
     {
         Debug.Assert(_state == ConnectionState.ClosingFd, $"closing the fd directly in state {_state}");
@@ -168,12 +167,10 @@ public sealed partial class IoUringConnection
 
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
 
-    /// <summary>
-    /// Cancels this connection's request whose user_data is <paramref name="userData"/> (found by hash: no walk). False
-    /// when the loop had no SQE for it (reported).
-    /// </summary>
+    /// <summary>Cancels this connection's request by its user_data; false when the loop had no SQE for it.</summary>
     internal unsafe bool CancelRequest(ulong userData)
     {
+        _owner.Loop.AssertOnLoopThread();
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, ConnectionRequestKind.Cancel);
         if (sqe == null)
         {
@@ -184,15 +181,13 @@ public sealed partial class IoUringConnection
         return true;
     }
 
-    /// <summary>The fd is closed and no request but zero-copy notifications is in flight: the connection is
-    /// closed.</summary>
     private void OnClosed()
     {
         _settings.Registry?.Remove(this);
         _receiver.Input.CompleteWriter(null);
         // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
         Volatile.Write(ref _closedSignalled, 1);
-        // runs SignalClosed (no work item allocated per close)
+        // the owner runs SignalClosed (no work item allocated per close)
         ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false);
     }
 
@@ -200,5 +195,87 @@ public sealed partial class IoUringConnection
     {
         Debug.Assert(next == _state + 1, $"illegal connection state change {_state} -> {next}");
         _state = next;
+    }
+
+    /// <summary>
+    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use. It wraps a
+    /// duplicate of <see cref="FileDescriptor"/> (so its fd number cannot be reused while a call through it runs) and
+    /// is disposed when the connection closes: from then on calls through it throw
+    /// <see cref="ObjectDisposedException"/>. Disposing it does not close the connection; reading or writing through it
+    /// bypasses <see cref="Input"/> and <see cref="Output"/>.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">The connection has closed.</exception>
+    public Socket Socket
+    {
+        get
+        {
+            lock (_closed)
+            {
+                ObjectDisposedException.ThrowIf(_fdReleased, this);
+                if (_socket is null)
+                {
+                    int fd = Libc.fcntl(_fd, Libc.F_DUPFD_CLOEXEC, 0);
+                    if (fd < 0)
+                    {
+                        throw SocketErrors.FromErrno(Libc.GetLastErrno());
+                    }
+                    // The handle owns the duplicate now: disposing it is the one close (a close(fd) too would let its
+                    // finalizer close the number again, by then perhaps another socket's).
+                    var handle = new SafeSocketHandle(fd, ownsHandle: true);
+                    try
+                    {
+                        _socket = new Socket(handle);
+                    }
+                    catch
+                    {
+                        handle.Dispose();
+                        throw;
+                    }
+                }
+                return _socket;
+            }
+        }
+    }
+
+    /// <summary>Before the fd is closed: no new Socket; the one handed out is disposed, closing its duplicate once no
+    /// call through it is in progress.</summary>
+    private void ReleaseSocket()
+    {
+        Debug.Assert(_state == ConnectionState.ClosingFd, $"Socket released in state {_state}");
+        Socket? socket;
+        lock (_closed)
+        {
+            _fdReleased = true;
+            socket = _socket;
+        }
+        if (socket is null)
+        {
+            return;
+        }
+        try
+        {
+            if (!_abortiveClose)
+            {
+                // FIN was sent: telling the Socket keeps its close graceful (no RST) if it interrupts a call.
+                socket.Shutdown(SocketShutdown.Send);
+            }
+        }
+        catch (SocketException)
+        {
+            // already closed by the peer
+        }
+        catch (ObjectDisposedException)
+        {
+            // the application disposed it
+        }
+        try
+        {
+            socket.Dispose();
+        }
+        catch (Exception ex)
+        {
+            // The loop goes on closing the connection whatever the Socket's teardown throws.
+            _owner.Loop.ReportUnhandled(ex);
+        }
     }
 }

@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
 using System.Runtime.Versioning;
@@ -31,15 +32,16 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionOutput _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
+    // What _closedTokenSource holds once closed with no source made (shared, never disposed: nothing registered on it).
+    private static readonly CancellationTokenSource s_closedTokenSource = CreateCancelledSource();
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
     private int _closedSignalled;   // 1 once closed: a first ConnectionClosed read from then on gets a cancelled token
-    // Completed only from the thread-pool item that OnClosed queues, so its awaiters continue there, inline (one hop
-    // per close for the token and Closed together, not one each).
+    // Completed only on the thread-pool item OnClosed queues, so awaiters continue there inline (one hop per close).
+    // Also the lock for _socket and _fdReleased.
     private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
-    // The endpoints are made when first asked for (few applications but Kestrel ask): the local one as this
-    // connection's own copy of its listener's (IPEndPoint is mutable), else read at start; the peer's parsed from its
-    // address, read at start (the fd number may belong to another socket after close, and a reset peer has no address).
+    // Endpoints are made when first asked for; the addresses behind them are read at start (after close the fd number
+    // may belong to another socket, and a reset peer has no address). IPEndPoint is mutable: the listener's is copied.
     private IPEndPoint? _listenerEndPoint;
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
@@ -49,8 +51,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private int _abortRequested;
     private bool _abortWithReset;
     private bool _abortiveClose;
-    // The peer-closed notification, registered from any thread without a post to the loop (one per accepted
-    // connection under Kestrel): 0 until the peer's FIN (1) or reset (2) arrived, set by the loop.
+    // Peer-closed notification, registered from any thread without a post to the loop: 0, FIN (1) or reset (2).
     private int _peerClosedKind;
     private Action<object?, bool>? _peerClosedCallback;
     private object? _peerClosedState;
@@ -65,41 +66,26 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The network's registry this connection is (or was) in; null outside a network.</summary>
     internal ConnectionRegistry? Registry => _settings.Registry;
 
-    /// <summary>
-    /// The connection's lifecycle, in this order only (each step is the only legal next one, asserted in
-    /// <see cref="MoveTo"/>). The fd number stays this connection's until <see cref="FdClosed"/>: no request on it can
-    /// still run then, so its reuse by another socket cannot reach this connection's requests.
-    /// </summary>
+    // The lifecycle, each step only to the next (MoveTo asserts it). The fd number stays this connection's until
+    // FdClosed, when no request on it can still run.
     private enum ConnectionState
     {
-        /// <summary>Receiving and sending, each until its own end (FIN either way, the reader gone).</summary>
-        Open,
-        /// <summary>Closing: Input completed, every request on the fd cancelled; waiting for their final CQEs
-        /// (zero-copy notifications excepted).</summary>
-        Cancelling,
-        /// <summary>Nothing but notifications in flight: the CLOSE is submitted (the Socket handed out is disposed
-        /// first).</summary>
-        ClosingFd,
-        /// <summary>The CLOSE completed.</summary>
-        FdClosed,
-        /// <summary>The application was told (<see cref="Closed"/>, <see cref="ConnectionClosed"/>); the owner is
-        /// released (its GCHandle and the send memory are freed after the last zero-copy notification).</summary>
-        Closed,
+        Open,       // receiving and sending, each until its own end
+        Cancelling, // every request on the fd cancelled; waiting for their final CQEs (not zero-copy notifications)
+        ClosingFd,  // only notifications in flight: the handed-out Socket disposed, the CLOSE submitted
+        FdClosed,   // the CLOSE completed
+        Closed,     // the application told; the owner released (memory freed after the last notification)
     }
 
-    /// <summary>A connection on <paramref name="loop"/> over the connected socket <paramref name="fd"/> (TCP when
-    /// <paramref name="isTcp"/>), with <paramref name="settings"/>.</summary>
     internal IoUringConnection(EventLoop loop, int fd, bool isTcp, ConnectionSettings settings)
     {
         _fd = fd;
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        // The loop's own pool unless the settings name one: its blocks are registered with the loop's ring, so large
-        // sends from them go zero-copy from fixed buffers.
+        // The loop's pool's blocks are registered with its ring: large sends from them go zero-copy from fixed buffers.
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
-        // A flush sends from its own thread only below the zero-copy threshold while the sender sends zero-copy: larger
-        // sends are the ring's then.
+        // While sends go zero-copy, a flush sends from its own thread only below the threshold.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
         _output = new ConnectionOutput(_owner, loop, MemoryPool, settings.OutputSegments,
             settings.MaxWriteBufferSize ?? 0, settings.UnsafePreferInlineScheduling, fd, callerSendLimit);
@@ -123,8 +109,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The loop this connection runs on.</summary>
     public EventLoop Loop => _owner.Loop;
 
-    /// <summary>The local endpoint (read when the connection started: the fd number may belong to another socket after
-    /// close).</summary>
+    /// <summary>The local endpoint (read when the connection started).</summary>
     public EndPoint? LocalEndPoint => Volatile.Read(ref _localEndPoint) ?? CopyListenerEndPoint();
 
     /// <summary>The peer's endpoint (read when the connection started).</summary>
@@ -195,7 +180,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     internal ConnectionSettings Settings => _settings;
 
-    /// <summary>Closing has begun (loop thread): no new receive or send is started.</summary>
+    /// <summary>Closing has begun: no new receive or send is started.</summary>
     internal bool IsClosing => _state != ConnectionState.Open;
 
     /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the
@@ -211,12 +196,11 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// </summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
-    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set, which the socket
-    /// inherited.</param>
-    /// <param name="receive">Start receiving now; an accepted connection starts when the application takes it
-    /// (<see cref="StartReceiving"/>).</param>
-    /// <param name="listenerEndPoint">The local endpoint when the caller knows it (a listener bound to one address:
-    /// shared, copied when first asked for), else read.</param>
+    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set (inherited).</param>
+    /// <param name="receive">Start receiving now; else when the application takes it (<see cref="StartReceiving"/>).
+    /// </param>
+    /// <param name="listenerEndPoint">The listener's single bound endpoint (shared, copied when first asked for), or
+    /// null to read it.</param>
     internal void Start(bool noDelayInherited = false, bool receive = true, IPEndPoint? listenerEndPoint = null)
     {
         _owner.Loop.AssertOnLoopThread();
@@ -225,7 +209,6 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
             _ = Libc.SetIntOption(_fd, Libc.IPPROTO_TCP, Libc.TCP_NODELAY, 1);
         }
         _settings.Registry?.Add(this);
-        // Read now: after close the fd number may belong to another socket.
         _listenerEndPoint = listenerEndPoint;
         _localEndPoint = listenerEndPoint is null ? SocketAddresses.GetLocal(_fd) : null;
         _remoteAddressLength = SocketAddresses.ReadRemote(_fd, ref _remoteAddress, out _remoteEndPoint);
@@ -233,19 +216,15 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         {
             _receiver.Start();
         }
-        // also for a connection not accepted yet: a reset before the application takes it is noticed
+        // also before the application takes the connection, so a reset then is noticed
         _receiver.ArmHangUpPoll();
         _sender.Start();
     }
 
-    /// <summary>
-    /// Starts receiving a connection the listener held back until the application accepted it, so that connections
-    /// nobody has accepted yet cost no receive memory (their bytes wait in the kernel, as with an accept backlog).
-    /// </summary>
+    /// <summary>Starts receiving once the application accepted the connection: until then its bytes wait in the kernel,
+    /// costing no receive memory.</summary>
     internal void StartReceiving() => ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.Start());
 
-    /// <summary>Runs <paramref name="action"/> (given this connection) on the loop thread: now if already there, else
-    /// posted.</summary>
     private void ScheduleOnLoop(Action<object?> action)
     {
         if (_owner.Loop.IsOnLoopThread)
@@ -261,5 +240,119 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         {
             // The loop stopped: it closed every connection on its way out.
         }
+    }
+
+
+    /// <summary>
+    /// Calls <paramref name="callback"/> once when the peer's FIN or reset is received (true for a reset), also while
+    /// the application is not reading: on the loop thread, or at once if that already happened. For transports that
+    /// must tell their server the client has gone (Kestrel's ConnectionClosed). Register once.
+    /// </summary>
+    /// <param name="callback">Called with <paramref name="state"/> and whether the peer reset. It must not block or
+    /// throw.</param>
+    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    public void OnPeerClosed(Action<object?, bool> callback, object? state)
+    {
+        _peerClosedState = state;
+        Interlocked.Exchange(ref _peerClosedCallback, callback); // full fence: published before the kind is read
+        DeliverPeerClosed();
+    }
+
+    /// <summary>
+    /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
+    /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events). Register once.
+    /// </summary>
+    /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or
+    /// throw.</param>
+    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    public void OnBackpressure(Action<object?, bool> callback, object? state)
+        => ScheduleOnLoop(_ => _receiver.SetBackpressureCallback(callback, state));
+
+    internal void NotifyPeerClosed(bool reset)
+    {
+        _owner.Loop.AssertOnLoopThread();
+        if (_peerClosedKind != 0)
+        {
+            return;
+        }
+        Interlocked.Exchange(ref _peerClosedKind, reset ? 2 : 1); // full fence: published before the callback is read
+        DeliverPeerClosed();
+    }
+
+    // Both sides publish, fence, then look at the other's field, so at least one sees both; the flag makes it once.
+    private void DeliverPeerClosed()
+    {
+        int kind = Volatile.Read(ref _peerClosedKind);
+        Action<object?, bool>? callback = Volatile.Read(ref _peerClosedCallback);
+        if (kind != 0 && callback is not null && Interlocked.Exchange(ref _peerClosedDelivered, 1) == 0)
+        {
+            callback(_peerClosedState, kind == 2);
+        }
+    }
+
+    /// <summary>
+    /// On the thread pool, once closed: completes <see cref="Closed"/> (awaiters continue here), then cancels
+    /// <see cref="ConnectionClosed"/> (callbacks run here, and may block on Closed). The network's disposal waits for
+    /// this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
+    /// </summary>
+    internal void SignalClosed()
+    {
+        Debug.Assert(_state == ConnectionState.Closed && Volatile.Read(ref _closedSignalled) == 1,
+            $"closed signalled in state {_state}");
+        ConnectionRegistry? registry = _settings.Registry;
+        registry?.BeginClosedSignal(this);
+        try
+        {
+            _closed.TrySetResult();
+            // The stand-in or a racing reader's source wins the exchange: every source made is cancelled here.
+            if (Interlocked.CompareExchange(ref _closedTokenSource, s_closedTokenSource, null) is { } source)
+            {
+                CancelClosedToken(source);
+            }
+        }
+        finally
+        {
+            registry?.EndClosedSignal(this);
+        }
+    }
+
+    private void CancelClosedToken(CancellationTokenSource source)
+    {
+        try
+        {
+            source.Cancel();
+        }
+        catch (Exception ex)
+        {
+            // A callback threw (the others ran first): reported, never thrown at the thread pool.
+            _owner.Loop.ReportUnhandled(ex);
+        }
+    }
+
+    /// <summary>
+    /// The first <see cref="ConnectionClosed"/> read: the new source, or null once closed (a cancelled token then). It
+    /// races <see cref="SignalClosed"/>'s stand-in in one exchange: the winner is what every reader gets.
+    /// </summary>
+    private CancellationTokenSource? CreateClosedTokenSource()
+    {
+        if (Volatile.Read(ref _closedSignalled) != 0)
+        {
+            return null;
+        }
+        var source = new CancellationTokenSource();
+        _owner.Loop.Options.Hooks?.BeforeClosedTokenSourcePublished?.Invoke();
+        if (Interlocked.CompareExchange(ref _closedTokenSource, source, null) is { } existing)
+        {
+            source.Dispose();
+            return existing;
+        }
+        return source;
+    }
+
+    private static CancellationTokenSource CreateCancelledSource()
+    {
+        var source = new CancellationTokenSource();
+        source.Cancel();
+        return source;
     }
 }

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
@@ -10,12 +11,10 @@ namespace IoUring.Net;
 /// to the loops in turn (a connection then lives on its loop). <see cref="AcceptAsync"/> hands them out.
 /// </summary>
 /// <remarks>
-/// Connections the application has not accepted yet are held to about the listen backlog
-/// (<see cref="IoUringNetworkOptions.Backlog"/>): when that many wait, the loops stop taking connections from the
-/// kernel (whose own backlog then holds further clients, as with <see cref="Socket.AcceptAsync(CancellationToken)"/>)
-/// until the application has taken half of them. A multishot accept takes everything the kernel has queued in one go,
-/// so up to one kernel backlog per loop more may be taken before the loops see the queue is full. Nothing is received
-/// for a connection until <see cref="AcceptAsync"/> hands it out.
+/// Connections not accepted yet are held to about <see cref="IoUringNetworkOptions.Backlog"/>: when that many wait, the
+/// loops stop taking connections from the kernel (whose backlog then holds further clients) until the application has
+/// taken half of them. A multishot accept takes all the kernel has queued at once, so up to one kernel backlog per loop
+/// more may be taken first. Nothing is received for a connection until <see cref="AcceptAsync"/> hands it out.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed class IoUringListener : IAsyncDisposable
@@ -23,8 +22,7 @@ public sealed class IoUringListener : IAsyncDisposable
     private readonly Socket _socket;
     private readonly object _lock = new();
     private readonly Queue<IoUringConnection> _accepted = new();           // under _lock
-    // AcceptAsync calls waiting; under _lock
-    private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = [];
+    private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = []; // waiting AcceptAsync; under _lock
     private readonly int _capacity;
     // accepted from the kernel and not yet handed out (queued, or on their way to their loop)
     private int _pending;
@@ -53,8 +51,7 @@ public sealed class IoUringListener : IAsyncDisposable
             settings.BeforeAcceptorCreated?.Invoke(i);
             _acceptors[i] = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
         }
-        // Started only once all exist: a loop that accepts at once (clients already queued on the socket, as with
-        // systemd socket activation) hands connections to the others' acceptors.
+        // Started once all exist: a loop that accepts at once (clients already queued) hands connections to others.
         foreach (Acceptor acceptor in _acceptors)
         {
             acceptor.Loop.Post(static a => ((Acceptor)a!).Start(), acceptor);
@@ -64,11 +61,8 @@ public sealed class IoUringListener : IAsyncDisposable
     /// <summary>The bound endpoint (with the port the kernel chose when asked for port 0).</summary>
     public EndPoint LocalEndPoint { get; }
 
-    /// <summary>
-    /// Every accepted connection's local endpoint when the listener is bound to one IP address (then it is
-    /// <see cref="LocalEndPoint"/>, and no getsockname per connection is needed, as System.Net.Sockets does); null when
-    /// bound to a wildcard address, where each connection's local address is the one the client reached.
-    /// </summary>
+    /// <summary>Every accepted connection's local endpoint when bound to one IP address (no getsockname per
+    /// connection); null for a wildcard address, where it is the address each client reached.</summary>
     internal IPEndPoint? AcceptedLocalEndPoint => LocalEndPoint is IPEndPoint ip
         && !ip.Address.Equals(IPAddress.Any) && !ip.Address.Equals(IPAddress.IPv6Any) ? ip : null;
 
@@ -199,10 +193,10 @@ public sealed class IoUringListener : IAsyncDisposable
     /// take).</summary>
     internal bool HasRoomToResume() => Volatile.Read(ref _pending) <= _capacity / 2;
 
-    /// <summary>A connection is ready on its loop (this thread): to a waiting AcceptAsync, else into the
-    /// queue.</summary>
+    /// <summary>A connection is ready on its loop: to a waiting AcceptAsync, else into the queue.</summary>
     internal void Enqueue(IoUringConnection connection)
     {
+        connection.Loop.AssertOnLoopThread();
         TaskCompletionSource<IoUringConnection?> waiter;
         lock (_lock)
         {
@@ -230,7 +224,8 @@ public sealed class IoUringListener : IAsyncDisposable
     private void HandOut(IoUringConnection connection)
     {
         connection.StartReceiving(); // a post to its loop unless on it: only for connections that waited in the queue
-        Interlocked.Decrement(ref _pending); // full fence: published before the acceptors' pause flags are read
+        int pending = Interlocked.Decrement(ref _pending); // full fence: published before the pause flags are read
+        Debug.Assert(pending >= 0, "more connections handed out than accepted");
         ResumeAcceptorsIfRoom();
     }
 
@@ -274,7 +269,9 @@ public sealed class IoUringListener : IAsyncDisposable
 
     internal void OnAcceptorFreed()
     {
-        if (Interlocked.Decrement(ref _liveAcceptors) == 0)
+        int live = Interlocked.Decrement(ref _liveAcceptors);
+        Debug.Assert(live >= 0, "an acceptor freed twice");
+        if (live == 0)
         {
             _acceptorsFreed.TrySetResult();
         }

@@ -49,10 +49,10 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         IoUringCapabilities capabilities = IoUringCapabilities.For(_options.Loop.Hooks);
         capabilities.EnsureSupported();
 
-        // No pool given: each loop's own, registered with its ring (IoUringConnection.MemoryPool).
+        // no pool given: each loop's own, registered with its ring
         Settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry, capabilities);
 
-        // Before the loops: a factory's Create may throw (a disposed host's does), and no loop may be left running.
+        // before the loops: a factory's Create may throw, and no loop may be left running
         _metrics = IoUringMetrics.For(_options.MeterFactory);
         _loops = new EventLoop[_options.LoopCount];
         try
@@ -96,13 +96,13 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>
     /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
-    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>, registered with its
-    /// ring; it lives as long as that loop, and disposing it does nothing).
+    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>; it lives as long as
+    /// that loop, and disposing it does nothing).
     /// </summary>
     public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 
-    /// <summary>Blocks rented from the loops' own pools and not returned (including those pinned by zero-copy sends),
-    /// or -1 with a pool of the user's.</summary>
+    /// <summary>Blocks rented from the loops' own pools and not returned (zero-copy pins included), or -1 with a pool
+    /// of the user's.</summary>
     internal int RentedMemoryBlocks
         => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
 
@@ -257,8 +257,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             throw;
         }
         IoUringUdpSocket udp = new(NextLoop(), socket, options, s => _udpSockets.TryRemove(s, out _));
-        // Registered before it starts, so that a dispose of the network racing with this call closes it: the network's
-        // dispose or the loop's stop finds it, and a start after that throws ObjectDisposedException.
+        // Registered before it starts, so a racing dispose of the network (or stop of the loop) finds and closes it.
         _udpSockets.TryAdd(udp, 0);
         udp.Start(); // on failure it closed itself (and left the set)
         return udp;
@@ -275,14 +274,14 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         {
             return;
         }
-        // Taken before the first await: a dispose called from a connection's Closed continuation or ConnectionClosed
-        // callback (even blocking, as Dispose does) must not wait for that connection's signal to end.
+        // Before the first await: a dispose from a connection's Closed continuation or ConnectionClosed callback
+        // must not wait for that connection's own signal to end.
         IoUringConnection? signalling = ConnectionRegistry.SignallingOnThisThread;
         foreach (IoUringConnection connection in _registry.Snapshot())
         {
             connection.Abort();
         }
-        // Whatever throws, the loops stop and the meter lets the network go (it would keep it alive for good).
+        // whatever throws, the loops stop and the meter lets the network go (it would keep it alive for good)
         try
         {
             try
@@ -309,14 +308,14 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
                 _metrics.Retire(this); // the loops' counts are final: they stay in the meter
             }
         }
-        // Every connection's fd is closed now (a stopping loop closes its own) and each tells its application on the
-        // thread pool (ConnectionClosed, Closed): return once all have.
+        // Every fd is closed now; return once each connection has told its application (on the thread pool).
         await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);
     }
 
-    /// <summary>A stopping loop closes its connections, so that no fd outlives it. Runs on that loop.</summary>
+    /// <summary>A stopping loop closes its connections, so that no fd outlives it.</summary>
     private void CloseConnectionsOf(EventLoop loop)
     {
+        loop.AssertOnLoopThread();
         foreach (IoUringConnection connection in _registry.Snapshot())
         {
             if (connection.Loop == loop)
@@ -333,9 +332,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>A stopping loop closes its UDP sockets. Runs on that loop.</summary>
     private void CloseUdpSocketsOf(EventLoop loop)
     {
+        loop.AssertOnLoopThread();
         foreach (IoUringUdpSocket socket in _udpSockets.Keys)
         {
             if (socket.Loop == loop)
@@ -354,5 +353,4 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>Same as <see cref="DisposeAsync"/>, blocking.</summary>
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
-
 }

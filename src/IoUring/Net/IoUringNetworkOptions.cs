@@ -23,8 +23,7 @@ public sealed class IoUringNetworkOptions
     /// Accept with one multishot ACCEPT per loop (true), or with a single-shot ACCEPT re-armed after each connection
     /// (false), as servers did before Linux 5.19.
     /// </summary>
-    /// <remarks>Defaults to true. Single-shot is there to compare the two (docs/benchmarks.md); it costs one more
-    /// request per connection.</remarks>
+    /// <remarks>Defaults to true. Single-shot costs one more request per connection.</remarks>
     public bool MultishotAccept { get; set; } = true;
 
     /// <summary>Set TCP_NODELAY on TCP connections.</summary>
@@ -59,28 +58,22 @@ public sealed class IoUringNetworkOptions
     /// send the kernel reports as copied anyway (always so on loopback) goes back to plain sends.
     /// </summary>
     /// <remarks>
-    /// Defaults to 16 KiB on Linux 6.10 and later, 64 KiB before: where zero-copy sends from the loop's registered
-    /// memory start to cost less than copying ones on 6.18 (ZeroCopySendBenchmarks, UDP through a device that does not
-    /// copy; docs/benchmarks.md, "Zero-copy send"), while unregistered ones win only from 64 KiB. The
-    /// kernel made small zero-copy sends cheaper in 6.10; older kernels could not be measured here (qemu without KVM),
-    /// so they keep the earlier, cautious 64 KiB. Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/>
-    /// until their notification (once the peer acknowledged them), so a peer that stops reading holds no more than on
-    /// copying sends.
+    /// Defaults to 16 KiB on Linux 6.10 and later (which made small zero-copy sends cheaper), 64 KiB before; see
+    /// docs/benchmarks.md, "Zero-copy send". Bytes sent zero-copy count against <see cref="MaxWriteBufferSize"/> until
+    /// their notification (the peer acknowledged them), so a peer that stops reading holds no more than on copying
+    /// sends.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = DefaultZeroCopySendThreshold;
 
-    /// <summary>16 KiB on 6.10 and later, 64 KiB before (see <see cref="ZeroCopySendThreshold"/>).</summary>
     internal static long DefaultZeroCopySendThreshold { get; } =
         Environment.OSVersion.Version >= new Version(6, 10) ? 16 * 1024 : 64 * 1024;
 
     /// <summary>The memory pool of every connection's pipes, or null for each loop's own pool.</summary>
     /// <remarks>
-    /// Defaults to null: each connection uses its loop's <see cref="Loops.EventLoop.MemoryPool"/> (blocks of
-    /// <see cref="Loops.EventLoopOptions.MemoryBlockSize"/> on the pinned object heap, registered with the loop's ring
-    /// as fixed buffers), which lives as long as the loop. Zero-copy sends need such a pool (its blocks outlive the
-    /// pipe's hold while the kernel reads them); with any other pool every send copies. A pool given here is not
-    /// disposed by the network. Kestrel's transport passes Kestrel's pool only where its loops' pools are not used
-    /// (IoUringTransportOptions.UseLoopMemoryPools).
+    /// Defaults to null: each connection uses its loop's <see cref="Loops.EventLoop.MemoryPool"/> (pinned blocks of
+    /// <see cref="Loops.EventLoopOptions.MemoryBlockSize"/> registered with the loop's ring), which lives as long as
+    /// the loop. Zero-copy sends need such a pool; with any other every send copies. A pool given here is not disposed
+    /// by the network.
     /// </remarks>
     public System.Buffers.MemoryPool<byte>? MemoryPool { get; set; }
 
@@ -107,9 +100,8 @@ public sealed class IoUringNetworkOptions
     /// <summary>Makes the "IoUring" meter on which the network's loops publish what they do (docs/metrics.md), or null
     /// for the process-wide meter of that name.</summary>
     /// <remarks>
-    /// Defaults to null. In a host, pass its <see cref="IMeterFactory"/> (from dependency injection) so that the meter
-    /// is the host's, as Kestrel's transport does. Networks of one factory share one meter, where loop i's series adds
-    /// up their loops i; the counts of a disposed network stay in it for as long as the meter lives.
+    /// Defaults to null. In a host, pass its <see cref="IMeterFactory"/> so the meter is the host's. Networks of one
+    /// factory share one meter (loop i's series adds up their loops i); a disposed network's counts stay in it.
     /// </remarks>
     public IMeterFactory? MeterFactory { get; set; }
 

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Runtime.Versioning;
 using IoUring.Interop;
@@ -7,12 +8,10 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listener's multishot ACCEPT on one loop (or single-shot ones, one per connection:
-/// <see cref="IoUringNetworkOptions.MultishotAccept"/>). Accepted connections are dealt to the listener's loops in
-/// turn. The request is re-armed whenever a CQE comes without F_MORE, except: while the listener's queue of connections
-/// nobody accepted yet is full (paused until the application takes some); when fds run out (EMFILE/ENFILE) or for an
-/// unknown error, after a pause; never after an error that says the listening socket itself is broken (the listener
-/// then fails its AcceptAsync).
+/// A listener's multishot ACCEPT on one loop (or one single-shot per connection:
+/// <see cref="IoUringNetworkOptions.MultishotAccept"/>); accepted connections are dealt to the listener's loops in
+/// turn. Re-armed on each CQE without F_MORE, except: while the listener's queue is full (paused); after a backoff when
+/// fds run out or for an unknown error; never once the listening socket is broken (AcceptAsync then fails).
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class Acceptor : RingOwner
@@ -36,8 +35,7 @@ internal sealed unsafe class Acceptor : RingOwner
     private bool _acceptArmed;
     private bool _cancelSubmitted;
     private bool _backoffArmed;
-    // 1 while the listener's queue is full; cleared by the listener (any thread)
-    private int _paused;
+    private int _paused;                    // 1 while the listener's queue is full; cleared by it (any thread)
 
     private readonly bool _isTcp;
     // fds other loops accepted for this one
@@ -55,8 +53,7 @@ internal sealed unsafe class Acceptor : RingOwner
     /// <summary>Accept calls that failed for lack of fds (for tests and counters).</summary>
     public int FdExhaustions { get; private set; }
 
-    /// <summary>ACCEPT requests submitted (for tests: one per loop with multishot, one per connection
-    /// without).</summary>
+    /// <summary>ACCEPT requests submitted (tests: one per loop with multishot, one per connection without).</summary>
     public int AcceptRequests { get; private set; }
 
     public void Start()
@@ -78,6 +75,7 @@ internal sealed unsafe class Acceptor : RingOwner
             Loop.RetryNextIteration(this, static a => a.Arm()); // no SQE: without a retry nothing would ever re-arm it
             return;
         }
+        Debug.Assert(!_acceptArmed && !_backoffArmed, "ACCEPT armed twice, or during a backoff");
         sqe->opcode = IORING_OP_ACCEPT;
         sqe->fd = _listenFd;
         sqe->ioprio = _settings.MultishotAccept ? IORING_ACCEPT_MULTISHOT : (ushort)0;
@@ -87,14 +85,14 @@ internal sealed unsafe class Acceptor : RingOwner
         _cancelSubmitted = false;
     }
 
-    /// <summary>The listener's queue is full: stop taking connections from the kernel (its backlog holds them
-    /// meanwhile).</summary>
+    /// <summary>The listener's queue is full: stop taking connections (the kernel's backlog holds them).</summary>
     private void Pause()
     {
+        Loop.AssertOnLoopThread();
         Interlocked.Exchange(ref _paused, 1); // full fence: published before the queue length is read again
         if (_listener.HasRoomToResume())
         {
-            // The application took connections in between and may have looked before the flag was set.
+            // the application took some in between and may have looked before the flag was set
             Interlocked.Exchange(ref _paused, 0);
             return;
         }
@@ -135,6 +133,7 @@ internal sealed unsafe class Acceptor : RingOwner
                 });
                 return;
             }
+            Loop.AssertOnLoopThread();
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->addr = UserDataOf(KindAccept);
             _cancelSubmitted = true;
@@ -155,8 +154,10 @@ internal sealed unsafe class Acceptor : RingOwner
 
     internal override void HandleCompletion(uint kind, int result, uint flags, ulong userData)
     {
+        Loop.AssertOnLoopThread();
         if (kind == KindBackoff)
         {
+            Debug.Assert(_backoffArmed, "a backoff TIMEOUT completed that was not armed");
             _backoffArmed = false;
             Arm();
             return;
@@ -213,8 +214,7 @@ internal sealed unsafe class Acceptor : RingOwner
             case Errno.EINVAL:
             case Errno.EBADF:
             case ENOTSOCK:
-                // The listening socket itself is broken (EINVAL: it no longer listens): re-arming would fail at once,
-                // forever. Stop, and let AcceptAsync report it.
+                // The listening socket is broken (EINVAL: no longer listens): re-arming would fail forever.
                 _failed = true;
                 CancelAccept();
                 _listener.OnAcceptFailed(-result);
@@ -228,8 +228,7 @@ internal sealed unsafe class Acceptor : RingOwner
                 BackOff(more);
                 break;
             default:
-                // Unknown (e.g. EOPNOTSUPP, which accept(2) also uses for a connection's pending error): retry, but
-                // not in a spin.
+                // unknown (EOPNOTSUPP is also a connection's pending error): retry, not in a spin
                 BackOff(more);
                 break;
         }
@@ -246,6 +245,7 @@ internal sealed unsafe class Acceptor : RingOwner
                 Loop.RetryNextIteration(this, static a => a.BackOff(more: false));
                 return;
             }
+            Debug.Assert(_backoff != null, "backoff TIMEOUT without its timespec");
             sqe->opcode = IORING_OP_TIMEOUT;
             // SAFETY: _backoff is freed in OnFreed, once the acceptor has no request in flight.
             sqe->addr = (ulong)_backoff;
@@ -254,10 +254,8 @@ internal sealed unsafe class Acceptor : RingOwner
         }
     }
 
-    /// <summary>
-    /// Gives the accepted socket to the next loop in turn. The kernel hands a listening socket's connections to
-    /// whichever accept it finds first, which left every connection on one loop; round robin spreads them.
-    /// </summary>
+    /// <summary>Gives the accepted socket to the next loop in turn: the kernel hands connections to whichever accept it
+    /// finds first, which left them all on one loop.</summary>
     private void HandOff(int fd)
     {
         Acceptor target = _listener.NextAcceptor();
@@ -266,8 +264,7 @@ internal sealed unsafe class Acceptor : RingOwner
             StartConnection(fd);
             return;
         }
-        // The fd goes through the target's queue and the post carries only the target: nothing allocated per
-        // connection.
+        // the fd goes through the target's queue, the post carries only the target: nothing allocated per connection
         target._handedOff.Enqueue(fd);
         try
         {
@@ -283,7 +280,6 @@ internal sealed unsafe class Acceptor : RingOwner
         }
     }
 
-    /// <summary>One post per fd another loop's acceptor queued in <see cref="_handedOff"/>.</summary>
     private void StartHandedOff()
     {
         if (_handedOff.TryDequeue(out int fd))
@@ -301,7 +297,7 @@ internal sealed unsafe class Acceptor : RingOwner
             return;
         }
         var connection = new IoUringConnection(Loop, fd, _isTcp, _settings);
-        // The listener set TCP_NODELAY (IoUringListener); receiving starts when the application accepts it.
+        // TCP_NODELAY inherited from the listening socket; receiving starts when the application accepts it
         connection.Start(noDelayInherited: true, receive: false, _listener.AcceptedLocalEndPoint);
         _listener.Enqueue(connection);
     }

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
@@ -73,10 +74,10 @@ internal sealed unsafe class ConnectOperation : RingOwner
         SubmitConnect();
     }
 
-    /// <summary>Queues the CONNECT; with no SQE (the SQ still full after an early submit), again next iteration, as
-    /// every request of the loop's. Loop thread.</summary>
+    /// <summary>Queues the CONNECT; with no SQE, again next iteration.</summary>
     private void SubmitConnect()
     {
+        Loop.AssertOnLoopThread();
         if (Loop.IsStopping || _token.IsCancellationRequested)
         {
             Abandon();
@@ -88,6 +89,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
             Loop.RetryNextIteration(this, static op => op.SubmitConnect(), static op => op.Abandon());
             return;
         }
+        Debug.Assert(_fd >= 0 && _address != null && InFlight == 1, "CONNECT without its socket or address");
         sqe->opcode = IORING_OP_CONNECT;
         sqe->fd = _fd;
         // SAFETY: _address is freed at this CONNECT's completion (or by Abandon, when it never reached the kernel).
@@ -122,10 +124,11 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
     }
 
-    /// <summary>Loop thread: cancels the CONNECT if it is still in flight; with no SQE, again next iteration (or it
-    /// would wait out the kernel's SYN retries).</summary>
+    /// <summary>Cancels the CONNECT if it is still in flight; with no SQE, again next iteration (or it would wait out
+    /// the kernel's SYN retries).</summary>
     private void SubmitCancel()
     {
+        Loop.AssertOnLoopThread();
         if (InFlight == 0 || Loop.IsStopping)
         {
             return;
@@ -146,13 +149,13 @@ internal sealed unsafe class ConnectOperation : RingOwner
         {
             return;
         }
+        Debug.Assert(_address != null, "a second CONNECT completion");
         NativeMemory.Free(_address);
         _address = null;
         _cancellation.Dispose();
         if (result == 0 && Loop.IsStopping)
         {
-            // Connected while the loop stops (the cancel-all came too late): the loop's connections were already
-            // closed, so this one would outlive it. Close the socket instead of handing out a dead connection.
+            // Connected after the stop's cancel-all: the loop's connections are already closed, so close this one too.
             Fail(LoopStopped());
         }
         else if (result == 0)
@@ -165,8 +168,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
         else if (result == -Errno.ECANCELED)
         {
-            // Cancelled by the caller's token, or by the stop's cancel-all (reported as for a connect started after
-            // it).
+            // by the caller's token, or the stop's cancel-all (reported as for a connect started after it)
             Fail(Loop.IsStopping ? LoopStopped() : new OperationCanceledException("The connect was cancelled."));
         }
         else

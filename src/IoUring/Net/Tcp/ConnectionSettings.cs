@@ -1,5 +1,4 @@
 using System.Buffers;
-using System.Diagnostics;
 using System.Net.Sockets;
 using System.Runtime.Versioning;
 using IoUring.Interop;
@@ -9,7 +8,7 @@ using IoUring.Testing;
 namespace IoUring.Net;
 
 /// <summary>What every connection of one network shares: options, memory pool, error types, the live set. A record, so
-/// a layer above overrides with <c>with</c> and keeps every other setting.</summary>
+/// a layer above overrides with <c>with</c>.</summary>
 [SupportedOSPlatform("linux")]
 internal sealed record ConnectionSettings
 {
@@ -48,8 +47,8 @@ internal sealed record ConnectionSettings
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
 
-    /// <summary>A failed send's error (errno positive): a reset for EPIPE and ECONNRESET, else an IOException naming
-    /// it.</summary>
+    /// <summary>A failed send's error (errno positive): a reset for EPIPE or ECONNRESET, else an IOException.
+    /// </summary>
     public Exception CreateSendException(int errno) => errno is Errno.EPIPE or Errno.ECONNRESET
         ? CreateResetException("Connection reset by peer.")
         : new IOException($"Send failed: {IoUringException.ErrnoName(errno)}.", SocketErrors.FromErrno(errno));
@@ -78,132 +77,5 @@ internal sealed record ConnectionSettings
             CreateResetException = options.CreateResetException ?? settings.CreateResetException,
             CreateAbortedException = options.CreateAbortedException ?? settings.CreateAbortedException,
         };
-    }
-}
-
-/// <summary>
-/// The live connections of a network, so that disposing it (or a loop's stop) can close them: a doubly linked list
-/// through the connections themselves (<see cref="IoUringConnection.RegistryPrevious"/>,
-/// <see cref="IoUringConnection.RegistryNext"/>), so registering one allocates nothing. Added and removed on the loops'
-/// threads, under one lock. A removed connection still tells its application on the thread pool
-/// (<see cref="IoUringConnection.Closed"/>); the network's disposal waits for that too
-/// (<see cref="WhenClosedSignalled"/>).
-/// </summary>
-[SupportedOSPlatform("linux")]
-internal sealed class ConnectionRegistry
-{
-    private readonly Lock _lock = new();
-    private IoUringConnection? _first;
-    private int _count;
-    private int _signalsPending;  // removed, Closed not completed yet
-    private IoUringConnection? _awaitedExcept; // the signal WhenClosedSignalled's caller runs inside, if still running
-    private TaskCompletionSource? _signalled;
-    // The connection this thread is telling its application that it closed (Closed's awaiters and ConnectionClosed's
-    // callbacks run inside): a network disposed synchronously from there must not wait for that one.
-    [ThreadStatic] private static IoUringConnection? t_signalling;
-
-    /// <summary>The connection whose close this thread is signalling right now (see
-    /// <see cref="WhenClosedSignalled"/>).</summary>
-    public static IoUringConnection? SignallingOnThisThread => t_signalling;
-
-    public int Count => Volatile.Read(ref _count);
-
-    public void Add(IoUringConnection connection)
-    {
-        lock (_lock)
-        {
-            connection.RegistryNext = _first;
-            if (_first is not null)
-            {
-                _first.RegistryPrevious = connection;
-            }
-            _first = connection;
-            _count++;
-        }
-    }
-
-    /// <summary>Removes a connection <see cref="Add"/> added (once).</summary>
-    public void Remove(IoUringConnection connection)
-    {
-        lock (_lock)
-        {
-            if (connection.RegistryPrevious is { } previous)
-            {
-                previous.RegistryNext = connection.RegistryNext;
-            }
-            else
-            {
-                _first = connection.RegistryNext;
-            }
-            if (connection.RegistryNext is { } next)
-            {
-                next.RegistryPrevious = connection.RegistryPrevious;
-            }
-            connection.RegistryPrevious = connection.RegistryNext = null;
-            _count--;
-            _signalsPending++;
-        }
-    }
-
-    /// <summary>A removed connection starts telling its application (on this thread) that it closed.</summary>
-    public void BeginClosedSignal(IoUringConnection connection) => t_signalling = connection;
-
-    /// <summary>That connection's Closed has completed and its callbacks have run.</summary>
-    public void EndClosedSignal(IoUringConnection connection)
-    {
-        t_signalling = null;
-        lock (_lock)
-        {
-            connection.ClosedSignalEnded = true;
-            _signalsPending--;
-            if (_awaitedExcept == connection)
-            {
-                _awaitedExcept = null;
-            }
-            CompleteWaitIfDone();
-        }
-    }
-
-    /// <summary>
-    /// Completes when every removed connection has completed its Closed (connections still registered not counted),
-    /// except <paramref name="except"/> while its signal still runs: the caller runs inside that signal (it took
-    /// <see cref="SignallingOnThisThread"/> before its first await), and blocking on it would wait for itself.
-    /// </summary>
-    public Task WhenClosedSignalled(IoUringConnection? except)
-    {
-        lock (_lock)
-        {
-            _awaitedExcept = except is { ClosedSignalEnded: false } && except.Registry == this ? except : null;
-            _signalled ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-            Task waited = _signalled.Task;
-            CompleteWaitIfDone();
-            return waited;
-        }
-    }
-
-    private void CompleteWaitIfDone() // under the lock
-    {
-        Debug.Assert(_lock.IsHeldByCurrentThread, "called without the lock");
-        if (_signalled is { } signalled && _signalsPending <= (_awaitedExcept is null ? 0 : 1))
-        {
-            _signalled = null;
-            _awaitedExcept = null;
-            signalled.TrySetResult();
-        }
-    }
-
-    /// <summary>The connections registered now (a copy: closing them changes the list).</summary>
-    public IoUringConnection[] Snapshot()
-    {
-        lock (_lock)
-        {
-            var connections = new IoUringConnection[_count];
-            int i = 0;
-            for (IoUringConnection? connection = _first; connection is not null; connection = connection.RegistryNext)
-            {
-                connections[i++] = connection;
-            }
-            return connections;
-        }
     }
 }

@@ -2,8 +2,7 @@ using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.Net;
 
-// Sending a file's bytes with no user-space copy: the public calls, their checks, and the hand-off to the output,
-// which queues the file after what was written before (FileSender does the sending, on the loop).
+// Sending a file with no user-space copy: the public calls and the hand-off to the output (FileSender sends).
 public sealed partial class IoUringConnection
 {
     /// <summary>
@@ -14,23 +13,21 @@ public sealed partial class IoUringConnection
     /// </summary>
     /// <remarks>
     /// <para>Order: the call commits what was written to <see cref="Output"/> as a flush does (without waiting for
-    /// backpressure), so those bytes go first; bytes written and flushed once the call returned go after the file.
-    /// The call is a write of <see cref="Output"/>: with another <c>SendFileAsync</c> not yet completed, a flush still
-    /// waiting, or <see cref="Output"/> completed, it throws <see cref="InvalidOperationException"/> (await each one).
-    /// Flushes made while it runs are kept for after it (and wait while they hold
-    /// <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/>).</para>
-    /// <para>The file must be seekable (a regular file): the range is read at its offsets, not at the file's position,
-    /// which is left alone. The handle is used until the returned task completes: dispose it only then.</para>
-    /// <para>A range past the end of the file at the call fails with <see cref="EndOfStreamException"/> and sends
-    /// nothing. A file that shrinks while it is sent fails the same way, naming the offset where it ended, after the
-    /// bytes before that offset went. Cancelling the token stops the send where it got to
-    /// (<see cref="OperationCanceledException"/>). In both cases, and when reading the file fails
-    /// (<see cref="IOException"/>), the connection stays open and sends what is written next: the peer has received
-    /// part of the range, so <see cref="Abort(Exception?)"/> the connection unless its protocol can tell. A socket
-    /// error (the peer reset) fails the connection as a failed flush does; a connection closed or aborted before the
-    /// range was sent fails the call with an <see cref="IOException"/>.</para>
-    /// <para>Each call uses a pipe of its own (two fds, closed when it ends) and, while a splice waits for the peer to
-    /// read, one of the kernel's io_uring worker threads.</para>
+    /// backpressure), so those bytes go first; bytes flushed after the call returned go after the file. It is a write
+    /// of <see cref="Output"/>: with another <c>SendFileAsync</c> or a flush not yet completed, or <see cref="Output"/>
+    /// completed, it throws <see cref="InvalidOperationException"/>. Flushes made while it runs are kept for after
+    /// it.</para>
+    /// <para>The file must be seekable: the range is read at its offsets, leaving the file's position alone. Dispose
+    /// the handle only once the returned task completes.</para>
+    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> and sends nothing; a file
+    /// that shrinks while sent fails the same way after the bytes before its end went. Cancelling stops the send where
+    /// it got to (<see cref="OperationCanceledException"/>). In these cases, and when reading the file fails
+    /// (<see cref="IOException"/>), the connection stays open though the peer got part of the range:
+    /// <see cref="Abort(Exception?)"/> it unless its protocol can tell. A socket error fails the connection as a failed
+    /// flush does; a connection closed before the range was sent fails the call with an <see cref="IOException"/>.
+    /// </para>
+    /// <para>Each call uses a pipe of its own (two fds) and, while a splice waits for the peer, an io_uring worker
+    /// thread.</para>
     /// </remarks>
     /// <param name="file">The file, open for reading.</param>
     /// <param name="offset">Where in the file the range starts.</param>

@@ -13,14 +13,9 @@ namespace IoUring.Net;
 /// <see cref="Input"/>, write what to send to <see cref="Output"/>.
 /// </summary>
 /// <remarks>
-/// <para>The connection lives on one <see cref="EventLoop"/> for its whole life. Receiving is one multishot RECV
-/// that takes buffers from the loop's buffer ring; <see cref="Input"/> keeps the buffers the kernel filled (or copies
-/// small receives), see <see cref="ConnectionInput"/>. Sending takes what <see cref="Output"/> has flushed on the loop
-/// and sends it from the blocks it was written to in one SEND/SENDMSG, see <see cref="ConnectionOutput"/>.</para>
-/// <para>Completing <see cref="Output"/> sends FIN after the data. When the peer's FIN arrives, <see cref="Input"/>
-/// completes. A peer reset fails <see cref="Input"/>'s reads with an <see cref="IOException"/> (the Kestrel
-/// transport turns it into ConnectionResetException). <see cref="Abort(Exception?)"/> resets the connection
-/// (RST).</para>
+/// The connection lives on one <see cref="EventLoop"/>. Completing <see cref="Output"/> sends FIN after the data; the
+/// peer's FIN completes <see cref="Input"/>, a peer reset fails its reads with an <see cref="IOException"/>.
+/// <see cref="Abort(Exception?)"/> resets the connection (RST).
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
@@ -57,13 +52,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private object? _peerClosedState;
     private int _peerClosedDelivered;
 
-    /// <summary>The network's <see cref="ConnectionRegistry"/> list (under its lock).</summary>
+    /// <summary>Links of the network's <see cref="ConnectionRegistry"/> (under its lock).</summary>
     internal IoUringConnection? RegistryPrevious, RegistryNext;
 
     /// <summary>Closed has completed and ConnectionClosed's callbacks have run (under the registry's lock).</summary>
     internal bool ClosedSignalEnded;
 
-    /// <summary>The network's registry this connection is (or was) in; null outside a network.</summary>
     internal ConnectionRegistry? Registry => _settings.Registry;
 
     // The lifecycle, each step only to the next (MoveTo asserts it). The fd number stays this connection's until
@@ -143,10 +137,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token
             ?? new CancellationToken(canceled: true);
 
-    /// <summary>
-    /// Completes when the connection has closed and its fd is released: on a thread-pool thread (never the loop's, so a
-    /// continuation may run synchronously), just before <see cref="ConnectionClosed"/> is cancelled on the same thread.
-    /// </summary>
+    /// <summary>Completes when the connection has closed and its fd is released, on a thread-pool thread, just before
+    /// <see cref="ConnectionClosed"/> is cancelled there.</summary>
     public Task Closed => _closed.Task;
 
     /// <summary>
@@ -164,10 +156,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>Sends made with SEND_ZC/SENDMSG_ZC.</summary>
     public int ZeroCopySends => _sender.ZeroCopySends;
 
-    /// <summary>
-    /// True once the connection went back to plain sends: the kernel reported that a zero-copy send was copied after
-    /// all, or refused one (EINVAL: a kernel without a feature it needs), which was then sent again plainly.
-    /// </summary>
+    /// <summary>True once the connection went back to plain sends: the kernel copied a zero-copy send after all, or
+    /// refused one (EINVAL).</summary>
     public bool ZeroCopyReverted => _sender.ZeroCopyReverted;
 
     internal ConnectionReceiver Receiver => _receiver;
@@ -189,10 +179,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <summary>
     /// A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/> disposing it also closes the
-    /// connection (without waiting for it), as disposing a NetworkStream that owns its socket closes the socket: hand
-    /// it to code that only knows streams (HttpClient's ConnectCallback, SslStream). The close is graceful (what is
-    /// left of the output is sent, then FIN); if the peer has not taken it within 5 seconds, the connection is aborted
-    /// (RST) so its fd and buffers are released rather than held for as long as the peer does not read.
+    /// connection without waiting, as a NetworkStream that owns its socket does: gracefully (the rest of the output,
+    /// then FIN), or with RST if the peer has not taken it within 5 seconds, so its fd and buffers are released.
     /// </summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
@@ -260,7 +248,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     /// <summary>
     /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
-    /// pipe is full) and resumes (false), so a transport can log it (Kestrel's Pause/Resume events). Register once.
+    /// pipe is full) and resumes (false), e.g. to log it. Register once.
     /// </summary>
     /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or
     /// throw.</param>

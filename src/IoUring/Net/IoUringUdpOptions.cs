@@ -36,11 +36,10 @@ public sealed class IoUringUdpOptions
     public int ReceiveQueueCapacity { get; set; } = 256;
 
     /// <summary>
-    /// Datagrams that may be in the kernel's hands at once while their callers already went on: a send copies the
-    /// datagram and completes at once, and an error the kernel reports for it surfaces on the socket's next operation
-    /// (as ICMP errors do). Past this many, a send completes only when the kernel is done with it, which slows a sender
-    /// down to what the socket can send. A segmented send counts its datagrams, so the copies held stay about this many
-    /// datagrams' worth whichever way a sender sends.
+    /// Datagrams that may be in the kernel's hands while their callers went on: a send copies the datagram and
+    /// completes at once, and an error the kernel reports for it surfaces on the socket's next operation (as ICMP
+    /// errors do). Past this many, a send completes only when the kernel is done with it. A segmented send counts its
+    /// datagrams.
     /// </summary>
     /// <remarks>Defaults to 1,024.</remarks>
     public int MaxPendingSends { get; set; } = 1024;
@@ -56,9 +55,8 @@ public sealed class IoUringUdpOptions
     public bool ReceiveCoalesced { get; set; }
 
     /// <summary>
-    /// Ask the kernel for each datagram's local address (IP_PKTINFO, IPV6_RECVPKTINFO): the address it was sent to and
-    /// the interface it came in on, for a socket bound to a wildcard address on a host with several addresses, which
-    /// must answer from the address the peer used
+    /// Ask the kernel for each datagram's local address (IP_PKTINFO, IPV6_RECVPKTINFO) and interface: a socket bound to
+    /// a wildcard address on a multi-homed host answers from the address the peer used
     /// (<see cref="IoUringUdpSocket.ReceiveMessageFromAsync"/>, <see cref="UdpDatagramBatch.GetLocalAddress"/>, then
     /// <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, System.Net.SocketAddress,
     /// System.Net.SocketAddress, CancellationToken)"/>).

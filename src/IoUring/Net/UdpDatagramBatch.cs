@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 
@@ -100,7 +101,11 @@ public sealed class UdpDatagramBatch
 
     internal SocketAddress NextLocalAddress => _localAddresses[Count];
 
-    internal void Commit(DatagramResult result) => _results[Count++] = result;
+    internal void Commit(DatagramResult result)
+    {
+        Debug.Assert(Count < Capacity && result.BytesReceived <= BufferSize, "a datagram committed past the batch");
+        _results[Count++] = result;
+    }
 
     private int CheckIndex(int index)
     {

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
@@ -10,13 +11,13 @@ namespace IoUring.Net;
 /// </summary>
 internal static unsafe class ReceiveBackoff
 {
-    // Process lifetime (never freed): every backoff TIMEOUT points at it, and the kernel reads it when the request is
-    // submitted.
+    // never freed: every backoff TIMEOUT points at it
     private static readonly __kernel_timespec* s_timeout = NewTimespec(TimeSpan.FromMilliseconds(10));
 
     /// <summary>Makes <paramref name="sqe"/> (new, zeroed, user_data set) the backoff TIMEOUT.</summary>
     public static void Prepare(io_uring_sqe* sqe)
     {
+        Debug.Assert(sqe->opcode == 0 && sqe->addr == 0, "the backoff TIMEOUT prepared over a used SQE");
         sqe->opcode = IORING_OP_TIMEOUT;
         // SAFETY: s_timeout is allocated once for the process and never freed.
         sqe->addr = (ulong)s_timeout;

@@ -11,10 +11,8 @@ namespace IoUring.Net;
 [SupportedOSPlatform("linux")]
 internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUringConnection? owner = null) : Stream
 {
-    /// <summary>
-    /// How long an owned connection's graceful close may wait for the peer to take the rest of the output. A closed
-    /// socket's fd is released at once (the kernel sends on without it); ours holds the fd while a send is in flight,
-    /// and a peer that never reads would hold it forever (e.g. HttpClient giving up on an upload to a stalled server).
+    /// <summary>How long an owned connection's graceful close may wait for the peer to take the rest of the output:
+    /// the connection holds its fd while a send is in flight, and a peer that never reads would hold it forever.
     /// </summary>
     internal static readonly TimeSpan OwnedCloseGrace = TimeSpan.FromSeconds(5);
 

@@ -19,8 +19,7 @@ public sealed partial class IoUringConnection
     /// </summary>
     public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
 
-    /// <summary>Abort was called (any thread): nothing more is sent, even what was flushed before the loop
-    /// closes.</summary>
+    /// <summary>Abort was called: nothing more is sent, even what was flushed before the loop closes.</summary>
     internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
     /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an
@@ -62,7 +61,6 @@ public sealed partial class IoUringConnection
 
     private void BeginAbortiveClose() => BeginClose(_abortReason, abortive: true);
 
-    /// <summary>The receiver or the sender reached its end: close gracefully once both have.</summary>
     internal void OnDirectionEnded()
     {
         if (_receiver.Ended && _sender.Ended)
@@ -71,8 +69,7 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>Receiving or sending failed (or a handler threw): close abortively, so the peer cannot take the stream
-    /// for complete.</summary>
+    /// <summary>Receiving or sending failed: close abortively, so the peer cannot take the stream for whole.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
 
     // Cancel each request in flight, wait for each final CQE, then close through the ring, so the fd number cannot be
@@ -106,8 +103,8 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>After each final completion: close the fd once only notifications remain in flight; finish once it is
-    /// closed.</summary>
+    /// <summary>After each final completion: close the fd once only notifications remain; finish once it is closed.
+    /// </summary>
     internal void CheckCloseProgress()
     {
         if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending)
@@ -198,11 +195,9 @@ public sealed partial class IoUringConnection
     }
 
     /// <summary>
-    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use. It wraps a
-    /// duplicate of <see cref="FileDescriptor"/> (so its fd number cannot be reused while a call through it runs) and
-    /// is disposed when the connection closes: from then on calls through it throw
-    /// <see cref="ObjectDisposedException"/>. Disposing it does not close the connection; reading or writing through it
-    /// bypasses <see cref="Input"/> and <see cref="Output"/>.
+    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use over a duplicate
+    /// of <see cref="FileDescriptor"/>, and disposed when the connection closes. Disposing it does not close the
+    /// connection; reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.
     /// </summary>
     /// <exception cref="ObjectDisposedException">The connection has closed.</exception>
     public Socket Socket

@@ -3,16 +3,16 @@ using System.Buffers;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// One rent of a <see cref="PinnedBlockMemoryPool.Block"/> under <see cref="PoolDiagnostics"/> (test mode only). A
+/// One rent of a <see cref="PinnedBlock"/> under <see cref="PoolDiagnostics"/> (test mode only). A
 /// block is its own owner, so a renter that disposed it after the block went to someone else would release the new
 /// renter's hold unseen; an owner per rent makes that second dispose a double return, reported at once. Its memory is
 /// the block's own (the block stays its memory manager, so pins and fixed-buffer lookups work as without it).
 /// </summary>
-internal sealed class TrackedBlockOwner(PinnedBlockMemoryPool.Block block, BlockLedger ledger) : IMemoryOwner<byte>
+internal sealed class TrackedBlockOwner(PinnedBlock block, BlockLedger ledger) : IMemoryOwner<byte>
 {
     private int _disposed;
 
-    public PinnedBlockMemoryPool.Block Block => block;
+    public PinnedBlock Block => block;
 
     public Memory<byte> Memory
     {

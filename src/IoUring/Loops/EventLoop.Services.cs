@@ -51,7 +51,7 @@ public sealed partial class EventLoop
 
     /// <summary>The index under which <paramref name="block"/> is registered with this ring, or -1. Loop
     /// thread.</summary>
-    internal int RegisteredBufferIndex(PinnedBlockMemoryPool.Block block) => _memory.RegisteredIndex(block);
+    internal int RegisteredBufferIndex(PinnedBlock block) => _memory.RegisteredIndex(block);
 
 
     private static readonly Action<object?> s_submitFileRead = static s => FileReads.Submit((FileRead)s!);

@@ -52,14 +52,14 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
 
     /// <summary>The index under which <paramref name="block"/> is registered with the loop's ring, or -1. Loop
     /// thread (the sender's hot path).</summary>
-    public int RegisteredIndex(PinnedBlockMemoryPool.Block block)
+    public int RegisteredIndex(PinnedBlock block)
         => block.Region.Pool == _pool ? block.Region.BufferIndex : -1;
 
     /// <summary>Whether <paramref name="memory"/> lies in a registered block of <see cref="Pool"/>, and its
     /// index.</summary>
     public bool TryGetRegisteredIndex(ReadOnlyMemory<byte> memory, out ushort index)
     {
-        if (MemoryMarshal.TryGetMemoryManager(memory, out PinnedBlockMemoryPool.Block? block)
+        if (MemoryMarshal.TryGetMemoryManager(memory, out PinnedBlock? block)
             && block.Region.Pool == _pool && block.Region.BufferIndex >= 0)
         {
             index = (ushort)block.Region.BufferIndex;
@@ -78,11 +78,11 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         _table = null; // counters then report nothing registered
     }
 
-    public void Register(PinnedBlockMemoryPool.Region region) => OnLoop(region, register: true);
+    public void Register(PinnedRegion region) => OnLoop(region, register: true);
 
-    public void Unregister(PinnedBlockMemoryPool.Region region) => OnLoop(region, register: false);
+    public void Unregister(PinnedRegion region) => OnLoop(region, register: false);
 
-    private void OnLoop(PinnedBlockMemoryPool.Region region, bool register)
+    private void OnLoop(PinnedRegion region, bool register)
     {
         if (loop.IsOnLoopThread)
         {
@@ -91,12 +91,12 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         }
         loop.Schedule(static s =>
         {
-            var (self, r, registering) = ((LoopMemory, PinnedBlockMemoryPool.Region, bool))s!;
+            var (self, r, registering) = ((LoopMemory, PinnedRegion, bool))s!;
             self.Apply(r, registering);
         }, (this, region, register));
     }
 
-    private void Apply(PinnedBlockMemoryPool.Region region, bool register)
+    private void Apply(PinnedRegion region, bool register)
     {
         if (register)
         {
@@ -108,20 +108,20 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         }
     }
 
-    private void RegisterNow(PinnedBlockMemoryPool.Region region)
+    private void RegisterNow(PinnedRegion region)
     {
         // After the stop the work runs elsewhere (the ring is gone): the region stays unregistered.
         if (!loop.IsOnLoopThread || loop.IsStopping || region.IsDropped || _table is not { } table)
         {
             return;
         }
-        if (table.TryRegister(region.Start, PinnedBlockMemoryPool.Region.Length, out ushort index))
+        if (table.TryRegister(region.Start, PinnedRegion.Length, out ushort index))
         {
             region.BufferIndex = index;
         }
     }
 
-    private void UnregisterNow(PinnedBlockMemoryPool.Region region)
+    private void UnregisterNow(PinnedRegion region)
     {
         // The pages go back only once no table holds them: an entry left in place (the loop stops and the ring's close
         // empties it later, or the kernel refused) keeps them pinned and charged to RLIMIT_MEMLOCK, so releasing them
@@ -129,7 +129,7 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         bool held = region.BufferIndex >= 0;
         if (held && loop.IsOnLoopThread && !loop.IsStopping && _table is { } table)
         {
-            held = !table.TryUnregister((ushort)region.BufferIndex, PinnedBlockMemoryPool.Region.Length);
+            held = !table.TryUnregister((ushort)region.BufferIndex, PinnedRegion.Length);
         }
         region.BufferIndex = -1;
         if (!held)

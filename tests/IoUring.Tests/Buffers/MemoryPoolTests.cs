@@ -56,7 +56,7 @@ public sealed partial class MemoryPoolTests
         using var pool = new PinnedBlockMemoryPool(trim: false);
         var blocks = Enumerable.Range(0, Region).Select(_ => pool.Rent()).ToList();
         blocks.ForEach(b => b.Memory.Span.Fill(1)); // every page of the region resident
-        PinnedBlockMemoryPool.Region region = PinnedBlockMemoryPool.BlockOf(blocks[0]).Region;
+        PinnedRegion region = PinnedBlockMemoryPool.BlockOf(blocks[0]).Region;
         Assert.Equal(PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize, ResidentPages(region));
         blocks.ForEach(b => b.Dispose());
 
@@ -67,7 +67,7 @@ public sealed partial class MemoryPoolTests
     }
 
     /// <summary>How many of <paramref name="region"/>'s pages are resident (mincore(2)).</summary>
-    internal static unsafe int ResidentPages(PinnedBlockMemoryPool.Region region)
+    internal static unsafe int ResidentPages(PinnedRegion region)
     {
         int pages = PinnedBlockMemoryPool.RegionSize / Environment.SystemPageSize;
         byte* vector = stackalloc byte[pages];

@@ -194,7 +194,7 @@ public sealed class PoolDiagnosticsTests
         return memory;
     }
 
-    private static PinnedBlockMemoryPool.Block MemoryManagerOf(Memory<byte> memory)
+    private static PinnedBlock MemoryManagerOf(Memory<byte> memory)
         => System.Runtime.InteropServices.MemoryMarshal.TryGetMemoryManager((ReadOnlyMemory<byte>)memory,
-            out PinnedBlockMemoryPool.Block? block) ? block : throw new InvalidOperationException("not a pool block");
+            out PinnedBlock? block) ? block : throw new InvalidOperationException("not a pool block");
 }

@@ -67,7 +67,7 @@ public sealed class RegisteredMemoryTests
         Assert.False(await OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(new byte[16], out _))); // not the pool's memory
         Assert.Throws<InvalidOperationException>(() => loop.TryGetRegisteredBuffer(block.Memory, out _)); // loop thread only
 
-        PinnedBlockMemoryPool.Region region = PinnedBlockMemoryPool.BlockOf(block).Region;
+        PinnedRegion region = PinnedBlockMemoryPool.BlockOf(block).Region;
         block.Memory.Span.Fill(1);
         block.Dispose();
         PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
@@ -83,7 +83,7 @@ public sealed class RegisteredMemoryTests
     }
 
     /// <summary>A block of <paramref name="loop"/>'s pool whose region the ring has registered.</summary>
-    private static async Task<PinnedBlockMemoryPool.Region> RegisteredRegionAsync(EventLoop loop)
+    private static async Task<PinnedRegion> RegisteredRegionAsync(EventLoop loop)
     {
         IMemoryOwner<byte> block = loop.MemoryPool.Rent();
         await Eventually.WaitForAsync(() => OnLoopAsync(loop, () => loop.TryGetRegisteredBuffer(block.Memory, out _)).Result);
@@ -101,7 +101,7 @@ public sealed class RegisteredMemoryTests
         // The ring's table still holds the pages (pinned, charged to RLIMIT_MEMLOCK): given back with madvise, RSS
         // would say they are free while the kernel keeps them.
         using var loop = new EventLoop(new EventLoopOptions { Hooks = new() { BufferUnregistrationErrno = Errno.EBUSY } });
-        PinnedBlockMemoryPool.Region region = await RegisteredRegionAsync(loop);
+        PinnedRegion region = await RegisteredRegionAsync(loop);
         PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
         Assert.Equal(0, pool.Trim()); // rented during this interval
         Assert.Equal(pool.BlocksPerRegion, pool.Trim());
@@ -117,7 +117,7 @@ public sealed class RegisteredMemoryTests
     {
         // Stopping, the loop leaves the entry to the ring's close: until then the kernel holds the pages.
         var loop = new EventLoop();
-        PinnedBlockMemoryPool.Region region = await RegisteredRegionAsync(loop);
+        PinnedRegion region = await RegisteredRegionAsync(loop);
         PinnedBlockMemoryPool pool = loop.MemoryPoolIfCreated!;
         Assert.Equal(0, pool.Trim()); // rented during this interval
         int trimmed = 0;

@@ -448,7 +448,7 @@ public sealed class OutputTests : IAsyncLifetime
             // Kestrel's SendFileAsync on the loop asks for 64 KiB: an ArrayPool array before, which 64 connections
             // sending files outran (each response allocated new arrays); now a block of the loop's large pool.
             Memory<byte> memory = server.Output.GetMemory(40_000);
-            Assert.True(MemoryMarshal.TryGetMemoryManager<byte, PinnedBlockMemoryPool.Block>(memory, out PinnedBlockMemoryPool.Block? block));
+            Assert.True(MemoryMarshal.TryGetMemoryManager<byte, PinnedBlock>(memory, out PinnedBlock? block));
             Assert.Same(server.Loop.LargeBlockPool, block!.Region.Pool);
             Assert.Equal(EventLoop.LargeBlockSize, memory.Length);
             byte[] sent = Pattern(memory.Length, seed: 7);

@@ -85,7 +85,7 @@ internal sealed partial class ConnectionSender
             {
                 continue; // as in Submit: counted alike, so segmentLimit means the same there
             }
-            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlockMemoryPool.Block? block))
+            if (!MemoryMarshal.TryGetMemoryManager(segment, out PinnedBlock? block))
             {
                 return -1;
             }

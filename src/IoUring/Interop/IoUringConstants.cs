@@ -10,85 +10,51 @@ namespace IoUring.Interop;
 public static class IoUringConstants
 {
     // io_uring_setup flags
-    /// <summary>IORING_SETUP_IOPOLL</summary>
     internal const uint IORING_SETUP_IOPOLL = 1u << 0;
-    /// <summary>IORING_SETUP_SQPOLL</summary>
     internal const uint IORING_SETUP_SQPOLL = 1u << 1;
-    /// <summary>IORING_SETUP_SQ_AFF</summary>
     internal const uint IORING_SETUP_SQ_AFF = 1u << 2;
     /// <summary>IORING_SETUP_CQSIZE: params.cq_entries is valid.</summary>
     internal const uint IORING_SETUP_CQSIZE = 1u << 3;
-    /// <summary>IORING_SETUP_CLAMP</summary>
     internal const uint IORING_SETUP_CLAMP = 1u << 4;
-    /// <summary>IORING_SETUP_ATTACH_WQ</summary>
     internal const uint IORING_SETUP_ATTACH_WQ = 1u << 5;
     /// <summary>IORING_SETUP_R_DISABLED: start disabled; enable with IORING_REGISTER_ENABLE_RINGS.</summary>
     internal const uint IORING_SETUP_R_DISABLED = 1u << 6;
-    /// <summary>IORING_SETUP_SUBMIT_ALL</summary>
     internal const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
-    /// <summary>IORING_SETUP_COOP_TASKRUN</summary>
     internal const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
-    /// <summary>IORING_SETUP_TASKRUN_FLAG</summary>
     internal const uint IORING_SETUP_TASKRUN_FLAG = 1u << 9;
-    /// <summary>IORING_SETUP_SQE128</summary>
     internal const uint IORING_SETUP_SQE128 = 1u << 10;
-    /// <summary>IORING_SETUP_CQE32</summary>
     internal const uint IORING_SETUP_CQE32 = 1u << 11;
-    /// <summary>IORING_SETUP_SINGLE_ISSUER</summary>
     internal const uint IORING_SETUP_SINGLE_ISSUER = 1u << 12;
-    /// <summary>IORING_SETUP_DEFER_TASKRUN</summary>
     internal const uint IORING_SETUP_DEFER_TASKRUN = 1u << 13;
-    /// <summary>IORING_SETUP_NO_MMAP</summary>
     internal const uint IORING_SETUP_NO_MMAP = 1u << 14;
-    /// <summary>IORING_SETUP_REGISTERED_FD_ONLY</summary>
     internal const uint IORING_SETUP_REGISTERED_FD_ONLY = 1u << 15;
-    /// <summary>IORING_SETUP_NO_SQARRAY</summary>
     internal const uint IORING_SETUP_NO_SQARRAY = 1u << 16;
 
     // io_uring_params.features
-    /// <summary>IORING_FEAT_SINGLE_MMAP</summary>
     internal const uint IORING_FEAT_SINGLE_MMAP = 1u << 0;
-    /// <summary>IORING_FEAT_NODROP</summary>
     internal const uint IORING_FEAT_NODROP = 1u << 1;
-    /// <summary>IORING_FEAT_SUBMIT_STABLE</summary>
     internal const uint IORING_FEAT_SUBMIT_STABLE = 1u << 2;
-    /// <summary>IORING_FEAT_FAST_POLL</summary>
     internal const uint IORING_FEAT_FAST_POLL = 1u << 5;
-    /// <summary>IORING_FEAT_EXT_ARG</summary>
     internal const uint IORING_FEAT_EXT_ARG = 1u << 8;
-    /// <summary>IORING_FEAT_NATIVE_WORKERS</summary>
     internal const uint IORING_FEAT_NATIVE_WORKERS = 1u << 9;
-    /// <summary>IORING_FEAT_CQE_SKIP</summary>
     internal const uint IORING_FEAT_CQE_SKIP = 1u << 11;
-    /// <summary>IORING_FEAT_REG_REG_RING</summary>
     internal const uint IORING_FEAT_REG_REG_RING = 1u << 13;
-    /// <summary>IORING_FEAT_RECVSEND_BUNDLE</summary>
     internal const uint IORING_FEAT_RECVSEND_BUNDLE = 1u << 14;
-    /// <summary>IORING_FEAT_MIN_TIMEOUT</summary>
     internal const uint IORING_FEAT_MIN_TIMEOUT = 1u << 15;
-    /// <summary>IORING_FEAT_NO_IOWAIT</summary>
     internal const uint IORING_FEAT_NO_IOWAIT = 1u << 17;
 
     // io_uring_enter flags
-    /// <summary>IORING_ENTER_GETEVENTS</summary>
     internal const uint IORING_ENTER_GETEVENTS = 1u << 0;
-    /// <summary>IORING_ENTER_SQ_WAKEUP</summary>
     internal const uint IORING_ENTER_SQ_WAKEUP = 1u << 1;
-    /// <summary>IORING_ENTER_SQ_WAIT</summary>
     internal const uint IORING_ENTER_SQ_WAIT = 1u << 2;
-    /// <summary>IORING_ENTER_EXT_ARG</summary>
     internal const uint IORING_ENTER_EXT_ARG = 1u << 3;
-    /// <summary>IORING_ENTER_REGISTERED_RING</summary>
     internal const uint IORING_ENTER_REGISTERED_RING = 1u << 4;
     /// <summary>IORING_ENTER_NO_IOWAIT (6.15+, with IORING_FEAT_NO_IOWAIT)</summary>
     internal const uint IORING_ENTER_NO_IOWAIT = 1u << 7;
 
     // sq_ring flags
-    /// <summary>IORING_SQ_NEED_WAKEUP</summary>
     internal const uint IORING_SQ_NEED_WAKEUP = 1u << 0;
-    /// <summary>IORING_SQ_CQ_OVERFLOW</summary>
     internal const uint IORING_SQ_CQ_OVERFLOW = 1u << 1;
-    /// <summary>IORING_SQ_TASKRUN</summary>
     internal const uint IORING_SQ_TASKRUN = 1u << 2;
 
     // sqe->flags
@@ -225,35 +191,22 @@ public static class IoUringConstants
     /// <summary>IORING_NOP_INJECT_RESULT: the NOP completes with sqe->len as its result.</summary>
     public const uint IORING_NOP_INJECT_RESULT = 1u << 0;
 
-    /// <summary>IORING_FILE_INDEX_ALLOC</summary>
     internal const uint IORING_FILE_INDEX_ALLOC = 0xFFFFFFFF;
 
     // io_uring_register opcodes
-    /// <summary>IORING_REGISTER_EVENTFD</summary>
     internal const uint IORING_REGISTER_EVENTFD = 4;
-    /// <summary>IORING_REGISTER_PROBE</summary>
     internal const uint IORING_REGISTER_PROBE = 8;
-    /// <summary>IORING_REGISTER_ENABLE_RINGS</summary>
     internal const uint IORING_REGISTER_ENABLE_RINGS = 12;
-    /// <summary>IORING_REGISTER_BUFFERS2</summary>
     internal const uint IORING_REGISTER_BUFFERS2 = 15;
-    /// <summary>IORING_REGISTER_BUFFERS_UPDATE</summary>
     internal const uint IORING_REGISTER_BUFFERS_UPDATE = 16;
-    /// <summary>IORING_UNREGISTER_BUFFERS</summary>
     internal const uint IORING_UNREGISTER_BUFFERS = 1;
     /// <summary>IORING_RSRC_REGISTER_SPARSE: io_uring_rsrc_register.flags, a table of empty entries.</summary>
     internal const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0;
-    /// <summary>IORING_REGISTER_RING_FDS</summary>
     internal const uint IORING_REGISTER_RING_FDS = 20;
-    /// <summary>IORING_UNREGISTER_RING_FDS</summary>
     internal const uint IORING_UNREGISTER_RING_FDS = 21;
-    /// <summary>IORING_REGISTER_PBUF_RING</summary>
     internal const uint IORING_REGISTER_PBUF_RING = 22;
-    /// <summary>IORING_UNREGISTER_PBUF_RING</summary>
     internal const uint IORING_UNREGISTER_PBUF_RING = 23;
-    /// <summary>IORING_REGISTER_SYNC_CANCEL</summary>
     internal const uint IORING_REGISTER_SYNC_CANCEL = 24;
-    /// <summary>IORING_REGISTER_PBUF_STATUS</summary>
     internal const uint IORING_REGISTER_PBUF_STATUS = 26;
     /// <summary>IORING_REGISTER_USE_REGISTERED_RING: OR into a register opcode to pass a registered ring
     /// index.</summary>
@@ -262,16 +215,11 @@ public static class IoUringConstants
     /// <summary>IO_URING_OP_SUPPORTED: io_uring_probe_op.flags bit.</summary>
     internal const ushort IO_URING_OP_SUPPORTED = 1 << 0;
 
-    /// <summary>IOU_PBUF_RING_MMAP</summary>
     internal const ushort IOU_PBUF_RING_MMAP = 1;
-    /// <summary>IOU_PBUF_RING_INC</summary>
     internal const ushort IOU_PBUF_RING_INC = 2;
 
     // mmap offsets
-    /// <summary>IORING_OFF_SQ_RING</summary>
     internal const long IORING_OFF_SQ_RING = 0;
-    /// <summary>IORING_OFF_CQ_RING</summary>
     internal const long IORING_OFF_CQ_RING = 0x8000000;
-    /// <summary>IORING_OFF_SQES</summary>
     internal const long IORING_OFF_SQES = 0x10000000;
 }

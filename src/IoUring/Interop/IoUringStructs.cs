@@ -99,23 +99,14 @@ internal struct io_uring_recvmsg_out
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_sqring_offsets
 {
-    /// <summary>head</summary>
     public uint head;
-    /// <summary>tail</summary>
     public uint tail;
-    /// <summary>ring_mask</summary>
     public uint ring_mask;
-    /// <summary>ring_entries</summary>
     public uint ring_entries;
-    /// <summary>flags</summary>
     public uint flags;
-    /// <summary>dropped</summary>
     public uint dropped;
-    /// <summary>array</summary>
     public uint array;
-    /// <summary>resv1</summary>
     public uint resv1;
-    /// <summary>user_addr</summary>
     public ulong user_addr;
 }
 
@@ -123,23 +114,14 @@ internal struct io_sqring_offsets
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_cqring_offsets
 {
-    /// <summary>head</summary>
     public uint head;
-    /// <summary>tail</summary>
     public uint tail;
-    /// <summary>ring_mask</summary>
     public uint ring_mask;
-    /// <summary>ring_entries</summary>
     public uint ring_entries;
-    /// <summary>overflow</summary>
     public uint overflow;
-    /// <summary>cqes</summary>
     public uint cqes;
-    /// <summary>flags</summary>
     public uint flags;
-    /// <summary>resv1</summary>
     public uint resv1;
-    /// <summary>user_addr</summary>
     public ulong user_addr;
 }
 
@@ -147,25 +129,16 @@ internal struct io_cqring_offsets
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct io_uring_params
 {
-    /// <summary>sq_entries</summary>
     public uint sq_entries;
-    /// <summary>cq_entries</summary>
     public uint cq_entries;
-    /// <summary>flags</summary>
     public uint flags;
-    /// <summary>sq_thread_cpu</summary>
     public uint sq_thread_cpu;
-    /// <summary>sq_thread_idle</summary>
     public uint sq_thread_idle;
-    /// <summary>features</summary>
     public uint features;
-    /// <summary>wq_fd</summary>
     public uint wq_fd;
     /// <summary>resv[3]</summary>
     public fixed uint resv[3];
-    /// <summary>sq_off</summary>
     public io_sqring_offsets sq_off;
-    /// <summary>cq_off</summary>
     public io_cqring_offsets cq_off;
 }
 
@@ -173,11 +146,8 @@ internal unsafe struct io_uring_params
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_buf
 {
-    /// <summary>addr</summary>
     public ulong addr;
-    /// <summary>len</summary>
     public uint len;
-    /// <summary>bid</summary>
     public ushort bid;
     /// <summary>resv (the ring tail in entry 0)</summary>
     public ushort resv;
@@ -187,13 +157,9 @@ internal struct io_uring_buf
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct io_uring_buf_reg
 {
-    /// <summary>ring_addr</summary>
     public ulong ring_addr;
-    /// <summary>ring_entries</summary>
     public uint ring_entries;
-    /// <summary>bgid</summary>
     public ushort bgid;
-    /// <summary>flags</summary>
     public ushort flags;
     /// <summary>min_left (newer kernels; reserved and zero before)</summary>
     public uint min_left;
@@ -205,11 +171,8 @@ internal unsafe struct io_uring_buf_reg
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_rsrc_update
 {
-    /// <summary>offset</summary>
     public uint offset;
-    /// <summary>resv</summary>
     public uint resv;
-    /// <summary>data</summary>
     public ulong data;
 }
 
@@ -221,7 +184,6 @@ internal struct io_uring_rsrc_register
     public uint nr;
     /// <summary>flags (IORING_RSRC_REGISTER_SPARSE)</summary>
     public uint flags;
-    /// <summary>resv2</summary>
     public ulong resv2;
     /// <summary>data (an iovec array, or 0 for a sparse table)</summary>
     public ulong data;
@@ -236,15 +198,12 @@ internal struct io_uring_rsrc_update2
 {
     /// <summary>offset: the first table entry</summary>
     public uint offset;
-    /// <summary>resv</summary>
     public uint resv;
     /// <summary>data (an iovec array; an iovec of 0/0 empties the entry)</summary>
     public ulong data;
     /// <summary>tags (a u64 array, or 0)</summary>
     public ulong tags;
-    /// <summary>nr</summary>
     public uint nr;
-    /// <summary>resv2</summary>
     public uint resv2;
 }
 
@@ -252,11 +211,8 @@ internal struct io_uring_rsrc_update2
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_getevents_arg
 {
-    /// <summary>sigmask</summary>
     public ulong sigmask;
-    /// <summary>sigmask_sz</summary>
     public uint sigmask_sz;
-    /// <summary>min_wait_usec</summary>
     public uint min_wait_usec;
     /// <summary>ts (a __kernel_timespec pointer)</summary>
     public ulong ts;
@@ -280,7 +236,6 @@ internal unsafe struct io_uring_probe
     public byte last_op;
     /// <summary>Length of ops[] array below.</summary>
     public byte ops_len;
-    /// <summary>resv</summary>
     public ushort resv;
     /// <summary>resv2[3]</summary>
     public fixed uint resv2[3];
@@ -290,13 +245,10 @@ internal unsafe struct io_uring_probe
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_probe_op
 {
-    /// <summary>op</summary>
     public byte op;
-    /// <summary>resv</summary>
     public byte resv;
     /// <summary>IO_URING_OP_* flags</summary>
     public ushort flags;
-    /// <summary>resv2</summary>
     public uint resv2;
 }
 

@@ -30,42 +30,36 @@ public sealed class EventLoopOptions
     public bool RegisterRingFd { get; set; } = true;
 
     /// <summary>
-    /// Run the loop thread under Linux's SCHED_BATCH policy: a wake-up of the loop (new completions, work posted to it)
-    /// does not preempt an application thread running on the same CPU; the loop runs when that thread blocks or its
-    /// time slice ends, and then handles everything that arrived meanwhile in one iteration.
+    /// Run the loop thread under Linux's SCHED_BATCH policy: a wake-up of the loop does not preempt an application
+    /// thread on the same CPU; the loop runs when that thread blocks or its time slice ends, and handles everything
+    /// that arrived meanwhile in one iteration.
     /// </summary>
     /// <remarks>
-    /// Defaults to true. With application code on the thread pool (the default scheduling) and a busy CPU, each
-    /// preempting wake-up costs two context switches for a handful of completions; batch scheduling serves more
-    /// requests per CPU-second under Kestrel (docs/benchmarks.md, "Kestrel"). The loop keeps its fair share of CPU;
-    /// what it gives up is preempting: while application threads run CPU-bound on every core, completions can wait up
-    /// to a scheduler time slice (a few ms). Set false to keep the normal policy (SCHED_OTHER). Where the policy cannot
-    /// be set (a seccomp filter), the loop runs under the normal policy: <see cref="EventLoop.IsBatchScheduled"/> and
-    /// <see cref="EventLoop.BatchSchedulingError"/> say so (the Kestrel transport logs it once). Threads started from
-    /// the loop thread (the thread pool can grow from it) start under the normal policy (SCHED_RESET_ON_FORK).
+    /// Defaults to true: on a busy CPU each preempting wake-up costs two context switches for a handful of
+    /// completions (docs/benchmarks.md, "Kestrel"). The loop keeps its fair share of CPU, but while application threads
+    /// run CPU-bound on every core, completions can wait up to a time slice (a few ms). Set false for SCHED_OTHER.
+    /// Where the policy cannot be set (a seccomp filter), <see cref="EventLoop.IsBatchScheduled"/> and
+    /// <see cref="EventLoop.BatchSchedulingError"/> say so. Threads started from the loop thread start under the
+    /// normal policy (SCHED_RESET_ON_FORK).
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
     /// <summary>
-    /// Let the kernel count the loop's sleeps as iowait, as it does for any io_uring_enter that waits while requests
-    /// are in flight: an idle loop then shows as up to 100% iowait on its CPU (top's <c>wa</c>, /proc/stat, node
-    /// exporter's <c>mode="iowait"</c>).
+    /// Let the kernel count the loop's sleeps with requests in flight as iowait: an idle loop then shows as up to 100%
+    /// iowait on its CPU (top's <c>wa</c>, /proc/stat).
     /// </summary>
     /// <remarks>
-    /// Defaults to false: from Linux 6.15 (IORING_FEAT_NO_IOWAIT) the loop waits with IORING_ENTER_NO_IOWAIT and its
-    /// sleep counts as idle, since a loop waiting for network traffic is not a CPU held up by storage. Older kernels
-    /// count it either way (<see cref="EventLoop.SuppressesIoWait"/> says which applies; docs/deployment.md, "iowait").
-    /// Set true to keep the kernel's accounting, and the cpufreq boost that some CPU frequency governors give to tasks
-    /// waiting in iowait.
+    /// Defaults to false: where the kernel has IORING_FEAT_NO_IOWAIT the loop waits with IORING_ENTER_NO_IOWAIT and its
+    /// sleep counts as idle (<see cref="EventLoop.SuppressesIoWait"/>; docs/deployment.md, "iowait"). Set true to keep
+    /// the kernel's accounting and the cpufreq boost some governors give to tasks in iowait.
     /// </remarks>
     public bool ReportIoWait { get; set; }
 
     /// <summary>Bytes per block of the loop's <see cref="EventLoop.MemoryPool"/>: a power of two from 4 KiB to 256
     /// KiB.</summary>
     /// <remarks>
-    /// Defaults to 16 KiB: bulk transfers move a quarter of the segments of 4 KiB blocks. A connection that holds a few
-    /// bytes (a slow client's partial request) holds whole blocks, so servers of many slow connections may prefer 4 KiB
-    /// (the Kestrel transport uses 4 KiB, as Kestrel's own pool does).
+    /// Defaults to 16 KiB (a quarter of the segments of 4 KiB blocks in bulk transfers). A connection holding a few
+    /// bytes holds whole blocks, so servers of many slow connections may prefer 4 KiB (the Kestrel transport's).
     /// </remarks>
     public int MemoryBlockSize { get; set; } = 16 * 1024;
 

@@ -7,27 +7,17 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Loops;
 
 /// <summary>
-/// The loop's receive buffers: one provided-buffer ring that every internal receive of the loop selects from
-/// (IOSQE_BUFFER_SELECT with the group of <see cref="UseGroup"/>). The whole protocol lives here: the loop hands a
-/// completion's bytes to its owner (<see cref="RingOwner.HandleReceive"/>) and takes the buffer back whatever the owner
-/// does, publishes the buffers given back before each submit, and counts exhaustion (ENOBUFS). Owners never see a
-/// buffer id.
+/// The provided-buffer ring every internal receive of a loop selects from (IOSQE_BUFFER_SELECT, group of
+/// <see cref="UseGroup"/>): hands a completion's bytes to its owner, always takes the buffers back, publishes them
+/// before each submit and counts ENOBUFS. Owners never see a buffer id. Loop thread only; disposed after the loop's
+/// last completion.
 /// </summary>
 /// <remarks>
-/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, each
-/// filled up to its entry's length (which the kernel may have shortened). They are found from the ring position each
-/// buffer was last handed over at. That needs the entries still unchanged when the completion is handled, which holds
-/// when the kernel posts a ring's completions in the order it took the buffers: every buffer handed back before a
-/// completion is handled was then taken before it, and the slots it is written to are not that completion's. Kernels
-/// guarantee that order from 6.15 (queued completions are posted before any multishot one, commit 687b2bae0eff), so
-/// bundles are used only there (<see cref="IoUringCapabilities.HasReceiveBundles"/>). It is checked, not trusted: an
-/// entry written again is detected (<see cref="BufferRing.TryGetEntryAt"/>) and fails that receive's owner instead of
-/// handing it another connection's bytes; a buffer that cannot be found is then lost to the ring
-/// (<see cref="LostBuffers"/>; never seen).
-/// </remarks>
-/// <remarks>
-/// Memory: owned by the <see cref="BufferRing"/>; the loop disposes this after its last completion (see
-/// <see cref="EventLoop"/>'s shutdown). Thread: the loop thread only.
+/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, found
+/// from the ring position each buffer was last handed over at. That holds while the kernel posts a ring's completions
+/// in the order it took the buffers (guaranteed only where <see cref="IoUringCapabilities.HasReceiveBundles"/>). It is
+/// checked, not trusted: an entry written again (<see cref="BufferRing.TryGetEntryAt"/>) fails that receive's owner
+/// instead of handing it another connection's bytes, and the buffer is counted in <see cref="LostBuffers"/>.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class ReceiveBuffers : IDisposable
@@ -60,10 +50,8 @@ internal sealed class ReceiveBuffers : IDisposable
     public ReceiveBlockPool Spares => _spares;
 
     /// <summary>
-    /// Keeps buffer <paramref name="bid"/> of the completion being delivered (see
-    /// <see cref="ReceivedBytes.Enumerator.CurrentBufferId"/>): its memory becomes the caller's, a spare block takes
-    /// its place in the ring, and the buffer id still goes back after the delivery. The caller returns the block to
-    /// <see cref="Spares"/> when done with it.
+    /// Keeps buffer <paramref name="bid"/> of the completion being delivered: its memory becomes the caller's (back to
+    /// <see cref="Spares"/> when done), a spare block takes its place, and the id still goes back after delivery.
     /// </summary>
     public ReceiveBlock Take(ushort bid)
     {
@@ -73,10 +61,7 @@ internal sealed class ReceiveBuffers : IDisposable
         return taken;
     }
 
-    /// <summary>
-    /// The buffer group id a receive names in <c>sqe->buf_group</c>; the first call fills the ring (see
-    /// <see cref="BufferRing.Fill"/>). Loop thread.
-    /// </summary>
+    /// <summary>The group id for <c>sqe->buf_group</c>; the first call fills the ring.</summary>
     public ushort UseGroup()
     {
         if (!_ring.IsFilled)
@@ -89,18 +74,15 @@ internal sealed class ReceiveBuffers : IDisposable
     /// <summary>Bytes of buffer memory in the ring (0 until the first <see cref="UseGroup"/>).</summary>
     public long MemoryBytes => _ring.MemoryBytes;
 
-    /// <summary>Times a receive found every buffer taken (ENOBUFS), as reported through
-    /// <see cref="OnExhausted"/>.</summary>
+    /// <summary>Receives that found every buffer taken (ENOBUFS).</summary>
     public long Exhaustions { get; private set; }
 
-    /// <summary>Buffers of receive bundles that could not be found to give back (see the remarks; expected
-    /// 0).</summary>
+    /// <summary>Bundle buffers that could not be found to give back (see the remarks; expected 0).</summary>
     public int LostBuffers { get; private set; }
 
     /// <summary>
-    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER; with a bundle, the first of several): hands its bytes
-    /// to <paramref name="owner"/>, then gives the buffers back, also when the owner throws (a lost buffer would be
-    /// lost to every receive of the loop).
+    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER): hands its bytes to <paramref name="owner"/>, then
+    /// gives the buffers back, also when the owner throws (a lost buffer is lost to every receive of the loop).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Deliver(RingOwner owner, uint kind, int result, uint flags, ulong userData)
@@ -152,9 +134,8 @@ internal sealed class ReceiveBuffers : IDisposable
     }
 
     /// <summary>
-    /// A receive failed with ENOBUFS: counts it, and says whether re-arming at once can succeed: true if a buffer came
-    /// back since this receiver's previous exhaustion (<paramref name="mark"/>, -1 at first; updated), false if none
-    /// did (re-arming now would fail again at once: back off first).
+    /// A receive failed with ENOBUFS: counts it; true if a buffer came back since this receiver's previous exhaustion
+    /// (<paramref name="mark"/>, -1 at first; updated), false if re-arming now would fail again (back off first).
     /// </summary>
     public bool OnExhausted(ref int mark)
     {
@@ -172,8 +153,7 @@ internal sealed class ReceiveBuffers : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void PublishRecycled() => _ring.Publish();
 
-    /// <summary>Gives back a buffer taken by a request that is not an internal receive (a <see cref="RingHandler"/>'s,
-    /// in tests).</summary>
+    /// <summary>Gives back a buffer taken by a <see cref="RingHandler"/>'s request (tests).</summary>
     internal void Recycle(ushort bid) => _ring.Recycle(bid);
 
     public void Dispose()

@@ -45,11 +45,10 @@ public abstract class RingHandler : RingOwner, IDisposable
     /// back in <see cref="OnCompletion"/> for every completion of this request. Loop thread only.
     /// </summary>
     /// <remarks>
-    /// A linked chain (IOSQE_IO_LINK, IOSQE_IO_HARDLINK) goes to the kernel in one io_uring_enter, as links require:
-    /// when the submission queue fills up in the middle of a chain, only the requests before the chain are submitted
-    /// early. A chain longer than <see cref="EventLoopOptions.SubmissionQueueSize"/> cannot be kept whole: the request
-    /// that does not fit is refused with <see cref="InvalidOperationException"/> (the ones already queued go to the
-    /// kernel as a shorter chain and complete as usual).
+    /// A linked chain (IOSQE_IO_LINK, IOSQE_IO_HARDLINK) goes to the kernel in one io_uring_enter: a full submission
+    /// queue submits only the requests before the chain early. In a chain longer than
+    /// <see cref="EventLoopOptions.SubmissionQueueSize"/> the request that does not fit is refused with
+    /// <see cref="InvalidOperationException"/> (those already queued complete as a shorter chain).
     /// </remarks>
     /// <exception cref="InvalidOperationException">Called off the loop thread, the loop is stopping, too many custom
     /// requests are in flight, or a linked chain does not fit in the submission queue.</exception>
@@ -65,10 +64,11 @@ public abstract class RingHandler : RingOwner, IDisposable
         {
             ThrowSubmitError(sqe.flags);
         }
-        // Everything that can fail comes before the SQE is taken (a taken SQE is submitted whatever it holds), and
-        // taking it fails before anything is rented or counted: a throw leaks neither an SQE nor a value slot.
+        // Whatever can fail comes before the SQE is taken (a taken SQE is submitted whatever it holds): a throw leaks
+        // neither an SQE nor a value slot.
         loop.EnsureCustomValueSlot();
         io_uring_sqe* target = loop.NewRawSqe(this);
+        // SAFETY: the caller keeps what the SQE points to valid until its final completion (see the remarks).
         *target = sqe; // all 64 bytes
         target->user_data = UserData.Encode(HandleBits, UserData.CustomKind, loop.RentCustomValueSlot(userValue));
     }
@@ -93,8 +93,7 @@ public abstract class RingHandler : RingOwner, IDisposable
     /// <param name="userValue">The value given to <see cref="Submit"/>.</param>
     /// <param name="result">The CQE's res: a result, or a negated errno (see <see cref="Errno"/>).</param>
     /// <param name="flags">The CQE's flags (IORING_CQE_F_MORE when more completions follow for this request).</param>
-    /// <remarks>Internal too so the loop calls it directly (a call site the JIT's profile-guided devirtualization can
-    /// see).</remarks>
+    // Internal too, so the loop calls it directly (a call site guarded devirtualization can see).
     protected internal abstract void OnCompletion(ulong userValue, int result, uint flags);
 
     /// <summary>Called on the loop thread when <see cref="OnCompletion"/> threw. The default reports it to

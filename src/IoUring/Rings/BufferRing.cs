@@ -13,19 +13,14 @@ namespace IoUring.Rings;
 /// bytes that the kernel picks from for requests with IOSQE_BUFFER_SELECT and this <see cref="GroupId"/>.
 /// </summary>
 /// <remarks>
-/// Memory: the entry ring is a page-aligned native allocation owned by this object, registered with the kernel in the
-/// constructor and freed at dispose, which the loop does only after its last completion. The buffers are blocks of
-/// pinned managed arrays (<see cref="ReceiveBlock"/>; the pinned object heap never moves them): one page-aligned slab
-/// made by <see cref="Fill"/> at the first receive, and whatever <see cref="Exchange"/> puts in place of a block it
-/// hands out. A block is the kernel's while its entry is in the ring and until the completion that names it; a block
-/// handed out is the taker's, and since it is a managed array a reader that keeps it too long reads stale bytes, never
-/// freed memory.
-/// Thread: only the ring's thread touches it.
+/// The entry ring is page-aligned native memory, registered in the constructor and freed at dispose (after the loop's
+/// last completion). Buffers are <see cref="ReceiveBlock"/>s of pinned arrays: the kernel's while their entry is in
+/// the ring and until the completion naming them; a block handed out by <see cref="Exchange"/> is the taker's (a
+/// reader keeping it too long reads stale bytes, never freed memory). Only the ring's thread touches it.
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
 {
-    // The kernel wants the entry ring page-aligned (EINVAL otherwise): the real page size, 16 or 64 KiB on some arm64
-    // kernels.
+    // The kernel wants the entry ring page-aligned (EINVAL otherwise).
     private static readonly nuint s_pageSize = (nuint)Environment.SystemPageSize;
     private const int TailOffset = 14; // the ring's tail aliases entry 0's resv field
 
@@ -61,6 +56,7 @@ internal sealed unsafe class BufferRing : IDisposable
         NativeMemory.Clear(_entries, entriesSize);
         _ = checked(count * bufferSize + (int)s_pageSize); // the slab Fill makes must be possible
 
+        // SAFETY: _entries stays allocated until Dispose, which unregisters the group first.
         io_uring_buf_reg reg = new() { ring_addr = (ulong)_entries, ring_entries = (uint)count, bgid = groupId };
         int result = ring.TryRegister(IORING_REGISTER_PBUF_RING, &reg, 1);
         if (result < 0)
@@ -84,18 +80,15 @@ internal sealed unsafe class BufferRing : IDisposable
 
     }
 
-    /// <summary>Whether <see cref="Fill"/> has given the kernel the buffers (until then the ring is registered and
-    /// empty: a receive selecting from it fails with ENOBUFS).</summary>
+    /// <summary>Whether <see cref="Fill"/> ran (until then a receive selecting from the ring fails with
+    /// ENOBUFS).</summary>
     public bool IsFilled { get; private set; }
 
-    /// <summary>Bytes of buffer memory the ring holds: <see cref="Count"/> × <see cref="BufferSize"/> once filled,
-    /// else 0.</summary>
+    /// <summary>Bytes of buffer memory the ring holds (0 until filled).</summary>
     public long MemoryBytes => IsFilled ? (long)Count * BufferSize : 0;
 
-    /// <summary>
-    /// Makes the buffers and hands them all to the kernel, once: a ring's memory is made at its first receive, so a
-    /// loop that never receives on TCP (UDP only) holds none of it.
-    /// </summary>
+    /// <summary>Makes the buffers and hands them all to the kernel, once (at the first receive: a loop that never
+    /// receives holds no buffer memory).</summary>
     public void Fill()
     {
         Debug.Assert(!IsFilled, "a buffer ring is filled once");
@@ -134,9 +127,9 @@ internal sealed unsafe class BufferRing : IDisposable
     }
 
     /// <summary>
-    /// Takes buffer <paramref name="bid"/>'s memory out of the ring (its completion was handled: the kernel is done
-    /// with it) and puts <paramref name="replacement"/>, of <see cref="BufferSize"/> bytes, in its place; the buffer id
-    /// goes back to the kernel with the new memory at its next <see cref="Recycle"/>.
+    /// Takes buffer <paramref name="bid"/>'s memory out (its completion was handled) and puts
+    /// <paramref name="replacement"/> in its place; the id goes back with the new memory at its next
+    /// <see cref="Recycle"/>.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ReceiveBlock Exchange(ushort bid, ReceiveBlock replacement)
@@ -153,8 +146,10 @@ internal sealed unsafe class BufferRing : IDisposable
     public void Recycle(ushort bid)
     {
         Debug.Assert(bid < Count && IsFilled, "only a filled ring's buffers go back");
+        Debug.Assert(_entries != null, "recycle into a disposed buffer ring");
         io_uring_buf* entry = &_entries[_tail & _mask];
         // Field by field: entry 0's resv is the ring tail, which only Publish writes.
+        // SAFETY: the block is a pinned array held in _blocks until Exchange, after the completion naming bid.
         entry->addr = (ulong)_blocks[bid].Address;
         entry->len = (uint)BufferSize;
         entry->bid = bid;
@@ -166,11 +161,9 @@ internal sealed unsafe class BufferRing : IDisposable
     public uint PositionOf(ushort bid) => _positionOf[bid];
 
     /// <summary>
-    /// The buffer the kernel took from ring position <paramref name="position"/> (a receive bundle takes consecutive
-    /// entries) and the length that entry had then, if the entry has not been written again since: false when a buffer
-    /// given back since reused its slot. The length is the entry's, not <see cref="BufferSize"/>: when a bundle's
-    /// byte limit is below a buffer's size the kernel shortens that entry in place (io_ring_buffers_peek), and if the
-    /// receive then takes nothing the shortened entry stays in the ring for a later receive.
+    /// The buffer the kernel took from ring position <paramref name="position"/> (a bundle takes consecutive entries)
+    /// and that entry's length, unless a buffer given back since reused the slot. The length is the entry's: the
+    /// kernel may shorten an entry in place to a bundle's byte limit (io_ring_buffers_peek).
     /// </summary>
     public bool TryGetEntryAt(uint position, out ushort bid, out int length)
     {
@@ -184,6 +177,7 @@ internal sealed unsafe class BufferRing : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Publish()
     {
+        Debug.Assert(_entries != null || _tail == _publishedTail, "publish into a disposed buffer ring");
         if (_tail != _publishedTail)
         {
             Volatile.Write(ref *(ushort*)((byte*)_entries + TailOffset), _tail);

@@ -66,32 +66,26 @@ public sealed class IoUringCapabilities
     public bool HasZeroCopySendMsg => IsOpcodeSupported(IORING_OP_SENDMSG_ZC);
 
     /// <summary>
-    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+), so a notification says whether the kernel copied
-    /// after all. A flag, which the opcode probe cannot see: probed by submitting it (see
-    /// <see cref="ProbeZeroCopyFlag"/>).
+    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+): a notification says whether the kernel copied after
+    /// all. Probed by submitting it.
     /// </summary>
     public bool HasZeroCopyReportUsage { get; private set; }
 
     /// <summary>
     /// A gather zero-copy send (SENDMSG_ZC) can take its iovecs from a registered buffer (IORING_RECVSEND_FIXED_BUF,
-    /// 6.15+; single-segment SEND_ZC has taken one since 6.0). A flag: probed by submitting it (see
-    /// <see cref="ProbeFixedSendMsg"/>).
+    /// 6.15+). Probed by submitting it.
     /// </summary>
     public bool HasZeroCopySendMsgFixed { get; private set; }
 
     /// <summary>
-    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c> with IORING_RECV_MULTISHOT; in the
-    /// kernel since mid-2025, 6.17): it ends by itself (a CQE without F_MORE) once that many bytes arrived, so a
-    /// receiver arms for no more than its input can still take. Not an opcode, so probed by submitting it (see
-    /// <see cref="ProbeReceiveLimit"/>).
+    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c>, 6.17+): it ends by itself once that
+    /// many bytes arrived, so a receiver arms for no more than its input can take. Probed by submitting it.
     /// </summary>
     public bool HasReceiveLimit { get; private set; }
 
     /// <summary>
-    /// A receive can fill several provided buffers in one completion (IORING_RECVSEND_BUNDLE): fewer completions for
-    /// bulk receives. The feature bit the kernel reports at setup (IORING_FEAT_RECVSEND_BUNDLE, 6.10+), on a kernel of
-    /// 6.15 or later: finding a bundle's buffers relies on completions posted in the order the buffers were taken,
-    /// which 6.15 guarantees (see ReceiveBuffers).
+    /// A receive can fill several provided buffers in one completion (IORING_FEAT_RECVSEND_BUNDLE), on 6.15 or later:
+    /// finding a bundle's buffers relies on completions posted in the order the buffers were taken.
     /// </summary>
     public bool HasReceiveBundles { get; private set; }
 
@@ -188,19 +182,15 @@ public sealed class IoUringCapabilities
     }
 
     /// <summary>
-    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1. The kernel checks a zero-copy send's flags
-    /// when it prepares the request (io_send_zc_prep in io_uring/net.c: EINVAL for a flag it does not know, as 6.0 and
-    /// 6.1 do for REPORT_USAGE). Nothing is sent; the request may post a notification after its result (F_MORE), which
-    /// is waited for too.
+    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1: an unknown flag fails its preparation
+    /// (io_send_zc_prep: EINVAL). Nothing is sent.
     /// </summary>
     internal static bool ProbeZeroCopyFlag(Ring ring, ushort flag)
         => PreparesWithoutError(ring, new io_uring_sqe { opcode = IORING_OP_SEND_ZC, fd = -1, ioprio = flag });
 
     /// <summary>
-    /// Registers one page as buffer 0 and submits a SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over it on fd -1. Kernels
-    /// before 6.15 refuse the flag for SENDMSG_ZC when they prepare it (EINVAL); later ones prepare it and fail the fd
-    /// lookup (EBADF). Nothing is sent. False too if the page cannot be registered (then no send uses fixed buffers
-    /// anyway).
+    /// Registers one page as buffer 0 and submits a SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over it on fd -1 (EINVAL
+    /// before 6.15). Nothing is sent. False too if the page cannot be registered (no send uses fixed buffers then).
     /// </summary>
     internal static unsafe bool ProbeFixedSendMsg(Ring ring)
     {
@@ -223,8 +213,7 @@ public sealed class IoUringCapabilities
                 addr = (ulong)&message,
                 buf_index = 0,
             });
-            // The probe request has completed (PreparesWithoutError waits for its final CQE): nothing uses the page
-            // now.
+            // PreparesWithoutError waited for the probe's final CQE: nothing uses the page now.
             _ = ring.TryRegister(IORING_UNREGISTER_BUFFERS, null, 0);
             return accepted;
         }
@@ -235,9 +224,8 @@ public sealed class IoUringCapabilities
     }
 
     /// <summary>
-    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1. Kernels without the cap refuse a
-    /// non-zero <c>optlen</c> (the same field as <c>file_index</c>) when they prepare a RECV (io_recvmsg_prep: EINVAL);
-    /// kernels with it prepare the request and then fail the fd lookup (EBADF). Nothing is received.
+    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1: kernels without the cap refuse it
+    /// (io_recvmsg_prep: EINVAL). Nothing is received.
     /// </summary>
     internal static bool ProbeReceiveLimit(Ring ring)
         => PreparesWithoutError(ring, new io_uring_sqe
@@ -250,9 +238,8 @@ public sealed class IoUringCapabilities
         });
 
     /// <summary>
-    /// Submits <paramref name="probe"/> (on fd -1) and says whether the kernel got as far as looking up the fd (EBADF):
-    /// the kernel checks a request's fields when it prepares it and looks the fd up only when it issues it
-    /// (io_assign_file in io_issue_sqe), so EBADF means every field was accepted. Waits for the request's final CQE.
+    /// Submits <paramref name="probe"/> (on fd -1) and waits for its final CQE: EBADF means the kernel accepted every
+    /// field and got as far as the fd lookup (io_assign_file, after preparation).
     /// </summary>
     private static unsafe bool PreparesWithoutError(Ring ring, io_uring_sqe probe)
     {

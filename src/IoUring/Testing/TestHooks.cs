@@ -3,75 +3,59 @@ using IoUring.Rings;
 namespace IoUring.Testing;
 
 /// <summary>
-/// Every test seam of the library in one place (internal: only the test assemblies set it). A loop gets it through
-/// <c>EventLoopOptions.Hooks</c>, a network through its loop options, a bare ring through
-/// <see cref="RingOptions.Hooks"/>. Null everywhere in production: each seam is one null check off the hot path.
+/// Every test seam of the library, set only by the test assemblies (<c>EventLoopOptions.Hooks</c>,
+/// <see cref="RingOptions.Hooks"/>). Null in production: each seam is one null check off the hot path.
 /// </summary>
 internal sealed class TestHooks
 {
-    /// <summary>Ring setup fails with this errno (EPERM, ENOSYS, ENOMEM) as if the kernel returned it.</summary>
+    /// <summary>Ring setup fails with this errno.</summary>
     public int SetupErrno { get; init; }
 
-    /// <summary>Ring setup acts as if the process ran on this operating system ("Windows", "macOS") instead of
-    /// Linux.</summary>
+    /// <summary>Ring setup acts as if on this operating system ("Windows", "macOS").</summary>
     public string? OtherOperatingSystem { get; init; }
 
-    /// <summary>Ring setup treats any attempt containing one of these IORING_SETUP_* flags as refused with
-    /// EINVAL.</summary>
+    /// <summary>Ring setup refuses (EINVAL) any attempt with one of these IORING_SETUP_* flags.</summary>
     public uint RefusedSetupFlags { get; init; }
 
-    /// <summary>Ring setup reports the kernel's IORING_FEAT_* bits without these, as an older kernel would.</summary>
+    /// <summary>Ring setup hides these IORING_FEAT_* bits, as an older kernel would.</summary>
     public uint HiddenFeatures { get; init; }
 
-    /// <summary>Fails chosen requests with injected errors, through the real kernel, or refuses owners' SQEs (see
-    /// <see cref="FaultInjector"/>). The loop keeps it in a field: one null check per SQE when unset.</summary>
+    /// <summary>Injected request failures and refused SQEs (one null check per SQE when unset).</summary>
     public FaultInjector? Faults { get; init; }
 
-    /// <summary>Registering memory with the ring (fixed buffers) fails with this errno (ENOMEM: RLIMIT_MEMLOCK) as if
-    /// the kernel refused.</summary>
+    /// <summary>Registering fixed buffers fails with this errno (ENOMEM: RLIMIT_MEMLOCK).</summary>
     public int BufferRegistrationErrno { get; init; }
 
-    /// <summary>Emptying a registered buffer's entry fails with this errno as if the kernel refused (the entry stays
-    /// taken).</summary>
+    /// <summary>Emptying a registered buffer's entry fails with this errno (the entry stays taken).</summary>
     public int BufferUnregistrationErrno { get; init; }
 
-    /// <summary>The loop's memory pool fills every returned block with a poison byte, so bytes sent after a block's
-    /// return show up.</summary>
+    /// <summary>The loop's memory pool poisons returned blocks, so sends after a return show.</summary>
     public bool PoisonReturnedMemory { get; init; }
 
-    /// <summary>How long a loop's stop waits for the requests in flight before it leaves them (10 s when
-    /// null).</summary>
+    /// <summary>How long a loop's stop waits for requests in flight (10 s when null).</summary>
     public TimeSpan? ShutdownDeadline { get; init; }
 
-    /// <summary>Connections keep sending zero-copy after a notification said the kernel copied (loopback always
-    /// copies), to test zero-copy lifetimes here.</summary>
+    /// <summary>Keep sending zero-copy after a "copied" notification (loopback always copies).</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
 
-    /// <summary>Connections never send from the flushing thread: every send goes through the ring, as before caller
-    /// sends.</summary>
+    /// <summary>Every send goes through the ring, none from the flushing thread.</summary>
     public bool NoCallerSends { get; init; }
 
-    /// <summary>Called on the thread making a listener just before it makes loop i's acceptor (to hold it there while
-    /// loops already started accept).</summary>
+    /// <summary>Runs before a listener makes loop i's acceptor (holds it while other loops accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
-    /// <summary>Called by a connection's <c>Input.CopyToAsync(Output)</c> when a read returned cancelled, after it
-    /// checked whether the reader was completed (to complete it there).</summary>
+    /// <summary>Runs in <c>Input.CopyToAsync(Output)</c> after a cancelled read checked the reader.</summary>
     public Action? AfterCancelledCopyRead { get; init; }
 
-    /// <summary>Called by a connection's first <c>ConnectionClosed</c> read after it saw the connection open, before it
-    /// publishes the token source it made (to close the connection there).</summary>
+    /// <summary>Runs in the first <c>ConnectionClosed</c> read before it publishes its source.</summary>
     public Action? BeforeClosedTokenSourcePublished { get; init; }
 
-    /// <summary>Called on the thread pool as a UDP batch receive's completion runs, before it stops the batch filling
-    /// (to hold it there while the loop delivers more).</summary>
+    /// <summary>Runs as a UDP batch receive's completion starts, before the batch stops filling.</summary>
     public Action? BeforeBatchSealed { get; init; }
 
-    /// <summary>Called by a network's dispose once its loops stopped; what it throws, the dispose throws as a loop's
-    /// failed stop.</summary>
+    /// <summary>Runs in a network's dispose after its loops stopped; what it throws, the dispose throws.</summary>
     public Action? AfterLoopsStopped { get; init; }
 
-    /// <summary>What a network's connections believe the kernel offers (to act as an older kernel), instead of the
-    /// probe's.</summary>
+    /// <summary>What a network's connections believe the kernel offers, instead of the probe's.</summary>
     public IoUringCapabilities? Capabilities { get; init; }
 }

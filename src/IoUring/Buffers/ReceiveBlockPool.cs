@@ -8,11 +8,9 @@ namespace IoUring.Buffers;
 /// </summary>
 /// <remarks>
 /// The loop thread rents (from its own stack, refilled from what readers gave back); any thread returns. Each block
-/// is a pinned array of its own, allocated on demand. Trimming: at a rent at least a second after the last check, if
-/// the idle blocks never fell below <c>maxIdle</c> during that second, the surplus over <c>maxIdle</c> is dropped to
-/// the garbage collector. So a steady bulk load keeps its working set (dropping on return made a 1 MiB x 64 echo
-/// allocate 52-61 MB per round), and after a burst of uploads the pool shrinks back within about two seconds of
-/// rents.
+/// is a pinned array of its own. At a rent at least a second after the last check, if the idle blocks never fell
+/// below <c>maxIdle</c> during that second, the surplus is dropped to the GC: a steady load keeps its working set, and
+/// after a burst the pool shrinks back within about two seconds of rents.
 /// </remarks>
 internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false,
     string? origin = null)
@@ -38,12 +36,10 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
     /// <summary>Blocks allocated so far (tests and diagnostics).</summary>
     public long Allocated { get; private set; }
 
-    /// <summary>Blocks this pool allocated and has not dropped: held by Inputs or idle here (tests and
-    /// diagnostics).</summary>
+    /// <summary>Blocks allocated and not dropped: held by Inputs or idle here.</summary>
     public long RetainedBlocks => Allocated - Volatile.Read(ref _dropped);
 
-    /// <summary>Blocks rented and not returned: what connections' Inputs hold (the ring's own are not counted). Any
-    /// thread; a snapshot.</summary>
+    /// <summary>Blocks rented and not returned (what Inputs hold). Any thread; a snapshot.</summary>
     public long HeldBlocks => Volatile.Read(ref _rents) - Volatile.Read(ref _returns);
 
     /// <summary>The most <see cref="HeldBlocks"/> seen at a rent since <see cref="ResetPeak"/> (tests).</summary>
@@ -52,8 +48,7 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
     /// <summary>Starts a new peak from now (tests; racy against the loop, as a test's snapshot is).</summary>
     public void ResetPeak() => Volatile.Write(ref _peakHeld, HeldBlocks);
 
-    /// <summary>Test seam: while positive, each rent throws <see cref="OutOfMemoryException"/> (as a failed allocation
-    /// would). Loop thread.</summary>
+    /// <summary>Test seam: while positive, each rent throws <see cref="OutOfMemoryException"/>.</summary>
     internal int FailRents { get; set; }
 
     /// <summary>A block of <see cref="BlockSize"/> bytes. Loop thread only.</summary>

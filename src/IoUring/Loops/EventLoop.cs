@@ -38,8 +38,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private readonly ManualResetEventSlim _started = new();
     private ExceptionDispatchInfo? _startupError;
     private ReceiveBuffers? _receiveBuffers;
-    // The loop thread's stack, [_stackLow, _stackLow + _stackSize): the thread test of every public entry point on the
-    // hot path (see IsOnLoopThread). Size 0 while unknown or after the thread ended.
+    // The loop thread's stack, [_stackLow, _stackLow + _stackSize), for IsOnLoopThread; size 0 while unknown or ended.
     private nuint _stackLow;
     private nuint _stackSize;
     // The loop running on this thread: the fallback test where the stack's range is unknown.
@@ -173,6 +172,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>Makes every buffer given back visible to the kernel: the loop's and its owners' own groups.</summary>
     private void PublishRecycledBuffers()
     {
+        AssertOnLoopThread();
         _receiveBuffers?.PublishRecycled();
         foreach (ReceiveBuffers buffers in _ownerReceiveBuffers)
         {
@@ -329,12 +329,11 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             ReportUnhandled(ex);
             StopAfterFailure();
         }
-        // Pending notifications leave the receive buffers and the wakeup value alone: only the send memory they pin
-        // stays held (by owners never freed) for the life of the process, since the kernel may still transmit from it.
+        // Pending notifications pin only send memory (their owners are never freed): the kernel may still send from it.
         ReleaseResources(drained: _inFlight == _notificationsPending);
         _stopped.TrySetResult();
-        // Work that raced with the stop still runs (so no continuation is lost); the ring is gone, so any ring
-        // access in it throws ObjectDisposedException, which is reported.
+        // Work that raced with the stop still runs (no continuation is lost); ring access in it throws, and is
+        // reported.
         _posted.Run();
     }
 
@@ -342,9 +341,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (_options.BatchScheduling)
         {
-            // struct sched_param { int sched_priority; }: 0 for the non-realtime policies. RESET_ON_FORK: threads
-            // started from the loop thread (the thread pool grows from whichever thread queues work) keep the normal
-            // policy.
+            // sched_param.sched_priority is 0 for non-realtime policies. RESET_ON_FORK: threads started from the loop
+            // thread (the thread pool grows from it) keep the normal policy.
             int param = 0;
             if (Libc.sched_setscheduler(0, Libc.SCHED_BATCH | Libc.SCHED_RESET_ON_FORK, &param) == 0)
             {
@@ -364,10 +362,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         ArmWakeup();
     }
 
-    /// <summary>
-    /// Whether the loop thread runs under SCHED_BATCH: <see cref="EventLoopOptions.BatchScheduling"/> asked for it and
-    /// the kernel allowed it. Set once the loop thread has started (before the constructor returns).
-    /// </summary>
+    /// <summary>Whether the loop thread runs under SCHED_BATCH (<see cref="EventLoopOptions.BatchScheduling"/>, and the
+    /// kernel allowed it). Set before the constructor returns.</summary>
     public bool IsBatchScheduled { get; private set; }
 
     /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under a seccomp filter), or
@@ -399,11 +395,9 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it
     /// inline.</summary>
     /// <remarks>
-    /// Once the loop has stopped (see <see cref="Stopped"/>) the action runs on the thread pool instead, and this does
-    /// not throw: this is the loop's <see cref="PipeScheduler"/> entry point, which pipes call from the application's
-    /// calls. Ring access from such an action throws <see cref="ObjectDisposedException"/> (a
-    /// <see cref="RingHandler"/>'s Submit, <see cref="InvalidOperationException"/>: not on the loop thread), which is
-    /// reported to <see cref="EventLoopOptions.UnhandledException"/>.
+    /// Once the loop has stopped (<see cref="Stopped"/>) the action runs on the thread pool instead, without throwing
+    /// (pipes call this from the application's calls). Ring access from such an action throws, and is reported to
+    /// <see cref="EventLoopOptions.UnhandledException"/>.
     /// </remarks>
     public override void Schedule(Action<object?> action, object? state)
     {
@@ -443,12 +437,12 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private bool HasPostedWork => !_posted.IsEmpty;
 
     /// <summary>
-    /// Arms the READ on the wakeup eventfd. Without an SQE for it (the SQ stayed full after an early submit) the loop
-    /// would sleep deaf to posts: it is retried every iteration, and meanwhile the loop sleeps at most
-    /// <see cref="DisarmedSleep"/> at a time.
+    /// Arms the READ on the wakeup eventfd. Without an SQE for it (the SQ stayed full) it is retried every iteration,
+    /// and meanwhile the loop sleeps at most <see cref="DisarmedSleep"/> at a time.
     /// </summary>
     internal void ArmWakeup()
     {
+        AssertOnLoopThread();
         io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindWakeup);
         _wakeupDisarmed = sqe == null;
         if (sqe == null)

@@ -5,15 +5,14 @@ using System.Runtime.Versioning;
 namespace IoUring.Loops;
 
 /// <summary>
-/// Anything that submits requests on a loop's ring and receives their completions: a connection, a listener,
-/// a user's <see cref="RingHandler"/>. One GCHandle per owner, allocated in the constructor and freed only when the
-/// owner was released and its last request's final CQE arrived, so a handle value in flight in the kernel
-/// can never be reused by another owner (no stale CQE reaches a new owner).
+/// Anything that submits requests on a loop's ring and receives their completions: a connection, a listener, a
+/// <see cref="RingHandler"/>. Its GCHandle is freed only once the owner was released and its last request's final CQE
+/// arrived, so a handle value in flight in the kernel never names another owner.
 /// </summary>
 /// <remarks>
 /// <para>All members but the constructor run on the loop thread.</para>
-/// <para>Public only as <see cref="RingHandler"/>'s base (a custom completion then reaches the handler with no extra
-/// object in between); its constructor is internal, so only this library derives from it.</para>
+/// <para>Public only as <see cref="RingHandler"/>'s base; its constructor is internal, so only this library derives
+/// from it.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public abstract class RingOwner
@@ -48,25 +47,17 @@ public abstract class RingOwner
 
     internal ulong HandleBits => _handleBits;
 
-    /// <summary>
-    /// The buffers this owner's receives select from when they are not the loop's
-    /// (<see cref="EventLoop.ReceiveBuffers"/>): a UDP socket's own group, sized for whole datagrams. The loop hands
-    /// their completions to <see cref="HandleReceive"/> the same way.
-    /// </summary>
+    /// <summary>The buffers this owner's receives select from instead of the loop's (a UDP socket's own group, sized
+    /// for whole datagrams); their completions reach <see cref="HandleReceive"/> the same way.</summary>
     internal ReceiveBuffers? OwnReceiveBuffers { get; set; }
 
-    /// <summary>The user_data of this owner's requests of <paramref name="kind"/> (to cancel them by
-    /// user_data).</summary>
     internal ulong UserDataOf(uint kind, uint tag = 0) => UserData.Encode(_handleBits, kind, tag);
 
-    /// <summary>Handles one CQE of a request this owner submitted. <paramref name="kind"/> is the value given at
-    /// submit.</summary>
+    /// <summary>Handles one CQE of a request this owner submitted.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
 
-    /// <summary>
-    /// Handles one CQE of a receive that selected buffers from the loop's <see cref="ReceiveBuffers"/>:
-    /// <paramref name="data"/> is valid only during the call (the buffers go back to the kernel right after).
-    /// </summary>
+    /// <summary>A CQE of a receive that selected buffers: <paramref name="data"/> is valid only during the call (the
+    /// buffers go back to the kernel right after).</summary>
     internal virtual void HandleReceive(uint kind, ReceivedBytes data, uint flags)
         => throw new InvalidOperationException(
             $"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
@@ -81,11 +72,16 @@ public abstract class RingOwner
     /// rest is done).</summary>
     internal virtual void OnRequestFinished() { }
 
-    internal void OnSubmitted() => _inFlight++;
+    internal void OnSubmitted()
+    {
+        Debug.Assert(!_released || _inFlight > 0, "a request submitted by an owner whose handle is freed");
+        _inFlight++;
+    }
 
     internal void OnFinalCompletion()
     {
-        Debug.Assert(_inFlight > 0);
+        Loop.AssertOnLoopThread();
+        Debug.Assert(_inFlight > 0, "a final CQE for an owner with nothing in flight");
         if (--_inFlight == 0 && _released)
         {
             Free();
@@ -99,6 +95,7 @@ public abstract class RingOwner
     /// <summary>No new requests after this; the handle is freed when the last in-flight request completes.</summary>
     internal void Release()
     {
+        Debug.Assert(Loop.IsOnLoopThread || Loop.Stopped.IsCompleted, "an owner released off the loop thread");
         if (_released)
         {
             return;

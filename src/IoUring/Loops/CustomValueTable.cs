@@ -25,8 +25,7 @@ internal struct CustomValueTable
         _freeHead = NoFreeSlot;
     }
 
-    /// <summary>Slots rented and not returned: walks the free list (for tests and diagnostics, not the hot
-    /// path).</summary>
+    /// <summary>Slots rented and not returned (walks the free list: not for the hot path).</summary>
     public readonly int InUse
     {
         get
@@ -52,14 +51,13 @@ internal struct CustomValueTable
         }
     }
 
-    /// <summary>Takes a free slot for <paramref name="value"/>; call <see cref="EnsureFreeSlot"/> first. Never
-    /// throws.</summary>
+    /// <summary>Takes a free slot for <paramref name="value"/> (after <see cref="EnsureFreeSlot"/>).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
         uint slot = _freeHead;
         Debug.Assert(slot != NoFreeSlot, "EnsureFreeSlot first");
-        // The array is read once (one load, one null check); slot came from the free list: in range.
+        // The array is read once; a slot from the free list is in range.
         ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
         _freeHead = (uint)entry;
         entry = value;
@@ -71,7 +69,7 @@ internal struct CustomValueTable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ulong Get(uint slot, bool release)
     {
-        // slot came from Rent: in range
+        Debug.Assert(slot < (uint)_next, "a custom value slot never rented");
         ref ulong entry = ref Unsafe.Add(ref MemoryMarshal.GetArrayDataReference(_values), slot);
         ulong value = entry;
         if (release)

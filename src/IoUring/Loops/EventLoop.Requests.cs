@@ -141,12 +141,12 @@ public sealed unsafe partial class EventLoop
     [MethodImpl(MethodImplOptions.NoInlining)]
     private io_uring_sqe* SqeAfterEarlySubmit()
     {
+        AssertOnLoopThread();
         uint openChain = OpenChainLength();
         if (openChain == _ring.SqEntries)
         {
-            // The whole SQ is one open chain: end it at its last queued request and submit it as a shorter chain, so
-            // that the requests taken after this refusal (the loop's own: receives, closes) do not join it or find the
-            // SQ still full.
+            // The whole SQ is one open chain: end it and submit it shorter, so the loop's own requests taken after
+            // this refusal do not join it or find the SQ still full.
             _ring.UnpublishedSqe(openChain - 1)->flags &= unchecked((byte)~(IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
             PublishRecycledBuffers();
             SubmitAndWait(wait: false);
@@ -182,6 +182,8 @@ public sealed unsafe partial class EventLoop
     /// <param name="holdBack">SQEs at the tail to leave queued for a later submit.</param>
     private void SubmitAndWait(bool wait, uint holdBack = 0)
     {
+        AssertOnLoopThread();
+        Debug.Assert(holdBack <= _ring.UnpublishedCount, "holding back more SQEs than are queued");
         // While stopping, bound each wait so the shutdown deadline is checked; without the wakeup READ, so posts run.
         __kernel_timespec timeout = new() { tv_nsec = _wakeupDisarmed ? DisarmedSleep : 100_000_000 };
         FaultInjector? faults = _faults;
@@ -222,6 +224,7 @@ public sealed unsafe partial class EventLoop
 
     private void DrainCompletions()
     {
+        AssertOnLoopThread();
         uint ready = _ring.ReadyCompletions(out uint head);
         while (ready != 0)
         {

@@ -50,10 +50,12 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         _table = new RegisteredBufferTable(ring, injectedErrno, injectedUnregisterErrno);
     }
 
-    /// <summary>The index under which <paramref name="block"/> is registered with the loop's ring, or -1. Loop
-    /// thread (the sender's hot path).</summary>
+    /// <summary>The block's registered-buffer index in the loop's ring, or -1 (the sender's hot path).</summary>
     public int RegisteredIndex(PinnedBlock block)
-        => block.Region.Pool == _pool ? block.Region.BufferIndex : -1;
+    {
+        loop.AssertOnLoopThread();
+        return block.Region.Pool == _pool ? block.Region.BufferIndex : -1;
+    }
 
     /// <summary>Whether <paramref name="memory"/> lies in a registered block of <see cref="Pool"/>, and its
     /// index.</summary>
@@ -115,6 +117,8 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         {
             return;
         }
+        Debug.Assert(region.BufferIndex < 0, "a region registered twice");
+        // SAFETY: the region's pinned array outlives its entry: UnregisterNow empties it before releasing the pages.
         if (table.TryRegister(region.Start, PinnedRegion.Length, out ushort index))
         {
             region.BufferIndex = index;
@@ -123,9 +127,8 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
 
     private void UnregisterNow(PinnedRegion region)
     {
-        // The pages go back only once no table holds them: an entry left in place (the loop stops and the ring's close
-        // empties it later, or the kernel refused) keeps them pinned and charged to RLIMIT_MEMLOCK, so releasing them
-        // would make RSS say they are free. They stay, and the GC takes them with the array.
+        // The pages go back only once no table holds them: an entry left in place (the ring's close empties it later,
+        // or the kernel refused) keeps them pinned; they then stay until the GC takes the array.
         bool held = region.BufferIndex >= 0;
         if (held && loop.IsOnLoopThread && !loop.IsStopping && _table is { } table)
         {

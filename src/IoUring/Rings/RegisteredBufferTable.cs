@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
@@ -5,19 +6,16 @@ namespace IoUring.Rings;
 
 /// <summary>
 /// A ring's table of registered ("fixed") buffers: memory the kernel pinned once, so a request naming its index
-/// (IORING_RECVSEND_FIXED_BUF with sqe->buf_index) skips pinning the pages on every send. The table is registered
-/// sparse (IORING_REGISTER_BUFFERS2, 5.19) on first use; entries are filled and emptied one at a time
-/// (IORING_REGISTER_BUFFERS_UPDATE).
+/// (sqe->buf_index) skips pinning pages per send. Registered sparse (IORING_REGISTER_BUFFERS2) on first use; entries
+/// are filled and emptied one at a time (IORING_REGISTER_BUFFERS_UPDATE).
 /// </summary>
 /// <remarks>
-/// Ring thread only (the loop's ring is SINGLE_ISSUER, and registration belongs to its submitter). The kernel keeps
-/// an emptied entry's pages pinned until no request that used it is in flight, but our callers only empty entries
-/// whose memory nothing references any more. When the kernel refuses (RLIMIT_MEMLOCK: ENOMEM; a seccomp filter:
-/// EPERM), the memory simply stays unregistered and sends fall back to pinning per request.
+/// Ring thread only (SINGLE_ISSUER: registration belongs to the submitter). Callers empty only entries whose memory
+/// nothing references any more. A refusal (ENOMEM: RLIMIT_MEMLOCK; EPERM: seccomp) leaves the memory unregistered.
 /// </remarks>
 internal sealed unsafe class RegisteredBufferTable
 {
-    /// <summary>Table entries: with the memory pool's 256 KiB regions, 1 GiB of registered memory per ring.</summary>
+    /// <summary>Table entries (with 256 KiB regions, 1 GiB of registered memory per ring).</summary>
     public const int Capacity = 4096;
 
     private readonly Ring _ring;
@@ -64,6 +62,7 @@ internal sealed unsafe class RegisteredBufferTable
             return false; // full: the memory stays usable, unregistered
         }
         ushort entry = _free![_freeCount - 1];
+        Debug.Assert(length > 0 && address != null, "registers empty memory");
         if (Update(entry, address, length) is int errno and < 0)
         {
             RefusedErrno = -errno;
@@ -79,6 +78,7 @@ internal sealed unsafe class RegisteredBufferTable
     /// if the kernel refused, and the entry still holds the memory.</summary>
     public bool TryUnregister(ushort index, int length)
     {
+        Debug.Assert(_free is not null && _freeCount < Capacity && index < Capacity, "empties an entry never filled");
         // Emptying an entry cannot fail for a valid index on a live ring; if it did the entry stays taken (a leak of
         // one table slot, never a reuse of memory the kernel still maps there) and its bytes stay counted.
         int result = _injectedUnregisterErrno != 0 ? -_injectedUnregisterErrno : Update(index, null, 0);

@@ -1,14 +1,14 @@
+using System.Diagnostics;
 using IoUring.Interop;
 using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Testing;
 
 /// <summary>
-/// Test seam (internal, off unless set in <see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs
-/// into NOPs that make the real kernel complete them with an injected error (IORING_NOP_INJECT_RESULT), keeping their
-/// user_data and link flags. The owner then sees exactly what a failing request looks like: one final CQE with -errno
-/// and no buffer, and the rest of its linked chain cancelled.
-/// Only data-path opcodes may be targeted, never CLOSE or cancels, so injection cannot leak an fd.
+/// Test seam (<see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs into NOPs the real kernel
+/// completes with an injected error (IORING_NOP_INJECT_RESULT), keeping user_data and link flags, so the owner sees a
+/// real failure: one final CQE with -errno, no buffer, the rest of its chain cancelled. Only data-path opcodes may be
+/// targeted (never CLOSE or cancels), so injection cannot leak an fd.
 /// </summary>
 internal sealed class FaultInjector
 {
@@ -147,12 +147,10 @@ internal sealed class FaultInjector
     /// changed.</summary>
     public int Observed(byte opcode) => Volatile.Read(ref _observed[opcode]);
 
-    // The opcodes of the first SQEs submitted, in order (enough for a test's opening; later ones are not kept).
     private readonly List<byte> _submitted = new();
     private const int SubmittedKept = 4096;
 
-    /// <summary>The opcodes of the SQEs submitted so far, in their order (the first 4,096; failed ones
-    /// included).</summary>
+    /// <summary>The opcodes of the first <see cref="SubmittedKept"/> SQEs submitted, in order.</summary>
     public byte[] SubmittedOpcodes()
     {
         lock (_random)
@@ -183,12 +181,13 @@ internal sealed class FaultInjector
     {
         lock (_random) // one injector may serve several loops
         {
-            ApplyLocked(ring, holdBack);
+            ApplyUnsynchronized(ring, holdBack);
         }
     }
 
-    private unsafe void ApplyLocked(Rings.Ring ring, uint holdBack)
+    private unsafe void ApplyUnsynchronized(Rings.Ring ring, uint holdBack)
     {
+        Debug.Assert(Monitor.IsEntered(_random), "ApplyUnsynchronized without the injector's lock");
         uint count = ring.UnpublishedCount - holdBack;
         for (uint i = 0; i < count; i++)
         {

@@ -127,7 +127,10 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
 
     /// <summary>Reports a problem of the pool itself (e.g. a block released more often than it was held).</summary>
     public void Report(string problem)
-        => PoolDiagnostics.Report(this, $"{problem}, at {Format(new StackTrace(1, false))}");
+    {
+        Debug.Assert(!Monitor.IsEntered(_entries), "problems are reported outside the ledger's lock");
+        PoolDiagnostics.Report(this, $"{problem}, at {Format(new StackTrace(1, false))}");
+    }
 
     /// <summary>The pool stopped: what is still out must come back (see <see cref="PoolDiagnostics"/>).</summary>
     public void OnStopped()
@@ -141,6 +144,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
             }
             _stopped = true;
         }
+        Debug.Assert(!Monitor.IsEntered(_entries), "a stopped ledger is reported outside its lock");
         PoolDiagnostics.OnStopped(this);
     }
 

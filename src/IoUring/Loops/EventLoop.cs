@@ -7,7 +7,6 @@ using IoUring.Buffers;
 using IoUring.Interop;
 using IoUring.Rings;
 using IoUring.Testing;
-using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
@@ -435,25 +434,4 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     internal bool IsSleeping => _posted.IsSleeping;
 
     private bool HasPostedWork => !_posted.IsEmpty;
-
-    /// <summary>
-    /// Arms the READ on the wakeup eventfd. Without an SQE for it (the SQ stayed full) it is retried every iteration,
-    /// and meanwhile the loop sleeps at most <see cref="DisarmedSleep"/> at a time.
-    /// </summary>
-    internal void ArmWakeup()
-    {
-        AssertOnLoopThread();
-        io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindWakeup);
-        _wakeupDisarmed = sqe == null;
-        if (sqe == null)
-        {
-            return;
-        }
-        sqe->opcode = IORING_OP_READ;
-        sqe->fd = _posted.FileDescriptor;
-        // SAFETY: the target is freed only by PostedWork.Close once nothing is in flight (drained).
-        sqe->addr = (ulong)_posted.ReadTarget;
-        sqe->len = sizeof(ulong);
-        sqe->off = ulong.MaxValue; // the current position (an eventfd has none)
-    }
 }

@@ -55,6 +55,7 @@ internal sealed unsafe class FileReads : RingOwner
         }
         catch (ObjectDisposedException)
         {
+            // The loop stopped: its stop ended the read.
         }
     }
 

@@ -3,25 +3,21 @@ using System.Diagnostics;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// One pool's record of its blocks under <see cref="PoolDiagnostics"/> (test mode only): which are out and where each
-/// was rented. A returned block is filled with the pool's poison byte and checked on its next rent, so a write after
-/// return (the program's or the kernel's) is caught; a return of a block that is not out is caught at once; blocks
-/// still out when the pool stopped are leaks unless they come back within the suite's grace.
+/// One pool's record of its blocks under <see cref="PoolDiagnostics"/>: which are out and where each was rented. A
+/// returned block is poisoned and checked at its next rent (catching a write after return, the kernel's too).
 /// </summary>
-/// <remarks>A block is named by an object and an offset (a pinned block, or a receive block's array and offset).
-/// Problems are reported outside this ledger's lock (<see cref="PoolDiagnostics"/> takes it under its own).</remarks>
+/// <remarks>A block is named by an object and an offset. Problems are reported outside this ledger's lock
+/// (<see cref="PoolDiagnostics"/> takes it under its own).</remarks>
 internal sealed class BlockLedger(string name, byte poison, string? origin = null)
 {
     private readonly Dictionary<(object, int), Entry> _entries = [];
     private bool _stopped;
 
-    /// <summary>The pool's kind and where it was made (a loop's pool: where the loop was made, which names the
-    /// test).</summary>
+    /// <summary>The pool's kind and where it was made (for a loop's pool, the test that made the loop).</summary>
     public string Name { get; } = $"{name} (made at {origin ?? Format(new StackTrace(2, false))})";
 
     public byte Poison { get; } = poison;
 
-    /// <summary>Blocks rented and not yet returned.</summary>
     public int OutstandingCount
     {
         get
@@ -33,8 +29,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>A block leaves the pool: checks the poison a return left in it (unless the pool never handed it out
-    /// before) and records where it goes.</summary>
+    /// <summary>Checks the poison a return left and records the rent's stack.</summary>
     public void OnRent(object block, int offset, ReadOnlySpan<byte> memory)
     {
         var rent = new StackTrace(1, false);
@@ -63,8 +58,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>A block comes back: a block that is not out is a double return (reported, and false: the pool must
-    /// not take it again); otherwise it is poisoned.</summary>
+    /// <summary>Poisons the block; false for a double return (reported; the pool must not take it again).</summary>
     public bool OnReturn(object block, int offset, Span<byte> memory)
     {
         string? problem = null;
@@ -89,8 +83,8 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         return true;
     }
 
-    /// <summary>Moves a rent from one block to another (a spare put into the receive ring in place of the block a
-    /// connection takes: the ring's blocks are not out, the taken one is).</summary>
+    /// <summary>Moves a rent to the block a connection takes from the receive ring, from the spare put in its
+    /// place.</summary>
     public void OnExchanged(object given, int givenOffset, object taken, int takenOffset)
     {
         lock (_entries)
@@ -100,7 +94,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>A block the pool dropped for good (trimmed): nothing to check on it any more.</summary>
+    /// <summary>A block the pool dropped for good (trimmed).</summary>
     public void Forget(object block, int offset)
     {
         lock (_entries)
@@ -109,8 +103,8 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>Marks the blocks out that <paramref name="keptByDesign"/> picks as held past the pool's stop on
-    /// purpose (memory the kernel may still read): not leaks, and their return is no double return.</summary>
+    /// <summary>Blocks held past the pool's stop on purpose (the kernel may still read them) are not
+    /// leaks.</summary>
     public void KeepOutstanding(Func<object, bool> keptByDesign)
     {
         lock (_entries)
@@ -125,14 +119,12 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>Reports a problem of the pool itself (e.g. a block released more often than it was held).</summary>
     public void Report(string problem)
     {
         Debug.Assert(!Monitor.IsEntered(_entries), "problems are reported outside the ledger's lock");
         PoolDiagnostics.Report(this, $"{problem}, at {Format(new StackTrace(1, false))}");
     }
 
-    /// <summary>The pool stopped: what is still out must come back (see <see cref="PoolDiagnostics"/>).</summary>
     public void OnStopped()
     {
         lock (_entries)
@@ -148,7 +140,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         PoolDiagnostics.OnStopped(this);
     }
 
-    /// <summary>One line per place that rented blocks still out, with its stack.</summary>
+    /// <summary>One line per rent stack of the blocks still out.</summary>
     public List<string> DescribeOutstanding()
     {
         lock (_entries)
@@ -160,8 +152,7 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
         }
     }
 
-    /// <summary>A stack's innermost frames: where a block was rented or misused, without the test runner's
-    /// frames below.</summary>
+    /// <summary>A stack's innermost frames, without the test runner's.</summary>
     public static string Format(StackTrace? stack)
     {
         if (stack is null)
@@ -177,6 +168,6 @@ internal sealed class BlockLedger(string name, byte poison, string? origin = nul
 
     /// <param name="Out">Rented and not yet returned.</param>
     /// <param name="Rent">The last rent's stack.</param>
-    /// <param name="Kept">Out past the pool's stop on purpose (see <see cref="KeepOutstanding"/>).</param>
+    /// <param name="Kept">See <see cref="KeepOutstanding"/>.</param>
     private sealed record Entry(bool Out, StackTrace? Rent, bool Kept = false);
 }

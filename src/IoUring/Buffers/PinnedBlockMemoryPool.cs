@@ -5,23 +5,20 @@ namespace IoUring.Buffers;
 
 /// <summary>
 /// Fixed-size blocks carved from <see cref="PinnedRegion"/>s on the pinned object heap, so memory handed to the kernel
-/// never moves and pinning costs nothing. A loop's own pool registers each region with its ring
-/// (<see cref="IRegionRegistrar"/>), so a send can name it as a fixed buffer.
+/// never moves. A loop's own pool registers each region with its ring (<see cref="IRegionRegistrar"/>), so a send can
+/// name it as a fixed buffer.
 /// </summary>
 /// <remarks>
-/// <para>Every returned block is kept (no allocation once warm); every <see cref="TrimInterval"/> the regions none of
-/// whose blocks was rented during the interval are unregistered and their pages given back with madvise (resident
-/// memory falls at once, where the GC would keep them committed). One long-held block keeps its whole region.</para>
-/// <para>Blocks come from one region until it is empty, then from the partly used region with the most free blocks:
-/// a connection's consecutive blocks mostly share a region (one fixed buffer per gather send), and idle regions stay
-/// idle until trimmed.</para>
-/// <para>A block returns to the free list only when its renter and every pin (a zero-copy send until its
-/// notification) let go. Regions are GC memory: a block still held after the pool is disposed stays valid.</para>
+/// <para>Returned blocks are kept; every <see cref="TrimInterval"/> the regions with no rent in the interval are
+/// unregistered and their pages madvised away (the GC would keep them committed).</para>
+/// <para>Blocks come from one region until it is empty, then from the partly used region with the most free blocks,
+/// so a connection's blocks mostly share one fixed buffer and idle regions stay idle until trimmed.</para>
+/// <para>A block is free again only when its renter and every pin (a zero-copy send until its notification) let go.
+/// Regions are GC memory: a block held after the pool is disposed stays valid.</para>
 /// </remarks>
 internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 {
-    /// <summary>The default block size: a quarter of the segments (iovecs, pool traffic) of 4 KiB blocks.</summary>
-    public const int BlockSize = 16 * 1024;
+    public const int BlockSize = 16 * 1024; // a quarter of the iovecs and pool traffic of 4 KiB blocks
 
     /// <summary>One registered buffer: the unit of growth, registration and trimming.</summary>
     public const int RegionSize = 256 * 1024;
@@ -33,19 +30,19 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     private readonly IRegionRegistrar? _registrar;
     private readonly Lock _lock = new();
     private readonly List<PinnedRegion> _regions = [];
-    private PinnedRegion? _current;   // rented from until empty: consecutive rents share a region (one fixed buffer)
-    private int _freeCount;     // free blocks of all regions
+    private PinnedRegion? _current;   // rented from until empty
+    private int _freeCount;     // of all regions
     private readonly ITimer? _trimTimer;
     private int _rented;
     private int _peakRented;
     private bool _disposed;
     private readonly BlockLedger? _ledger; // PoolDiagnostics only
 
-    /// <param name="trim">Whether a timer trims unused regions (tests turn it off to count blocks exactly).</param>
+    /// <param name="trim">Whether a timer trims unused regions (off in tests that count blocks).</param>
     /// <param name="registrar">Registers each new region with a ring (a loop's own pool), or null.</param>
-    /// <param name="poisonReturnedBlocks">Fill every returned block with <see cref="PoisonByte"/> (tests).</param>
-    /// <param name="blockSize">Bytes per block: a power of two from 4 KiB to <see cref="RegionSize"/>.</param>
-    /// <param name="origin">Where the pool's owner was made, named in <see cref="PoolDiagnostics"/>' reports.</param>
+    /// <param name="poisonReturnedBlocks">Fill returned blocks with <see cref="PoisonByte"/> (tests).</param>
+    /// <param name="blockSize">A power of two from 4 KiB to <see cref="RegionSize"/>.</param>
+    /// <param name="origin">Where the pool's owner was made, for <see cref="PoolDiagnostics"/>' reports.</param>
     public PinnedBlockMemoryPool(bool trim = true, IRegionRegistrar? registrar = null,
         bool poisonReturnedBlocks = false, int blockSize = BlockSize, string? origin = null)
     {
@@ -64,7 +61,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
         if (trim)
         {
-            // Weakly referenced: an abandoned pool is collected and its timer with it.
+            // Weak: an abandoned pool is collected, and its timer with it.
             var self = new WeakReference<PinnedBlockMemoryPool>(this);
             _trimTimer = TimeProvider.System.CreateTimer(static s =>
             {
@@ -78,21 +75,17 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
 
     public override int MaxBufferSize => BlockBytes;
 
-    /// <summary>Bytes per block.</summary>
     public int BlockBytes { get; }
 
-    /// <summary>Blocks per region.</summary>
     public int BlocksPerRegion { get; }
 
-    /// <summary>Blocks rented and not yet returned, including those a zero-copy send still pins.</summary>
+    /// <summary>Includes blocks a zero-copy send still pins.</summary>
     public int RentedBlocks => Volatile.Read(ref _rented);
 
-    /// <summary>The most blocks rented at once since the last <see cref="ResetPeak"/>.</summary>
     public int PeakRentedBlocks => Volatile.Read(ref _peakRented);
 
     public void ResetPeak() => Volatile.Write(ref _peakRented, RentedBlocks);
 
-    /// <summary>Free blocks held for reuse.</summary>
     public int RetainedBlocks
     {
         get
@@ -104,7 +97,6 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>Regions held (each <see cref="BlocksPerRegion"/> blocks).</summary>
     public int Regions
     {
         get
@@ -116,18 +108,15 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>Returned blocks are filled with <see cref="PoisonByte"/> (tests: a send after return shows).</summary>
     internal bool PoisonReturnedBlocks { get; }
 
     internal const byte PoisonByte = 0xDB;
 
-    /// <summary>This pool's record of its blocks under <see cref="PoolDiagnostics"/> (null when off).</summary>
     internal BlockLedger? Ledger => _ledger;
 
     internal bool LockHeld => _lock.IsHeldByCurrentThread;
 
-    /// <summary>The block behind an owner this pool rented (the block itself, or its owner under
-    /// <see cref="PoolDiagnostics"/>).</summary>
+    /// <summary>The block, or under <see cref="PoolDiagnostics"/> its owner's block.</summary>
     internal static PinnedBlock BlockOf(IMemoryOwner<byte> owner)
         => owner as PinnedBlock ?? ((TrackedBlockOwner)owner).Block;
 
@@ -175,8 +164,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return block;
     }
 
-    /// <summary>Drops the regions none of whose blocks was rented since the last trim; returns how many blocks
-    /// went.</summary>
+    /// <summary>Drops the regions with no rent since the last trim; returns the blocks dropped.</summary>
     internal int Trim()
     {
         List<PinnedRegion>? dropped = null;
@@ -219,7 +207,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
             }
             else
             {
-                // empties the entry, then releases the pages: the kernel no longer maps them
+                // empties the entry first: the pages go only once the kernel no longer maps them
                 _registrar.Unregister(region);
             }
         }
@@ -250,7 +238,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         return best ?? idle;
     }
 
-    /// <summary>A new region, all its blocks free (after <see cref="Shutdown"/>: untracked, unregistered).</summary>
+    /// <summary>After <see cref="Shutdown"/>: untracked and unregistered.</summary>
     private PinnedRegion AddRegion()
     {
         Debug.Assert(_lock.IsHeldByCurrentThread, "called without the lock");
@@ -267,7 +255,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
     {
         if (PoolDiagnostics.Enabled && !_ledger!.OnReturn(block, 0, block.GetSpan()))
         {
-            return; // returned twice: reported, and kept off the free list (two renters would share it)
+            return; // returned twice: reported, and kept off the free list
         }
         if (PoisonReturnedBlocks)
         {
@@ -285,8 +273,7 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>A loop's own pool: <see cref="IDisposable.Dispose"/> from users does nothing; the loop calls
-    /// <see cref="Shutdown"/>.</summary>
+    /// <summary>A loop's own pool: users' Dispose does nothing; the loop calls <see cref="Shutdown"/>.</summary>
     internal bool OwnedByLoop { get; init; }
 
     protected override void Dispose(bool disposing)
@@ -297,12 +284,10 @@ internal sealed class PinnedBlockMemoryPool : MemoryPool<byte>
         }
     }
 
-    /// <summary>
-    /// Stops pooling: free blocks and regions go to the GC and returned blocks are dropped. Renting still works, from
-    /// untracked, unregistered regions (a connection still writing after its loop stopped must not fail).
-    /// </summary>
-    /// <param name="kernelKeepsPins">The loop stopped with zero-copy notifications still pinning blocks: those stay
-    /// out for good, and <see cref="PoolDiagnostics"/> does not call them leaks.</param>
+    /// <summary>Stops pooling: free blocks go to the GC, returned ones are dropped. Renting still works, unregistered
+    /// (a connection still writing after its loop stopped must not fail).</summary>
+    /// <param name="kernelKeepsPins">Zero-copy notifications still pin blocks: those stay out for good, not
+    /// leaks.</param>
     internal void Shutdown(bool kernelKeepsPins = false)
     {
         _trimTimer?.Dispose();

@@ -7,15 +7,12 @@ namespace IoUring.Buffers;
 /// and the ring gets one of these in their place; the Input gives each block back here once its reader consumed it.
 /// </summary>
 /// <remarks>
-/// The loop thread rents (from its own stack, refilled from what readers gave back); any thread returns. Each block
-/// is a pinned array of its own. At a rent at least a second after the last check, if the idle blocks never fell
-/// below <c>maxIdle</c> during that second, the surplus is dropped to the GC: a steady load keeps its working set, and
-/// after a burst the pool shrinks back within about two seconds of rents.
+/// The loop thread rents; any thread returns. Once a second (at a rent), idle blocks above <c>maxIdle</c> all that
+/// second go to the GC: a steady load keeps its working set, and a burst's surplus goes within about two seconds.
 /// </remarks>
 internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false,
     string? origin = null)
 {
-    /// <summary>What returned blocks are filled with when poisoned.</summary>
     internal const byte PoisonByte = 0xDD;
 
     private readonly BlockLedger? _ledger = PoolDiagnostics.Enabled
@@ -33,25 +30,23 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
 
     public int BlockSize { get; } = blockSize;
 
-    /// <summary>Blocks allocated so far (tests and diagnostics).</summary>
     public long Allocated { get; private set; }
 
-    /// <summary>Blocks allocated and not dropped: held by Inputs or idle here.</summary>
+    /// <summary>Held by Inputs or idle here.</summary>
     public long RetainedBlocks => Allocated - Volatile.Read(ref _dropped);
 
-    /// <summary>Blocks rented and not returned (what Inputs hold). Any thread; a snapshot.</summary>
+    /// <summary>Rented and not returned. Any thread; a snapshot.</summary>
     public long HeldBlocks => Volatile.Read(ref _rents) - Volatile.Read(ref _returns);
 
-    /// <summary>The most <see cref="HeldBlocks"/> seen at a rent since <see cref="ResetPeak"/> (tests).</summary>
     public long PeakHeldBlocks => Volatile.Read(ref _peakHeld);
 
-    /// <summary>Starts a new peak from now (tests; racy against the loop, as a test's snapshot is).</summary>
+    /// <summary>Tests; racy against the loop, as a test's snapshot is.</summary>
     public void ResetPeak() => Volatile.Write(ref _peakHeld, HeldBlocks);
 
-    /// <summary>Test seam: while positive, each rent throws <see cref="OutOfMemoryException"/>.</summary>
+    /// <summary>Test seam: while positive, a rent throws <see cref="OutOfMemoryException"/>.</summary>
     internal int FailRents { get; set; }
 
-    /// <summary>A block of <see cref="BlockSize"/> bytes. Loop thread only.</summary>
+    /// <summary>Loop thread only.</summary>
     public ReceiveBlock Rent()
     {
         if (FailRents > 0)
@@ -87,11 +82,10 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
         return block;
     }
 
-    /// <summary>This pool's record of its blocks under <see cref="PoolDiagnostics"/> (null when off).</summary>
     internal BlockLedger? Ledger => _ledger;
 
-    /// <summary>A block just rented went into the buffer ring in place of <paramref name="taken"/>, which its caller
-    /// now holds and returns here (loop thread).</summary>
+    /// <summary>Loop thread: <paramref name="given"/> replaced <paramref name="taken"/> in the buffer ring; the caller
+    /// returns <paramref name="taken"/> here.</summary>
     public void OnExchanged(ReceiveBlock given, ReceiveBlock taken)
     {
         if (PoolDiagnostics.Enabled)
@@ -100,7 +94,6 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
         }
     }
 
-    /// <summary>Its loop stopped: under <see cref="PoolDiagnostics"/>, the blocks still out must come back.</summary>
     public void OnStopped()
     {
         if (PoolDiagnostics.Enabled)
@@ -109,13 +102,13 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
         }
     }
 
-    /// <summary>Gives a block back. Any thread; the caller no longer reads it.</summary>
+    /// <summary>Any thread; the caller no longer reads the block.</summary>
     public void Return(ReceiveBlock block)
     {
         if (PoolDiagnostics.Enabled && !_ledger!.OnReturn(block.Array, block.Offset,
             block.Array.AsSpan(block.Offset, BlockSize)))
         {
-            return; // returned twice: reported, and kept out of the pool (two renters would share it)
+            return; // returned twice: reported, and kept out of the pool
         }
         if (poisonReturned)
         {
@@ -136,7 +129,7 @@ internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonRe
         }
     }
 
-    // Drops the idle blocks the last second never needed (more than maxIdle were idle all along).
+    // Drops the idle blocks above maxIdle the last second never needed.
     private void Trim()
     {
         _nextTrim = Environment.TickCount64 + 1000;

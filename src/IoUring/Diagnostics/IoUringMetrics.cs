@@ -9,18 +9,14 @@ using IoUring.Net;
 namespace IoUring.Diagnostics;
 
 /// <summary>
-/// The "IoUring" meter: what the event loops did (io_uring_enter calls, SQEs, CQEs, CQ overflows, buffer-ring
-/// exhaustions, read from each loop's counters when observed), the connections and bytes of the Kestrel transport
-/// (bytes counted by the loops too). Names follow OpenTelemetry's semantic conventions; docs/metrics.md lists every
-/// instrument. One per <see cref="IMeterFactory"/> (so per service provider), or one process-wide without a factory,
-/// so each instrument exists once; every <see cref="IoUringNetwork"/> registers its loops with the one of its
-/// <see cref="IoUringNetworkOptions.MeterFactory"/>.
+/// The "IoUring" meter (docs/metrics.md lists every instrument): one per <see cref="IMeterFactory"/>, or one
+/// process-wide without a factory, so each instrument exists once. Every <see cref="IoUringNetwork"/> registers its
+/// loops with the one of its <see cref="IoUringNetworkOptions.MeterFactory"/>.
 /// </summary>
 /// <remarks>
-/// Every instrument reports one series per loop, tagged <see cref="LoopIdTag"/> with the loop's index in its network.
-/// The observable ones read the loops' counters only when collected; the two synchronous ones (connections opened and
-/// active) change once per connection, with a tag the connection's context keeps, so nothing is added per request or
-/// per I/O. Networks of one meter number their loops alike: loop i's series adds them up.
+/// One series per loop index (<see cref="LoopIdTag"/>), summed over the meter's networks. Observable instruments read
+/// the loops' counters only when collected; the synchronous ones change once per connection, so nothing is added per
+/// I/O.
 /// </remarks>
 internal sealed class IoUringMetrics
 {
@@ -30,15 +26,10 @@ internal sealed class IoUringMetrics
         .GetCustomAttributes(typeof(System.Reflection.AssemblyInformationalVersionAttribute), inherit: false)
         .OfType<System.Reflection.AssemblyInformationalVersionAttribute>().FirstOrDefault()?.InformationalVersion;
 
-    /// <summary>The loop's index in its network (0 to LoopCount - 1), on every instrument.</summary>
     public const string LoopIdTag = "iouring.loop.id";
 
-    /// <summary>On iouring.connection.io, iouring.udp.io and iouring.udp.datagrams: "receive" or "transmit"
-    /// (OpenTelemetry's registry attribute).</summary>
     public const string DirectionTag = "network.io.direction";
 
-    /// <summary>On iouring.connection.zero_copy.sends: "registered" (a fixed buffer) or "pinned" (pages the kernel
-    /// pinned).</summary>
     public const string ZeroCopyBufferTag = "iouring.connection.zero_copy.buffer";
 
     private const bool Counts = true;   // a count: what gone networks did stays in it
@@ -50,19 +41,16 @@ internal sealed class IoUringMetrics
     private readonly Meter _meter;
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
-    // By EventLoop, typed object: the meter is made on every OS, and a dictionary of a Linux-only type is Linux-only
-    // (CA1416).
+    // Keyed by EventLoop as object: the meter exists on every OS, a dictionary of a Linux-only type not (CA1416).
     private readonly ConcurrentDictionary<object, KeyValuePair<string, object?>> _loopTags = new();
-    // guards the two below; taken at collection and (de)registration
+    // guards the two below
     private readonly Lock _lock = new();
     private readonly List<IoUringNetwork> _networks = [];
-    // by loop id: what networks already disposed did, so counts never go back
+    // by loop id: what disposed networks did, so counts never go back
     private EventLoopCounters[] _retired = [];
 
     private IoUringMetrics(IMeterFactory? meterFactory)
     {
-        // The version is the library's (the IoUring assembly's informational version), so exporters can tell releases
-        // apart.
         var options = new MeterOptions(MeterName) { Version = MeterVersion };
         _meter = meterFactory?.Create(options) ?? new Meter(options);
         _meter.CreateObservableCounter("iouring.loop.syscalls", PerLoop(Counts, static c => c.Syscalls), "{call}",
@@ -128,15 +116,12 @@ internal sealed class IoUringMetrics
             "Connections open on the loop now.");
     }
 
-    /// <summary>The metrics published through <paramref name="meterFactory"/>, or through a process-wide meter without
-    /// one.</summary>
     public static IoUringMetrics For(IMeterFactory? meterFactory)
         => meterFactory is null
             ? s_global.Value
             : s_byFactory.GetValue(meterFactory, static f => new IoUringMetrics(f));
 
-    /// <summary>Adds the network's loops to every instrument; the network's constructor does, and nothing else (its
-    /// counts would be reported twice).</summary>
+    /// <summary>Called once, by the network's constructor (twice would count its loops twice).</summary>
     [SupportedOSPlatform("linux")]
     public void Register(IoUringNetwork network)
     {
@@ -151,7 +136,7 @@ internal sealed class IoUringMetrics
         }
     }
 
-    /// <summary>Keeps the counts of a network that is going away.</summary>
+    /// <summary>Keeps the counts of a network going away.</summary>
     [SupportedOSPlatform("linux")]
     public void Retire(IoUringNetwork network)
     {
@@ -169,31 +154,27 @@ internal sealed class IoUringMetrics
         }
     }
 
-    /// <summary>Once per connection; returns the tag to give <see cref="ConnectionClosed"/>, so both changes land in
-    /// one series.</summary>
+    /// <summary>Returns the tag to give <see cref="ConnectionClosed"/>, so both land in one series.</summary>
     public KeyValuePair<string, object?> ConnectionOpened(EventLoop loop)
     {
         if (!_loopTags.TryGetValue(loop, out KeyValuePair<string, object?> tag))
         {
-            tag = new(LoopIdTag, 0); // a loop of no registered network: not one the transport made
+            tag = new(LoopIdTag, 0); // a loop of no registered network
         }
         _opened.Add(1, tag);
         _active.Add(1, tag);
         return tag;
     }
 
-    /// <summary>Once per connection (its context's first dispose). Its bytes are in its loop's counters
-    /// already.</summary>
     public void ConnectionClosed(KeyValuePair<string, object?> loopTag) => _active.Add(-1, loopTag);
 
-    /// <summary>Loop i's counters: the live networks' loops i summed, with what gone networks' loops i did for
-    /// <see cref="Counts"/>.</summary>
+    /// <summary>Loop i's counters summed over live networks, plus retired ones' for <see cref="Counts"/>.</summary>
     private EventLoopCounters[] CountersByLoop(bool counts)
     {
         lock (_lock)
         {
             EventLoopCounters[] byLoop = counts ? (EventLoopCounters[])_retired.Clone() : [];
-            // Networks exist only on Linux: the check is for CA1416 (the JIT folds it away).
+            // For CA1416 (networks exist only on Linux); the JIT folds it away.
             if (OperatingSystem.IsLinux())
             {
                 foreach (IoUringNetwork network in _networks)
@@ -219,19 +200,13 @@ internal sealed class IoUringMetrics
         }
     }
 
-    /// <summary>The two directions of an <c>.io</c>-like instrument, tagged as OpenTelemetry's
-    /// <c>network.io.direction</c>.</summary>
     private static Part[] ByDirection(Func<EventLoopCounters, long> received, Func<EventLoopCounters, long> sent)
         => [new(received, DirectionTag, "receive"), new(sent, DirectionTag, "transmit")];
 
-    /// <summary>An observable instrument's callback: one measurement per loop id, tagged with it.</summary>
     private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, Func<EventLoopCounters, long> select)
         => PerLoop(counts, new Part(select));
 
-    /// <summary>
-    /// An observable instrument's callback: for each loop id, one measurement per part, tagged with the loop id and the
-    /// part's own tag if it has one. Runs only when a listener collects.
-    /// </summary>
+    /// <summary>For each loop id, one measurement per part, tagged with the loop id and the part's tag.</summary>
     private Func<IEnumerable<Measurement<long>>> PerLoop(bool counts, params Part[] parts) => () =>
     {
         EventLoopCounters[] byLoop = CountersByLoop(counts);
@@ -250,7 +225,6 @@ internal sealed class IoUringMetrics
         return measurements;
     };
 
-    /// <summary>One value of a loop's counters, and the tag that tells it from the instrument's other parts.</summary>
     private readonly record struct Part(Func<EventLoopCounters, long> Select, string? TagName = null,
         string? TagValue = null);
 }

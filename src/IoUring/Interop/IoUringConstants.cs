@@ -1,23 +1,19 @@
 namespace IoUring.Interop;
 
-// Names and values are the kernel's (<linux/io_uring.h>), so each line can be checked against the header.
-// tests/IoUring.Tests/Abi compares every value here with the machine's header.
+// The kernel's names and values; tests/IoUring.Tests/Abi compares each with the machine's <linux/io_uring.h>.
 #pragma warning disable CA1707 // kernel names keep their underscores
 
-/// <summary>io_uring constants with the kernel's names and values: public, what a <c>RingHandler</c> puts in an SQE or
-/// reads from a CQE; internal, what only the library can use (setup, enter, register, mmap offsets,
-/// features).</summary>
+/// <summary>io_uring constants with the kernel's names and values, for what a <c>RingHandler</c> puts in an SQE or
+/// reads from a CQE.</summary>
 public static class IoUringConstants
 {
     // io_uring_setup flags
     internal const uint IORING_SETUP_IOPOLL = 1u << 0;
     internal const uint IORING_SETUP_SQPOLL = 1u << 1;
     internal const uint IORING_SETUP_SQ_AFF = 1u << 2;
-    /// <summary>IORING_SETUP_CQSIZE: params.cq_entries is valid.</summary>
     internal const uint IORING_SETUP_CQSIZE = 1u << 3;
     internal const uint IORING_SETUP_CLAMP = 1u << 4;
     internal const uint IORING_SETUP_ATTACH_WQ = 1u << 5;
-    /// <summary>IORING_SETUP_R_DISABLED: start disabled; enable with IORING_REGISTER_ENABLE_RINGS.</summary>
     internal const uint IORING_SETUP_R_DISABLED = 1u << 6;
     internal const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
     internal const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
@@ -49,8 +45,7 @@ public static class IoUringConstants
     internal const uint IORING_ENTER_SQ_WAIT = 1u << 2;
     internal const uint IORING_ENTER_EXT_ARG = 1u << 3;
     internal const uint IORING_ENTER_REGISTERED_RING = 1u << 4;
-    /// <summary>IORING_ENTER_NO_IOWAIT (6.15+, with IORING_FEAT_NO_IOWAIT)</summary>
-    internal const uint IORING_ENTER_NO_IOWAIT = 1u << 7;
+    internal const uint IORING_ENTER_NO_IOWAIT = 1u << 7; // 6.15+ (IORING_FEAT_NO_IOWAIT)
 
     // sq_ring flags
     internal const uint IORING_SQ_NEED_WAKEUP = 1u << 0;
@@ -128,7 +123,7 @@ public static class IoUringConstants
     public const byte IORING_OP_RECV = 27;
     /// <summary>IORING_OP_SPLICE</summary>
     public const byte IORING_OP_SPLICE = 30;
-    /// <summary>IORING_OP_PROVIDE_BUFFERS (the legacy way to supply buffers)</summary>
+    /// <summary>IORING_OP_PROVIDE_BUFFERS</summary>
     public const byte IORING_OP_PROVIDE_BUFFERS = 31;
     /// <summary>IORING_OP_REMOVE_BUFFERS</summary>
     public const byte IORING_OP_REMOVE_BUFFERS = 32;
@@ -156,7 +151,7 @@ public static class IoUringConstants
     public const ushort IORING_SEND_ZC_REPORT_USAGE = 1 << 3;
     /// <summary>IORING_RECVSEND_BUNDLE</summary>
     public const ushort IORING_RECVSEND_BUNDLE = 1 << 4;
-    /// <summary>IORING_NOTIF_USAGE_ZC_COPIED: set in a NOTIF's res when the kernel copied the data.</summary>
+    /// <summary>IORING_NOTIF_USAGE_ZC_COPIED: in a NOTIF's res, the kernel copied the data.</summary>
     public const uint IORING_NOTIF_USAGE_ZC_COPIED = 1u << 31;
 
     // sqe->ioprio for accept
@@ -200,20 +195,16 @@ public static class IoUringConstants
     internal const uint IORING_REGISTER_BUFFERS2 = 15;
     internal const uint IORING_REGISTER_BUFFERS_UPDATE = 16;
     internal const uint IORING_UNREGISTER_BUFFERS = 1;
-    /// <summary>IORING_RSRC_REGISTER_SPARSE: io_uring_rsrc_register.flags, a table of empty entries.</summary>
-    internal const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0;
+    internal const uint IORING_RSRC_REGISTER_SPARSE = 1u << 0; // io_uring_rsrc_register.flags
     internal const uint IORING_REGISTER_RING_FDS = 20;
     internal const uint IORING_UNREGISTER_RING_FDS = 21;
     internal const uint IORING_REGISTER_PBUF_RING = 22;
     internal const uint IORING_UNREGISTER_PBUF_RING = 23;
     internal const uint IORING_REGISTER_SYNC_CANCEL = 24;
     internal const uint IORING_REGISTER_PBUF_STATUS = 26;
-    /// <summary>IORING_REGISTER_USE_REGISTERED_RING: OR into a register opcode to pass a registered ring
-    /// index.</summary>
     internal const uint IORING_REGISTER_USE_REGISTERED_RING = 1u << 31;
 
-    /// <summary>IO_URING_OP_SUPPORTED: io_uring_probe_op.flags bit.</summary>
-    internal const ushort IO_URING_OP_SUPPORTED = 1 << 0;
+    internal const ushort IO_URING_OP_SUPPORTED = 1 << 0; // io_uring_probe_op.flags
 
     internal const ushort IOU_PBUF_RING_MMAP = 1;
     internal const ushort IOU_PBUF_RING_INC = 2;

@@ -6,58 +6,57 @@ namespace IoUring.Interop;
 // tests/IoUring.Tests/Abi checks every size and offset against the machine's header.
 #pragma warning disable CA1707, CA1051, IDE1006, CS8981 // kernel names and public fields, as in the header
 
-/// <summary>A submission queue entry (64 bytes). Unions are overlapping fields with the kernel's member
-/// names.</summary>
+/// <summary>A submission queue entry (64 bytes); a union's members are fields at one offset.</summary>
 [StructLayout(LayoutKind.Explicit, Size = 64)]
 public struct io_uring_sqe
 {
-    /// <summary>Type of operation (IORING_OP_*).</summary>
+    /// <summary>IORING_OP_*.</summary>
     [FieldOffset(0)] public byte opcode;
     /// <summary>IOSQE_* flags.</summary>
     [FieldOffset(1)] public byte flags;
-    /// <summary>ioprio, or an opcode's modifier bits (IORING_RECV_MULTISHOT, IORING_ACCEPT_MULTISHOT, ...).</summary>
+    /// <summary>ioprio, or an opcode's modifier bits (IORING_RECV_MULTISHOT, ...).</summary>
     [FieldOffset(2)] public ushort ioprio;
-    /// <summary>File descriptor to do I/O on.</summary>
+    /// <summary>The fd.</summary>
     [FieldOffset(4)] public int fd;
-    /// <summary>Offset into file.</summary>
+    /// <summary>File offset.</summary>
     [FieldOffset(8)] public ulong off;
-    /// <summary>Second address (union with off).</summary>
+    /// <summary>addr2.</summary>
     [FieldOffset(8)] public ulong addr2;
-    /// <summary>Pointer to buffer or iovecs.</summary>
+    /// <summary>Buffer or iovec array.</summary>
     [FieldOffset(16)] public ulong addr;
-    /// <summary>splice_off_in (union with addr).</summary>
+    /// <summary>splice_off_in.</summary>
     [FieldOffset(16)] public ulong splice_off_in;
-    /// <summary>Buffer size or number of iovecs.</summary>
+    /// <summary>Buffer size or iovec count.</summary>
     [FieldOffset(24)] public uint len;
-    /// <summary>Opcode flags union: rw_flags.</summary>
+    /// <summary>rw_flags.</summary>
     [FieldOffset(28)] public int rw_flags;
-    /// <summary>Opcode flags union: msg_flags.</summary>
+    /// <summary>msg_flags.</summary>
     [FieldOffset(28)] public uint msg_flags;
-    /// <summary>Opcode flags union: accept_flags.</summary>
+    /// <summary>accept_flags.</summary>
     [FieldOffset(28)] public uint accept_flags;
-    /// <summary>Opcode flags union: cancel_flags.</summary>
+    /// <summary>cancel_flags.</summary>
     [FieldOffset(28)] public uint cancel_flags;
-    /// <summary>Opcode flags union: timeout_flags.</summary>
+    /// <summary>timeout_flags.</summary>
     [FieldOffset(28)] public uint timeout_flags;
-    /// <summary>Opcode flags union: poll32_events.</summary>
+    /// <summary>poll32_events.</summary>
     [FieldOffset(28)] public uint poll32_events;
-    /// <summary>Opcode flags union: msg_ring_flags.</summary>
+    /// <summary>msg_ring_flags.</summary>
     [FieldOffset(28)] public uint msg_ring_flags;
-    /// <summary>Opcode flags union: nop_flags.</summary>
+    /// <summary>nop_flags.</summary>
     [FieldOffset(28)] public uint nop_flags;
-    /// <summary>Data passed back at completion time. Owned by the loop for operations it submits.</summary>
+    /// <summary>Returned in the CQE; the loop's for operations it submits.</summary>
     [FieldOffset(32)] public ulong user_data;
-    /// <summary>Index into fixed buffers, if used.</summary>
+    /// <summary>Fixed buffer index.</summary>
     [FieldOffset(40)] public ushort buf_index;
-    /// <summary>For grouped buffer selection (union with buf_index).</summary>
+    /// <summary>Provided buffer group.</summary>
     [FieldOffset(40)] public ushort buf_group;
-    /// <summary>Personality to use, if used.</summary>
+    /// <summary>personality.</summary>
     [FieldOffset(42)] public ushort personality;
     /// <summary>splice_fd_in.</summary>
     [FieldOffset(44)] public int splice_fd_in;
-    /// <summary>file_index (union with splice_fd_in).</summary>
+    /// <summary>file_index.</summary>
     [FieldOffset(44)] public uint file_index;
-    /// <summary>optlen (union with splice_fd_in).</summary>
+    /// <summary>optlen.</summary>
     [FieldOffset(44)] public uint optlen;
     /// <summary>addr3.</summary>
     [FieldOffset(48)] public ulong addr3;
@@ -69,33 +68,24 @@ public struct io_uring_sqe
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_cqe
 {
-    /// <summary>sqe->user_data value passed back.</summary>
     public ulong user_data;
-    /// <summary>Result code for this event (negative errno on failure).</summary>
     public int res;
-    /// <summary>IORING_CQE_F_* flags; the upper 16 bits carry a selected buffer id.</summary>
     public uint flags;
 }
 
-/// <summary>
-/// The header a multishot RECVMSG writes at the start of each selected buffer (16 bytes), followed by the source
-/// address (msghdr.msg_namelen bytes reserved, whatever its real length), the control data (msg_controllen bytes
-/// reserved), then the payload.
-/// </summary>
+/// <summary>The header a multishot RECVMSG writes at the start of each buffer, followed by the source address
+/// (msg_namelen bytes reserved), the control data (msg_controllen bytes reserved) and the payload.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_recvmsg_out
 {
-    /// <summary>The source address's real length (may exceed the room reserved for it: then it was cut).</summary>
+    /// <summary>The address's real length: above msg_namelen, it was cut.</summary>
     public uint namelen;
-    /// <summary>The control data's length.</summary>
     public uint controllen;
-    /// <summary>The datagram's length (its full length when MSG_TRUNC was passed in the SQE's msg_flags).</summary>
+    /// <summary>The datagram's full length when the SQE passed MSG_TRUNC.</summary>
     public uint payloadlen;
-    /// <summary>The message flags (MSG_TRUNC: the payload did not fit in the buffer).</summary>
     public uint flags;
 }
 
-/// <summary>Offsets of the SQ ring's fields inside its mapping.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_sqring_offsets
 {
@@ -110,7 +100,6 @@ internal struct io_sqring_offsets
     public ulong user_addr;
 }
 
-/// <summary>Offsets of the CQ ring's fields inside its mapping.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_cqring_offsets
 {
@@ -125,7 +114,6 @@ internal struct io_cqring_offsets
     public ulong user_addr;
 }
 
-/// <summary>Passed to io_uring_setup; the kernel fills in sizes, features and offsets.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct io_uring_params
 {
@@ -136,7 +124,6 @@ internal unsafe struct io_uring_params
     public uint sq_thread_idle;
     public uint features;
     public uint wq_fd;
-    /// <summary>resv[3]</summary>
     public fixed uint resv[3];
     public io_sqring_offsets sq_off;
     public io_cqring_offsets cq_off;
@@ -149,11 +136,9 @@ internal struct io_uring_buf
     public ulong addr;
     public uint len;
     public ushort bid;
-    /// <summary>resv (the ring tail in entry 0)</summary>
     public ushort resv;
 }
 
-/// <summary>Argument of IORING_REGISTER_PBUF_RING.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct io_uring_buf_reg
 {
@@ -161,13 +146,10 @@ internal unsafe struct io_uring_buf_reg
     public uint ring_entries;
     public ushort bgid;
     public ushort flags;
-    /// <summary>min_left (newer kernels; reserved and zero before)</summary>
     public uint min_left;
-    /// <summary>resv</summary>
     public fixed uint resv[5];
 }
 
-/// <summary>Argument of IORING_REGISTER_RING_FDS and friends.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_rsrc_update
 {
@@ -176,45 +158,34 @@ internal struct io_uring_rsrc_update
     public ulong data;
 }
 
-/// <summary>Argument of IORING_REGISTER_BUFFERS2 (a resource table, sparse or filled).</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_rsrc_register
 {
-    /// <summary>nr: table entries</summary>
     public uint nr;
-    /// <summary>flags (IORING_RSRC_REGISTER_SPARSE)</summary>
     public uint flags;
     public ulong resv2;
-    /// <summary>data (an iovec array, or 0 for a sparse table)</summary>
     public ulong data;
-    /// <summary>tags (a u64 array, or 0)</summary>
     public ulong tags;
 }
 
-/// <summary>Argument of IORING_REGISTER_BUFFERS_UPDATE: replaces <see cref="nr"/> table entries from
-/// <see cref="offset"/>.</summary>
+/// <summary>Argument of IORING_REGISTER_BUFFERS_UPDATE; an iovec of 0/0 empties an entry.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_rsrc_update2
 {
-    /// <summary>offset: the first table entry</summary>
     public uint offset;
     public uint resv;
-    /// <summary>data (an iovec array; an iovec of 0/0 empties the entry)</summary>
     public ulong data;
-    /// <summary>tags (a u64 array, or 0)</summary>
     public ulong tags;
     public uint nr;
     public uint resv2;
 }
 
-/// <summary>Argument of io_uring_enter with IORING_ENTER_EXT_ARG.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_getevents_arg
 {
     public ulong sigmask;
     public uint sigmask_sz;
     public uint min_wait_usec;
-    /// <summary>ts (a __kernel_timespec pointer)</summary>
     public ulong ts;
 }
 
@@ -228,26 +199,21 @@ public struct __kernel_timespec
     public long tv_nsec;
 }
 
-/// <summary>Header of the IORING_REGISTER_PROBE result; <see cref="io_uring_probe_op"/> entries follow it.</summary>
+/// <summary>Header of the IORING_REGISTER_PROBE result; the ops follow it.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct io_uring_probe
 {
-    /// <summary>Last opcode supported.</summary>
     public byte last_op;
-    /// <summary>Length of ops[] array below.</summary>
     public byte ops_len;
     public ushort resv;
-    /// <summary>resv2[3]</summary>
     public fixed uint resv2[3];
 }
 
-/// <summary>One opcode's entry in an <see cref="io_uring_probe"/>.</summary>
 [StructLayout(LayoutKind.Sequential)]
 internal struct io_uring_probe_op
 {
     public byte op;
     public byte resv;
-    /// <summary>IO_URING_OP_* flags</summary>
     public ushort flags;
     public uint resv2;
 }

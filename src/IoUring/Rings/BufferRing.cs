@@ -13,10 +13,9 @@ namespace IoUring.Rings;
 /// bytes that the kernel picks from for requests with IOSQE_BUFFER_SELECT and this <see cref="GroupId"/>.
 /// </summary>
 /// <remarks>
-/// The entry ring is page-aligned native memory, registered in the constructor and freed at dispose (after the loop's
-/// last completion). Buffers are <see cref="ReceiveBlock"/>s of pinned arrays: the kernel's while their entry is in
-/// the ring and until the completion naming them; a block handed out by <see cref="Exchange"/> is the taker's (a
-/// reader keeping it too long reads stale bytes, never freed memory). Only the ring's thread touches it.
+/// Ring thread only. The entry ring is native memory, registered in the constructor and freed at dispose (after the
+/// loop's last completion). A buffer (a <see cref="ReceiveBlock"/>, pinned) is the kernel's from its entry's publish
+/// to the completion naming it; a block handed out by <see cref="Exchange"/> is the taker's.
 /// </remarks>
 internal sealed unsafe class BufferRing : IDisposable
 {
@@ -30,10 +29,8 @@ internal sealed unsafe class BufferRing : IDisposable
     private readonly ReceiveBlock[] _blocks; // per buffer id: the memory its entry hands to the kernel
     private ushort _tail;           // local tail: entries written, not necessarily published
     private ushort _publishedTail;
-    // the local tail, not wrapped at 65,536: the ring position of the next entry written
-    private uint _position;
-    // per buffer id: the ring position of the entry that last handed it to the kernel
-    private readonly uint[] _positionOf;
+    private uint _position; // the local tail, not wrapped at 65,536
+    private readonly uint[] _positionOf; // per buffer id: the position of the entry that last handed it out
 
     public BufferRing(Ring ring, ushort groupId, int count, int bufferSize)
     {
@@ -80,15 +77,13 @@ internal sealed unsafe class BufferRing : IDisposable
 
     }
 
-    /// <summary>Whether <see cref="Fill"/> ran (until then a receive selecting from the ring fails with
-    /// ENOBUFS).</summary>
+    /// <summary>Until <see cref="Fill"/>, a receive selecting from the ring fails with ENOBUFS.</summary>
     public bool IsFilled { get; private set; }
 
-    /// <summary>Bytes of buffer memory the ring holds (0 until filled).</summary>
     public long MemoryBytes => IsFilled ? (long)Count * BufferSize : 0;
 
-    /// <summary>Makes the buffers and hands them all to the kernel, once (at the first receive: a loop that never
-    /// receives holds no buffer memory).</summary>
+    /// <summary>Makes the buffers and hands them to the kernel, at the first receive: a loop that never receives
+    /// holds no buffer memory.</summary>
     public void Fill()
     {
         Debug.Assert(!IsFilled, "a buffer ring is filled once");
@@ -108,17 +103,13 @@ internal sealed unsafe class BufferRing : IDisposable
     public int Count { get; }
     public int BufferSize { get; }
 
-    /// <summary>The address of the entry ring registered with the kernel.</summary>
     internal nuint RingAddress => (nuint)_entries;
 
-    /// <summary>Changes whenever a buffer is given back (the local tail; it wraps after 65,536 recycles).</summary>
+    /// <summary>Changes whenever a buffer is given back (wraps after 65,536).</summary>
     public ushort RecycleMark => _tail;
 
-    /// <summary>Buffers given back since the last <see cref="Publish"/> (visible to the kernel only after
-    /// it).</summary>
     public int UnpublishedCount => (ushort)(_tail - _publishedTail);
 
-    /// <summary>The memory of buffer <paramref name="bid"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public Span<byte> GetBuffer(ushort bid, int length)
     {
@@ -126,11 +117,8 @@ internal sealed unsafe class BufferRing : IDisposable
         return _blocks[bid].Array.AsSpan(_blocks[bid].Offset, length);
     }
 
-    /// <summary>
-    /// Takes buffer <paramref name="bid"/>'s memory out (its completion was handled) and puts
-    /// <paramref name="replacement"/> in its place; the id goes back with the new memory at its next
-    /// <see cref="Recycle"/>.
-    /// </summary>
+    /// <summary>Takes buffer <paramref name="bid"/>'s memory out after its completion; the id goes back with
+    /// <paramref name="replacement"/> at its next <see cref="Recycle"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ReceiveBlock Exchange(ushort bid, ReceiveBlock replacement)
     {
@@ -140,8 +128,7 @@ internal sealed unsafe class BufferRing : IDisposable
         return taken;
     }
 
-    /// <summary>Hands buffer <paramref name="bid"/> back to the kernel; takes effect at the next
-    /// <see cref="Publish"/>.</summary>
+    /// <summary>Takes effect at the next <see cref="Publish"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Recycle(ushort bid)
     {
@@ -157,13 +144,11 @@ internal sealed unsafe class BufferRing : IDisposable
         _tail++;
     }
 
-    /// <summary>The ring position of the entry that last handed buffer <paramref name="bid"/> to the kernel.</summary>
     public uint PositionOf(ushort bid) => _positionOf[bid];
 
     /// <summary>
-    /// The buffer the kernel took from ring position <paramref name="position"/> (a bundle takes consecutive entries)
-    /// and that entry's length, unless a buffer given back since reused the slot. The length is the entry's: the
-    /// kernel may shorten an entry in place to a bundle's byte limit (io_ring_buffers_peek).
+    /// The buffer taken from ring position <paramref name="position"/> (a bundle takes consecutive entries), unless a
+    /// recycle reused the slot since, and the entry's length: the kernel may shorten an entry to a bundle's limit.
     /// </summary>
     public bool TryGetEntryAt(uint position, out ushort bid, out int length)
     {
@@ -173,7 +158,7 @@ internal sealed unsafe class BufferRing : IDisposable
         return bid < Count && _positionOf[bid] == position;
     }
 
-    /// <summary>Makes every recycled buffer visible to the kernel with one store-release of the tail.</summary>
+    /// <summary>Makes every recycled buffer visible with one store-release of the tail.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Publish()
     {

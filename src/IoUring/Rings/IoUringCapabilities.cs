@@ -6,23 +6,23 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Rings;
 
 /// <summary>
-/// What this kernel's io_uring offers, probed once per process: the setup flags it accepted, its feature bits,
-/// the opcodes it supports (IORING_REGISTER_PROBE) and the optional registrations. When io_uring cannot be used,
-/// <see cref="IsSupported"/> is false and <see cref="UnavailableReason"/> says why.
+/// What this kernel's io_uring offers, probed once per process: setup flags, feature bits, opcodes and optional
+/// registrations. When io_uring cannot be used, <see cref="IsSupported"/> is false and
+/// <see cref="UnavailableReason"/> says why.
 /// </summary>
 public sealed class IoUringCapabilities
 {
     private static readonly Lazy<IoUringCapabilities> s_current = new(() => Probe(new RingOptions { SqEntries = 8 }));
 
-    private ulong[] _opcodes = new ulong[4]; // 256 bits (replaced only in a test copy)
+    private ulong[] _opcodes = new ulong[4]; // 256 bits
 
     private IoUringCapabilities() { }
 
     /// <summary>The capabilities of the running kernel, probed on first use.</summary>
     public static IoUringCapabilities Current => s_current.Value;
 
-    /// <summary><see cref="Current"/>, or for a test's hooks (which may stand for another kernel or OS) what they
-    /// give or a probe through them: a simulated OS must not reach the process's native probe.</summary>
+    /// <summary><see cref="Current"/>, or what a test's hooks give or probe: a simulated OS must not reach the native
+    /// probe.</summary>
     internal static IoUringCapabilities For(Testing.TestHooks? hooks) => hooks switch
     {
         null => Current,
@@ -31,7 +31,7 @@ public sealed class IoUringCapabilities
     };
 
     /// <summary>True when io_uring and every feature this library requires are available (never off Linux).</summary>
-    /// <remarks>A guard the platform analyzer (CA1416) knows: code it guards may use the Linux-only types.</remarks>
+    /// <remarks>A CA1416 platform guard: code it guards may use the Linux-only types.</remarks>
     [SupportedOSPlatformGuard("linux")]
     public bool IsSupported => UnavailableReason is null;
 
@@ -65,28 +65,19 @@ public sealed class IoUringCapabilities
     /// <summary>Zero-copy gather send (IORING_OP_SENDMSG_ZC, 6.1+).</summary>
     public bool HasZeroCopySendMsg => IsOpcodeSupported(IORING_OP_SENDMSG_ZC);
 
-    /// <summary>
-    /// Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+): a notification says whether the kernel copied after
-    /// all. Probed by submitting it.
-    /// </summary>
+    /// <summary>Zero-copy sends accept IORING_SEND_ZC_REPORT_USAGE (6.2+): the notification says whether the kernel
+    /// copied after all.</summary>
     public bool HasZeroCopyReportUsage { get; private set; }
 
-    /// <summary>
-    /// A gather zero-copy send (SENDMSG_ZC) can take its iovecs from a registered buffer (IORING_RECVSEND_FIXED_BUF,
-    /// 6.15+). Probed by submitting it.
-    /// </summary>
+    /// <summary>SENDMSG_ZC can take its iovecs from a registered buffer (IORING_RECVSEND_FIXED_BUF, 6.15+).</summary>
     public bool HasZeroCopySendMsgFixed { get; private set; }
 
-    /// <summary>
-    /// A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c>, 6.17+): it ends by itself once that
-    /// many bytes arrived, so a receiver arms for no more than its input can take. Probed by submitting it.
-    /// </summary>
+    /// <summary>A multishot RECV can be capped at a total byte count (<c>sqe->optlen</c>, 6.17+), so a receiver arms
+    /// for no more than its input can take.</summary>
     public bool HasReceiveLimit { get; private set; }
 
-    /// <summary>
-    /// A receive can fill several provided buffers in one completion (IORING_FEAT_RECVSEND_BUNDLE), on 6.15 or later:
-    /// finding a bundle's buffers relies on completions posted in the order the buffers were taken.
-    /// </summary>
+    /// <summary>A receive can fill several provided buffers in one completion (IORING_FEAT_RECVSEND_BUNDLE), used from
+    /// 6.15: finding a bundle's buffers needs completions in the order the buffers were taken.</summary>
     public bool HasReceiveBundles { get; private set; }
 
     /// <summary>A waiting io_uring_enter can ask not to be counted as iowait (IORING_FEAT_NO_IOWAIT, 6.15+; see
@@ -181,17 +172,12 @@ public sealed class IoUringCapabilities
         return caps;
     }
 
-    /// <summary>
-    /// Submits a SEND_ZC with <paramref name="flag"/> (in ioprio) on fd -1: an unknown flag fails its preparation
-    /// (io_send_zc_prep: EINVAL). Nothing is sent.
-    /// </summary>
+    /// <summary>A SEND_ZC with <paramref name="flag"/> on fd -1: an unknown flag fails preparation (EINVAL).</summary>
     internal static bool ProbeZeroCopyFlag(Ring ring, ushort flag)
         => PreparesWithoutError(ring, new io_uring_sqe { opcode = IORING_OP_SEND_ZC, fd = -1, ioprio = flag });
 
-    /// <summary>
-    /// Registers one page as buffer 0 and submits a SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over it on fd -1 (EINVAL
-    /// before 6.15). Nothing is sent. False too if the page cannot be registered (no send uses fixed buffers then).
-    /// </summary>
+    /// <summary>A SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF over a registered page on fd -1; false too if the page
+    /// cannot be registered (then no send uses fixed buffers).</summary>
     internal static unsafe bool ProbeFixedSendMsg(Ring ring)
     {
         const int PageSize = 4096;
@@ -223,10 +209,8 @@ public sealed class IoUringCapabilities
         }
     }
 
-    /// <summary>
-    /// Submits a multishot RECV with a total byte cap (<c>optlen</c>) on fd -1: kernels without the cap refuse it
-    /// (io_recvmsg_prep: EINVAL). Nothing is received.
-    /// </summary>
+    /// <summary>A multishot RECV with a byte cap (<c>optlen</c>) on fd -1: kernels without the cap refuse it
+    /// (EINVAL).</summary>
     internal static bool ProbeReceiveLimit(Ring ring)
         => PreparesWithoutError(ring, new io_uring_sqe
         {
@@ -237,10 +221,8 @@ public sealed class IoUringCapabilities
             optlen = 1,
         });
 
-    /// <summary>
-    /// Submits <paramref name="probe"/> (on fd -1) and waits for its final CQE: EBADF means the kernel accepted every
-    /// field and got as far as the fd lookup (io_assign_file, after preparation).
-    /// </summary>
+    /// <summary>Submits <paramref name="probe"/> (on fd -1) and waits for its final CQE: EBADF means preparation
+    /// accepted every field and the fd lookup failed.</summary>
     private static unsafe bool PreparesWithoutError(Ring ring, io_uring_sqe probe)
     {
         io_uring_sqe* sqe = ring.TryGetSqe();
@@ -273,8 +255,6 @@ public sealed class IoUringCapabilities
         }
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks the multishot receive cap (as kernels before 6.17
-    /// do).</summary>
     internal IoUringCapabilities WithoutReceiveLimitForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
@@ -282,7 +262,6 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks receive bundles (as kernels before 6.10 do).</summary>
     internal IoUringCapabilities WithoutReceiveBundlesForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
@@ -290,8 +269,6 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks fixed-buffer SENDMSG_ZC (as kernels before 6.15
-    /// do).</summary>
     internal IoUringCapabilities WithoutFixedSendMsgForTesting()
     {
         var copy = (IoUringCapabilities)MemberwiseClone();
@@ -299,8 +276,6 @@ public sealed class IoUringCapabilities
         return copy;
     }
 
-    /// <summary>Test seam: a copy that pretends the kernel lacks SENDMSG_ZC and/or REPORT_USAGE (as 6.0 and 6.1
-    /// do).</summary>
     internal IoUringCapabilities WithZeroCopyForTesting(bool sendMsg, bool reportUsage)
     {
         var copy = (IoUringCapabilities)MemberwiseClone();

@@ -6,16 +6,16 @@ namespace IoUring.Rings;
 
 /// <summary>
 /// A ring's table of registered ("fixed") buffers: memory the kernel pinned once, so a request naming its index
-/// (sqe->buf_index) skips pinning pages per send. Registered sparse (IORING_REGISTER_BUFFERS2) on first use; entries
-/// are filled and emptied one at a time (IORING_REGISTER_BUFFERS_UPDATE).
+/// (sqe->buf_index) skips pinning pages per send. Registered sparse on first use; entries are filled and emptied one
+/// at a time.
 /// </summary>
 /// <remarks>
-/// Ring thread only (SINGLE_ISSUER: registration belongs to the submitter). Callers empty only entries whose memory
-/// nothing references any more. A refusal (ENOMEM: RLIMIT_MEMLOCK; EPERM: seccomp) leaves the memory unregistered.
+/// Ring thread only (SINGLE_ISSUER). A refusal (ENOMEM: RLIMIT_MEMLOCK; EPERM: seccomp) leaves the memory
+/// unregistered.
 /// </remarks>
 internal sealed unsafe class RegisteredBufferTable
 {
-    /// <summary>Table entries (with 256 KiB regions, 1 GiB of registered memory per ring).</summary>
+    /// <summary>With 256 KiB regions, 1 GiB of registered memory per ring.</summary>
     public const int Capacity = 4096;
 
     private readonly Ring _ring;
@@ -24,9 +24,6 @@ internal sealed unsafe class RegisteredBufferTable
     private ushort[]? _free;    // free entries, a stack; null until the sparse table is registered
     private int _freeCount;
 
-    /// <param name="ring">The ring whose table this is.</param>
-    /// <param name="injectedErrno">Test seam: registrations fail with this errno.</param>
-    /// <param name="injectedUnregisterErrno">Test seam: emptying an entry fails with this errno.</param>
     public RegisteredBufferTable(Ring ring, int injectedErrno = 0, int injectedUnregisterErrno = 0)
     {
         _ring = ring;
@@ -34,17 +31,14 @@ internal sealed unsafe class RegisteredBufferTable
         _injectedUnregisterErrno = injectedUnregisterErrno;
     }
 
-    /// <summary>The errno of the last refused registration (0: none was refused).</summary>
+    /// <summary>The last refusal's errno, or 0.</summary>
     public int RefusedErrno { get; private set; }
 
-    /// <summary>Entries holding memory now.</summary>
     public int Registered => _free is null ? 0 : Capacity - _freeCount;
 
-    /// <summary>Bytes registered now.</summary>
     public long RegisteredBytes { get; private set; }
 
-    /// <summary>Registers [<paramref name="address"/>, +<paramref name="length"/>) as one entry; false (and
-    /// <see cref="RefusedErrno"/>) if the kernel refuses or the table is full.</summary>
+    /// <summary>False if the kernel refuses (see <see cref="RefusedErrno"/>) or the table is full.</summary>
     public bool TryRegister(byte* address, int length, out ushort index)
     {
         index = 0;
@@ -74,13 +68,13 @@ internal sealed unsafe class RegisteredBufferTable
         return true;
     }
 
-    /// <summary>Empties entry <paramref name="index"/> (its memory must be referenced by no request any more); false
-    /// if the kernel refused, and the entry still holds the memory.</summary>
+    /// <summary>Empties an entry no request references any more; false if the kernel refused (the entry stays
+    /// taken).</summary>
     public bool TryUnregister(ushort index, int length)
     {
         Debug.Assert(_free is not null && _freeCount < Capacity && index < Capacity, "empties an entry never filled");
-        // Emptying an entry cannot fail for a valid index on a live ring; if it did the entry stays taken (a leak of
-        // one table slot, never a reuse of memory the kernel still maps there) and its bytes stay counted.
+        // Cannot fail for a valid index on a live ring; if it did, leak the slot rather than reuse memory the kernel
+        // still maps.
         int result = _injectedUnregisterErrno != 0 ? -_injectedUnregisterErrno : Update(index, null, 0);
         if (result < 0)
         {

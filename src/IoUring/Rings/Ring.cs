@@ -10,11 +10,8 @@ namespace IoUring.Rings;
 /// One io_uring instance: the fd, the mapped SQ/CQ rings and the SQE array. Not thread-safe: one thread
 /// (the loop's) produces SQEs, consumes CQEs and calls <see cref="Enter"/>.
 /// </summary>
-/// <remarks>
-/// Memory ownership: the ring mapping(s) and the SQE array are mmap'ed from the ring fd in <see cref="Create"/>
-/// and unmapped in <see cref="Dispose"/>, after which no pointer below is used. The kernel keeps its own
-/// reference to the ring until the fd is closed, so unmapping before close is safe.
-/// </remarks>
+/// <remarks>The mappings live from <see cref="Create"/> to <see cref="Dispose"/>; unmapping before close is safe, as
+/// the kernel holds the ring until its fd closes.</remarks>
 internal sealed unsafe class Ring : IDisposable
 {
     private const uint RegisteredRingFdAuto = 0xFFFFFFFF;
@@ -52,11 +49,9 @@ internal sealed unsafe class Ring : IDisposable
     public uint CqEntries { get; private set; }
     public bool IsRingFdRegistered => (_enterFlags & IORING_ENTER_REGISTERED_RING) != 0;
 
-    /// <summary>The kernel takes IORING_ENTER_NO_IOWAIT (IORING_FEAT_NO_IOWAIT, 6.15+).</summary>
     public bool HasNoIoWait => (Features & IORING_FEAT_NO_IOWAIT) != 0;
 
-    /// <summary>Waits in <see cref="Enter"/> pass IORING_ENTER_NO_IOWAIT: set only where <see cref="HasNoIoWait"/>,
-    /// since older kernels refuse an enter flag they do not know with EINVAL.</summary>
+    /// <summary>Waits pass IORING_ENTER_NO_IOWAIT; only where <see cref="HasNoIoWait"/> (else EINVAL).</summary>
     public bool SuppressesIoWait
     {
         get => _waitFlags != 0;
@@ -67,11 +62,10 @@ internal sealed unsafe class Ring : IDisposable
         }
     }
 
-    private uint _waitFlags; // added to enters that wait: IORING_ENTER_NO_IOWAIT or nothing
+    private uint _waitFlags; // added to enters that wait
     public bool IsDisposed => _fd < 0;
 
-    /// <summary>Number of setup attempts the last <see cref="Create"/> refused before one succeeded (for
-    /// tests).</summary>
+    /// <summary>Setup attempts the last <see cref="Create"/> refused before one succeeded (tests).</summary>
     public int RefusedSetupAttempts { get; private set; }
 
     /// <summary>Sets up a ring with the best flag set the kernel accepts.</summary>
@@ -80,8 +74,8 @@ internal sealed unsafe class Ring : IDisposable
     public static Ring Create(RingOptions options)
     {
         ArgumentNullException.ThrowIfNull(options);
-        // Every way into io_uring (the probe, every loop) sets up a ring first, so this is the one check before any
-        // native call: elsewhere there is no libc to call (Windows) or syscall 425 means something else (macOS).
+        // Every way into io_uring sets up a ring first, so this is the one check before a native call: elsewhere there
+        // is no libc (Windows) or syscall 425 is another call (macOS).
         if ((options.Hooks?.OtherOperatingSystem ?? OtherOperatingSystem()) is { } other)
         {
             throw new IoUringUnavailableException($"io_uring needs Linux; this is {other}.", Errno.ENOSYS);
@@ -103,7 +97,6 @@ internal sealed unsafe class Ring : IDisposable
         }
     }
 
-    /// <summary>The operating system's name when it is not Linux (io_uring is Linux's), or null on Linux.</summary>
     private static string? OtherOperatingSystem()
         => OperatingSystem.IsLinux() ? null
             : OperatingSystem.IsWindows() ? "Windows"
@@ -259,10 +252,7 @@ internal sealed unsafe class Ring : IDisposable
         }
     }
 
-    /// <summary>
-    /// Registers the ring fd with the calling thread, so io_uring_enter skips the fd table lookup.
-    /// Returns false when the kernel cannot (before 5.18); enter then uses the plain fd.
-    /// </summary>
+    /// <summary>Registers the ring fd with the calling thread, so enter skips the fd lookup (5.18+).</summary>
     public bool TryRegisterRingFd()
     {
         if (IsRingFdRegistered)
@@ -295,8 +285,6 @@ internal sealed unsafe class Ring : IDisposable
         _enterFd = _fd;
     }
 
-    /// <summary>io_uring_register on this ring; throws <see cref="IoUringException"/> naming <paramref name="what"/> on
-    /// failure.</summary>
     public int Register(uint opcode, void* arg, uint count, string what)
     {
         int result = Libc.io_uring_register(_fd, opcode, arg, count);
@@ -307,17 +295,17 @@ internal sealed unsafe class Ring : IDisposable
         return result;
     }
 
-    /// <summary>io_uring_register returning -errno instead of throwing.</summary>
+    /// <summary>-errno on failure.</summary>
     public int TryRegister(uint opcode, void* arg, uint count)
     {
         int result = Libc.io_uring_register(_fd, opcode, arg, count);
         return result < 0 ? -Libc.GetLastErrno() : result;
     }
 
-    /// <summary>SQEs written but not yet submitted.</summary>
+    /// <summary>SQEs written and not yet consumed by the kernel.</summary>
     public uint PendingSubmissions => _sqeTail - Volatile.Read(ref *_sqHead);
 
-    /// <summary>The next free SQE, zeroed, or null when the SQ is full (submit first).</summary>
+    /// <summary>The next free SQE, zeroed; null when the SQ is full.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_sqe* TryGetSqe()
     {
@@ -329,8 +317,7 @@ internal sealed unsafe class Ring : IDisposable
         return sqe;
     }
 
-    /// <summary>The next free SQE with whatever it held before, for a caller that overwrites all 64 bytes; null when
-    /// full.</summary>
+    /// <summary>As <see cref="TryGetSqe"/>, not zeroed: for a caller that writes all 64 bytes.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_sqe* TryGetSqeUncleared()
     {
@@ -343,25 +330,21 @@ internal sealed unsafe class Ring : IDisposable
         return &_sqes[tail & _sqMask];
     }
 
-    /// <summary>SQEs that can be taken before the SQ is full.</summary>
     public uint FreeSqes => SqEntries - (_sqeTail - Volatile.Read(ref *_sqHead));
 
-    /// <summary>SQEs written since the last <see cref="Enter"/>, not yet visible to the kernel.</summary>
+    /// <summary>SQEs not yet visible to the kernel.</summary>
     public uint UnpublishedCount => _sqeTail - *_sqTail;
 
     /// <summary>The <paramref name="index"/>th SQE written since the last <see cref="Enter"/>.</summary>
     public io_uring_sqe* UnpublishedSqe(uint index) => &_sqes[(*_sqTail + index) & _sqMask];
 
-    /// <summary>Publishes written SQEs to the kernel (store-release of the SQ tail), all but the last
-    /// <paramref name="holdBack"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void PublishSqes(uint holdBack) => Volatile.Write(ref *_sqTail, _sqeTail - holdBack);
 
     /// <summary>
-    /// Submits all written SQEs and optionally waits for <paramref name="minComplete"/> completions, in one
-    /// io_uring_enter. Returns the number submitted, or -errno (EINTR, ETIME on timeout, EBUSY/EAGAIN when the
-    /// kernel is short of CQ space). <paramref name="timeout"/> (with EXT_ARG) bounds the wait. The last
-    /// <paramref name="holdBack"/> SQEs written stay queued for a later Enter (a linked chain not complete yet).
+    /// Submits the written SQEs but the last <paramref name="holdBack"/> (an unfinished linked chain) and waits for
+    /// <paramref name="minComplete"/> completions, at most <paramref name="timeout"/>. Returns the number submitted or
+    /// -errno (EINTR, ETIME, EBUSY/EAGAIN when the kernel is short of CQ space).
     /// </summary>
     public int Enter(uint minComplete, __kernel_timespec* timeout = null, uint holdBack = 0)
     {
@@ -389,10 +372,8 @@ internal sealed unsafe class Ring : IDisposable
     /// <summary>Completions the kernel had to drop (only without IORING_FEAT_NODROP).</summary>
     public uint DroppedCompletions => Volatile.Read(ref *_cqOverflow);
 
-    /// <summary>
-    /// The ready completions, from the CQ head (owned by us) up to the tail (load-acquire). Read them with
-    /// <see cref="CqeAt"/>, then release them all with one <see cref="AdvanceCq"/>.
-    /// </summary>
+    /// <summary>Completions from the CQ head to the tail; read them with <see cref="CqeAt"/>, release them with one
+    /// <see cref="AdvanceCq"/>.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint ReadyCompletions(out uint head)
     {
@@ -403,8 +384,6 @@ internal sealed unsafe class Ring : IDisposable
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public io_uring_cqe* CqeAt(uint index) => &_cqes[index & _cqMask];
 
-    /// <summary>Hands <paramref name="count"/> consumed CQEs back to the kernel (store-release of the CQ
-    /// head).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void AdvanceCq(uint count) => Volatile.Write(ref *_cqHead, *_cqHead + count);
 
@@ -431,8 +410,7 @@ internal sealed unsafe class Ring : IDisposable
             {
                 UnregisterRingFd();
             }
-            // A registration left on another thread holds the ring until that thread exits; the fd is closed
-            // regardless.
+            // A registration left on another thread holds the ring until that thread exits.
             _ = Libc.close(_fd);
         }
         _fd = -1;

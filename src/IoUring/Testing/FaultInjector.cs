@@ -5,10 +5,9 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Testing;
 
 /// <summary>
-/// Test seam (<see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs into NOPs the real kernel
-/// completes with an injected error (IORING_NOP_INJECT_RESULT), keeping user_data and link flags, so the owner sees a
-/// real failure: one final CQE with -errno, no buffer, the rest of its chain cancelled. Only data-path opcodes may be
-/// targeted (never CLOSE or cancels), so injection cannot leak an fd.
+/// Test seam (<see cref="TestHooks.Faults"/>): just before submission, turns chosen SQEs into NOPs that the kernel
+/// completes with an injected -errno (IORING_NOP_INJECT_RESULT), keeping user_data and link flags, so the owner sees
+/// a real failure. Only data-path opcodes may be targeted (never CLOSE or cancels), so injection cannot leak an fd.
 /// </summary>
 internal sealed class FaultInjector
 {
@@ -24,10 +23,6 @@ internal sealed class FaultInjector
     private readonly double _probability;
     private int _injected;
 
-    /// <param name="opcodes">The opcodes that may fail.</param>
-    /// <param name="errnos">The errors to inject (one picked at random each time).</param>
-    /// <param name="probability">The chance that a matching SQE fails.</param>
-    /// <param name="seed">Random seed, so a failing run can be repeated.</param>
     public FaultInjector(byte[] opcodes, int[] errnos, double probability, int seed)
     {
         foreach (byte op in opcodes)
@@ -46,11 +41,10 @@ internal sealed class FaultInjector
 
     private int _enterFailure;
 
-    /// <summary>The loop's next io_uring_enter fails with <paramref name="errno"/> instead of being made (SQEs stay
-    /// queued).</summary>
+    /// <summary>The loop's next io_uring_enter is not made and fails with <paramref name="errno"/>.</summary>
     public void FailNextEnter(int errno) => Volatile.Write(ref _enterFailure, errno);
 
-    /// <summary>Loop thread, instead of io_uring_enter: the errno to fail it with, or 0 to make it.</summary>
+    /// <summary>Loop thread: the errno to fail the enter with, or 0.</summary>
     public int TakeEnterFailure()
         => Volatile.Read(ref _enterFailure) == 0 ? 0 : Interlocked.Exchange(ref _enterFailure, 0);
 
@@ -58,29 +52,21 @@ internal sealed class FaultInjector
     private int _sqesToGive;
     private int _sqesRefused;
 
-    /// <summary>
-    /// The next <paramref name="count"/> requests owners ask the loop for are refused: EventLoop.NewSqe throws as it
-    /// does when the submission queue stays full after an early submit. The loop's own requests (wakeup, stop) are
-    /// never refused.
-    /// </summary>
-    /// <param name="count">How many to refuse.</param>
-    /// <param name="after">How many to give first.</param>
+    /// <summary>After <paramref name="after"/> more, the next <paramref name="count"/> SQEs owners ask for are
+    /// refused, as when the SQ stays full; the loop's own requests are not.</summary>
     public void RefuseSqes(int count, int after = 0)
     {
         Volatile.Write(ref _sqesToGive, after);
         Volatile.Write(ref _sqesToRefuse, count);
     }
 
-    /// <summary>How many requests were refused so far.</summary>
     public int SqesRefused => Volatile.Read(ref _sqesRefused);
 
     private int _loopSqesToRefuse;
 
-    /// <summary>The loop's own next <paramref name="count"/> requests (its wakeup READ's re-arm, the stop's cancel-all)
-    /// are refused the same way.</summary>
+    /// <summary>The loop's own next requests (the wakeup READ's re-arm, the stop's cancel-all) are refused.</summary>
     public void RefuseLoopSqes(int count) => Volatile.Write(ref _loopSqesToRefuse, count);
 
-    /// <summary>Loop thread, asked for one of its own requests: whether to refuse it.</summary>
     public bool TakeLoopSqeRefusal()
     {
         if (Volatile.Read(ref _loopSqesToRefuse) <= 0 || Interlocked.Decrement(ref _loopSqesToRefuse) < 0)
@@ -91,7 +77,6 @@ internal sealed class FaultInjector
         return true;
     }
 
-    /// <summary>Loop thread, asked for an owner's request: whether to refuse it.</summary>
     public bool TakeSqeRefusal()
     {
         if (Volatile.Read(ref _sqesToRefuse) <= 0 || Interlocked.Decrement(ref _sqesToGive) >= 0
@@ -103,22 +88,16 @@ internal sealed class FaultInjector
         return true;
     }
 
-    /// <summary>How many SQEs were turned into failures so far.</summary>
     public int Injected => Volatile.Read(ref _injected);
 
     private int _fdCancels;
 
-    /// <summary>
-    /// Cancel requests submitted so far that search the ring by fd (IORING_ASYNC_CANCEL_FD), observed, not changed: the
-    /// kernel walks every pending poll-driven request of the ring for each, so their cost grows with the open
-    /// connections.
-    /// </summary>
+    /// <summary>Cancels by fd (IORING_ASYNC_CANCEL_FD) submitted: each walks the ring's pending requests, so their
+    /// cost grows with the open connections.</summary>
     public int FdCancels => Volatile.Read(ref _fdCancels);
 
-    /// <summary>
-    /// Any thread, instead of a send a connection's flushing thread makes itself (send(2) as <paramref name="opcode"/>
-    /// SEND, sendmsg(2) as SENDMSG): the errno to fail it with as the kernel would, or 0 to make it.
-    /// </summary>
+    /// <summary>Any thread, before a send(2) (SEND) or sendmsg(2) (SENDMSG) made off the ring: the errno to fail it
+    /// with, or 0.</summary>
     public int TakeCallerSendFault(byte opcode)
     {
         lock (_random)
@@ -135,7 +114,7 @@ internal sealed class FaultInjector
 
     private int _callerSendFaults;
 
-    /// <summary>Of <see cref="Injected"/>, the faults given to sends flushing threads made themselves.</summary>
+    /// <summary>Of <see cref="Injected"/>, those given to sends made off the ring.</summary>
     public int CallerSendFaults => Volatile.Read(ref _callerSendFaults);
 
     private readonly int[] _observed = new int[256];
@@ -143,14 +122,12 @@ internal sealed class FaultInjector
     private int _failAfter;
     private int _failErrno;
 
-    /// <summary>How many SQEs of <paramref name="opcode"/> were submitted so far (failed ones included), observed, not
-    /// changed.</summary>
+    /// <summary>SQEs of <paramref name="opcode"/> submitted, failed ones included.</summary>
     public int Observed(byte opcode) => Volatile.Read(ref _observed[opcode]);
 
     private readonly List<byte> _submitted = new();
     private const int SubmittedKept = 4096;
 
-    /// <summary>The opcodes of the first <see cref="SubmittedKept"/> SQEs submitted, in order.</summary>
     public byte[] SubmittedOpcodes()
     {
         lock (_random)
@@ -159,8 +136,8 @@ internal sealed class FaultInjector
         }
     }
 
-    /// <summary>The next SQE of <paramref name="opcode"/> after <paramref name="after"/> more of them fails with
-    /// <paramref name="errno"/> (one SQE, chosen by its place rather than by chance).</summary>
+    /// <summary>The SQE of <paramref name="opcode"/> after <paramref name="after"/> more fails with
+    /// <paramref name="errno"/>.</summary>
     public void FailSqe(byte opcode, int after, int errno)
     {
         if (Array.IndexOf(s_injectable, opcode) < 0)
@@ -175,8 +152,8 @@ internal sealed class FaultInjector
         }
     }
 
-    /// <summary>Loop thread, right before io_uring_enter, which leaves the last <paramref name="holdBack"/> SQEs
-    /// queued (seen at a later submit).</summary>
+    /// <summary>Loop thread, right before io_uring_enter; the last <paramref name="holdBack"/> SQEs wait for a later
+    /// one.</summary>
     public unsafe void Apply(Rings.Ring ring, uint holdBack)
     {
         lock (_random) // one injector may serve several loops
@@ -216,8 +193,8 @@ internal sealed class FaultInjector
                 errno = _errnos[_random.Next(_errnos.Length)];
             }
             ulong userData = sqe->user_data;
-            // The link flags stay: a failed link cancels the rest of its chain, as a real failure does. The others go
-            // (BUFFER_SELECT would make the NOP take a buffer, FIXED_FILE names no file a NOP has).
+            // Link flags stay, so the chain's rest is cancelled as after a real failure; BUFFER_SELECT would make the
+            // NOP take a buffer.
             byte links = (byte)(sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
             *sqe = new io_uring_sqe
             {

@@ -2,37 +2,30 @@ using IoUring.Rings;
 
 namespace IoUring.Testing;
 
-/// <summary>
-/// Every test seam of the library, set only by the test assemblies (<c>EventLoopOptions.Hooks</c>,
-/// <see cref="RingOptions.Hooks"/>). Null in production: each seam is one null check off the hot path.
-/// </summary>
+/// <summary>Every test seam of the library, set only by the test assemblies; null in production (one null check
+/// per seam).</summary>
 internal sealed class TestHooks
 {
-    /// <summary>Ring setup fails with this errno.</summary>
     public int SetupErrno { get; init; }
 
-    /// <summary>Ring setup acts as if on this operating system ("Windows", "macOS").</summary>
+    /// <summary>Ring setup acts as if on this OS ("Windows", "macOS").</summary>
     public string? OtherOperatingSystem { get; init; }
 
-    /// <summary>Ring setup refuses (EINVAL) any attempt with one of these IORING_SETUP_* flags.</summary>
+    /// <summary>Ring setup refuses (EINVAL) these IORING_SETUP_* flags.</summary>
     public uint RefusedSetupFlags { get; init; }
 
-    /// <summary>Ring setup hides these IORING_FEAT_* bits, as an older kernel would.</summary>
+    /// <summary>IORING_FEAT_* bits hidden, as on an older kernel.</summary>
     public uint HiddenFeatures { get; init; }
 
-    /// <summary>Injected request failures and refused SQEs (one null check per SQE when unset).</summary>
     public FaultInjector? Faults { get; init; }
 
-    /// <summary>Registering fixed buffers fails with this errno (ENOMEM: RLIMIT_MEMLOCK).</summary>
     public int BufferRegistrationErrno { get; init; }
 
-    /// <summary>Emptying a registered buffer's entry fails with this errno (the entry stays taken).</summary>
     public int BufferUnregistrationErrno { get; init; }
 
-    /// <summary>The loop's memory pool poisons returned blocks, so sends after a return show.</summary>
     public bool PoisonReturnedMemory { get; init; }
 
-    /// <summary>How long a loop's stop waits for requests in flight (10 s when null).</summary>
+    /// <summary>How long a loop's stop waits for requests in flight (null: 10 s).</summary>
     public TimeSpan? ShutdownDeadline { get; init; }
 
     /// <summary>Keep sending zero-copy after a "copied" notification (loopback always copies).</summary>
@@ -41,7 +34,7 @@ internal sealed class TestHooks
     /// <summary>Every send goes through the ring, none from the flushing thread.</summary>
     public bool NoCallerSends { get; init; }
 
-    /// <summary>Runs before a listener makes loop i's acceptor (holds it while other loops accept).</summary>
+    /// <summary>Runs before a listener makes loop i's acceptor (can hold it while other loops accept).</summary>
     public Action<int>? BeforeAcceptorCreated { get; init; }
 
     /// <summary>Runs in <c>Input.CopyToAsync(Output)</c> after a cancelled read checked the reader.</summary>
@@ -56,6 +49,6 @@ internal sealed class TestHooks
     /// <summary>Runs in a network's dispose after its loops stopped; what it throws, the dispose throws.</summary>
     public Action? AfterLoopsStopped { get; init; }
 
-    /// <summary>What a network's connections believe the kernel offers, instead of the probe's.</summary>
+    /// <summary>What a network's connections believe the kernel offers.</summary>
     public IoUringCapabilities? Capabilities { get; init; }
 }

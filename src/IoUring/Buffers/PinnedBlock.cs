@@ -3,9 +3,9 @@ using System.Buffers;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// One block of a <see cref="PinnedRegion"/>; its own owner and memory manager, so renting allocates nothing once warm.
-/// Reference counted: the renter holds one reference and every <see cref="Pin"/> another, so a block the pipe gave
-/// back while a zero-copy send still pins it returns to the pool only when the kernel is done with it.
+/// One block of a <see cref="PinnedRegion"/>, its own owner and memory manager (renting allocates nothing). The renter
+/// holds one reference and every <see cref="Pin"/> another, so a block a zero-copy send still pins returns to the pool
+/// only when the kernel is done with it.
 /// </summary>
 internal sealed unsafe class PinnedBlock(PinnedRegion region, byte* pointer) : MemoryManager<byte>, IMemoryOwner<byte>
 {
@@ -14,7 +14,6 @@ internal sealed unsafe class PinnedBlock(PinnedRegion region, byte* pointer) : M
 
     public PinnedRegion Region { get; } = region;
 
-    /// <summary>The block's first byte (inside <see cref="Region"/>'s pinned array).</summary>
     public byte* Pointer { get; } = pointer;
 
     public override Span<byte> GetSpan() => new(Pointer, Region.Pool.BlockBytes);
@@ -30,7 +29,7 @@ internal sealed unsafe class PinnedBlock(PinnedRegion region, byte* pointer) : M
         _ownerReleased = 0;
     }
 
-    // On the pinned object heap: the address is stable, so no GCHandle is needed.
+    // Pinned object heap: no GCHandle needed.
     public override MemoryHandle Pin(int elementIndex = 0)
     {
         Interlocked.Increment(ref _references);

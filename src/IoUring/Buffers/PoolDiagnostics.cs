@@ -3,12 +3,9 @@ using System.Diagnostics;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// The test suite's watch over the library's pools (the loops' pinned pools, their large-block pools, the receive
-/// blocks). Off unless the AppContext switch <see cref="SwitchName"/> is set before the first pool is made (the test
-/// assemblies set it in a module initializer): production pays one static readonly check per rent and return, which
-/// the JIT folds away. On, each pool keeps a <see cref="BlockLedger"/> that tracks every rent to its return (with the
-/// rent's stack), poisons a returned block and checks the poison on its next rent; problems are collected here, and
-/// the suite fails a test with them (<see cref="TakeProblems(TimeSpan)"/> after each test).
+/// The test suite's watch over the library's pools, on when the AppContext switch <see cref="SwitchName"/> is set
+/// before the first pool is made (off, it costs a static readonly check the JIT folds away). Each pool then keeps a
+/// <see cref="BlockLedger"/>; the suite fails a test with <see cref="TakeProblems(TimeSpan)"/>.
 /// </summary>
 internal static class PoolDiagnostics
 {
@@ -20,8 +17,6 @@ internal static class PoolDiagnostics
     private static readonly List<(BlockLedger Source, string Message)> s_problems = [];
     private static readonly List<(BlockLedger Ledger, long StoppedAt)> s_stopped = [];
 
-    /// <summary>A double return or a write after return (at once), or a leak (once a stopped pool's grace
-    /// passed).</summary>
     public static void Report(BlockLedger source, string message)
     {
         lock (s_lock)
@@ -30,8 +25,7 @@ internal static class PoolDiagnostics
         }
     }
 
-    /// <summary>A pool stopped with blocks still out: they must come back (connections closing after their loop
-    /// stopped still return theirs), or they are leaks.</summary>
+    /// <summary>A pool stopped with blocks out: they must come back within the grace, or they are leaks.</summary>
     public static void OnStopped(BlockLedger ledger)
     {
         lock (s_lock)
@@ -40,14 +34,11 @@ internal static class PoolDiagnostics
         }
     }
 
-    /// <summary>
-    /// Waits until every stopped pool has all its blocks back, reporting as leaks those still out
-    /// <paramref name="grace"/> after their pool stopped, then returns every problem reported so far and forgets them.
-    /// </summary>
+    /// <summary>Waits until every stopped pool has its blocks back or <paramref name="grace"/> passed (then they are
+    /// leaks), and takes every problem reported so far.</summary>
     public static List<string> TakeProblems(TimeSpan grace) => Take(grace, source: null);
 
-    /// <summary>As <see cref="TakeProblems(TimeSpan)"/>, for one pool's problems only (the tests of this
-    /// mechanism).</summary>
+    /// <summary>As <see cref="TakeProblems(TimeSpan)"/>, for one pool only.</summary>
     public static List<string> TakeProblems(BlockLedger source, TimeSpan grace) => Take(grace, source);
 
     private static List<string> Take(TimeSpan grace, BlockLedger? source)
@@ -72,8 +63,8 @@ internal static class PoolDiagnostics
         }
     }
 
-    /// <summary>Forgets the stopped pools whose blocks are all back or whose grace passed (reporting their leaks);
-    /// true when none of those asked about is left.</summary>
+    /// <summary>Forgets the stopped pools settled (all back, or leaks reported); true when none asked about is
+    /// left.</summary>
     private static bool SettleStopped(TimeSpan grace, BlockLedger? source)
     {
         lock (s_lock)

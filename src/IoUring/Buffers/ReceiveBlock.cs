@@ -4,8 +4,8 @@ using System.Runtime.InteropServices;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// One receive buffer's memory: a slice of a pinned managed array (allocated on the pinned object heap, so its address
-/// never changes and a reader holding it keeps it alive). Its length is the ring's buffer size, known to the ring.
+/// One receive buffer's memory: a slice of an array on the pinned object heap, so its address never changes and a
+/// reader holding it keeps it alive. Its length is the ring's buffer size.
 /// </summary>
 internal readonly struct ReceiveBlock(byte[] array, int offset)
 {
@@ -13,7 +13,7 @@ internal readonly struct ReceiveBlock(byte[] array, int offset)
 
     public int Offset { get; } = offset;
 
-    /// <summary>The block's address, valid for as long as the array lives (pinned: it never moves).</summary>
+    /// <summary>Valid as long as the array lives.</summary>
     public unsafe nint Address => AddressOf(Array, Offset);
 
     public static unsafe nint AddressOf(byte[] pinnedArray, int offset)

@@ -7,8 +7,9 @@ namespace IoUring.Buffers;
 /// and the ring gets one of these in their place; the Input gives each block back here once its reader consumed it.
 /// </summary>
 /// <remarks>
-/// The loop thread rents; any thread returns. Once a second (at a rent), idle blocks above <c>maxIdle</c> all that
-/// second go to the GC: a steady load keeps its working set, and a burst's surplus goes within about two seconds.
+/// The loop thread rents; any thread returns. Once a second, at a rent, the blocks above <c>maxIdle</c> that stayed
+/// idle all that second go to the GC: a steady load keeps its working set, a burst's surplus goes in about two
+/// seconds.
 /// </remarks>
 internal sealed class ReceiveBlockPool(int blockSize, int maxIdle, bool poisonReturned = false,
     string? origin = null)

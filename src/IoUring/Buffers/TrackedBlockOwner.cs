@@ -3,10 +3,9 @@ using System.Buffers;
 namespace IoUring.Buffers;
 
 /// <summary>
-/// One rent of a <see cref="PinnedBlock"/> under <see cref="PoolDiagnostics"/> (test mode only). A
-/// block is its own owner, so a renter that disposed it after the block went to someone else would release the new
-/// renter's hold unseen; an owner per rent makes that second dispose a double return, reported at once. Its memory is
-/// the block's own (the block stays its memory manager, so pins and fixed-buffer lookups work as without it).
+/// One rent of a <see cref="PinnedBlock"/> under <see cref="PoolDiagnostics"/>. A block is its own owner, so a second
+/// dispose after it went to a new renter would release that renter's hold unseen; an owner per rent reports it. The
+/// block stays the memory manager, so pins and fixed-buffer lookups work as without it.
 /// </summary>
 internal sealed class TrackedBlockOwner(PinnedBlock block, BlockLedger ledger) : IMemoryOwner<byte>
 {

@@ -10,8 +10,8 @@ namespace IoUring.Diagnostics;
 
 /// <summary>
 /// One line naming what a network's loops and connections use, each feature "on" or "off (reason)", for a start log a
-/// user can paste into an issue (<see cref="IoUringNetwork.DescribeFeatures"/>). Layers above add or restate their own
-/// features (the Kestrel transport: file reads on loops, the option behind the memory pool).
+/// user can paste into an issue (<see cref="IoUringNetwork.DescribeFeatures"/>). Layers above may add or restate
+/// features.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class FeatureSummary
@@ -21,11 +21,9 @@ internal sealed class FeatureSummary
 
     private FeatureSummary(string head) => _head = head;
 
-    /// <summary>The kernel's release ("6.18.44-fc-v782"), as uname reports it.</summary>
     internal static string KernelRelease { get; } = ReadKernelRelease();
 
-    /// <summary>"kernel 6.1 lacks it: 6.15+": the reason for a feature this kernel is too old for (no parentheses: the
-    /// reason itself stands in them).</summary>
+    /// <summary>"kernel 6.1 lacks it: 6.15+" (no parentheses: the reason stands in them).</summary>
     internal static string KernelLacks(string since)
     {
         Version v = Environment.OSVersion.Version;
@@ -52,8 +50,7 @@ internal sealed class FeatureSummary
     public override string ToString()
         => string.Join("; ", _features.Select(f => $"{f.Name} {f.State}").Prepend(_head));
 
-    /// <summary>What <paramref name="network"/> uses: its first loop stands for all (they share options and
-    /// kernel).</summary>
+    /// <summary>The first loop stands for all: they share options and kernel.</summary>
     public static FeatureSummary For(IoUringNetwork network)
     {
         EventLoop loop = network.Loops[0];

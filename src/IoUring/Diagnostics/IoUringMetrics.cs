@@ -41,7 +41,7 @@ internal sealed class IoUringMetrics
     private readonly Meter _meter;
     private readonly Counter<long> _opened;
     private readonly UpDownCounter<long> _active;
-    // Keyed by EventLoop as object: the meter exists on every OS, a dictionary of a Linux-only type not (CA1416).
+    // Keyed by object, not EventLoop: the meter exists on every OS, and a Linux-only key type would trip CA1416.
     private readonly ConcurrentDictionary<object, KeyValuePair<string, object?>> _loopTags = new();
     // guards the two below
     private readonly Lock _lock = new();

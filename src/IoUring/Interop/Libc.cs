@@ -6,16 +6,14 @@ using System.Runtime.InteropServices;
 namespace IoUring.Interop;
 
 /// <summary>
-/// The libc entry points the library calls: the three io_uring syscalls through <c>syscall(2)</c> (there is no
-/// liburing), memory mapping, eventfd and fd handling. Every call returns -1 and leaves errno for
-/// <see cref="Marshal.GetLastPInvokeError"/> on failure.
+/// The libc entry points the library calls, the io_uring syscalls through <c>syscall(2)</c> (no liburing). A failed
+/// call returns -1 and leaves errno for <see cref="Marshal.GetLastPInvokeError"/>.
 /// </summary>
 internal static unsafe partial class Libc
 {
     private const string LibcName = "libc";
 
-    // x86-64 and arm64 share these numbers (asm-generic); AbiContractTests checks them against both architectures'
-    // headers.
+    // x86-64 and arm64 share these (asm-generic); AbiContractTests checks both architectures' headers.
     public const long SYS_io_uring_setup = 425;
     public const long SYS_io_uring_enter = 426;
     public const long SYS_io_uring_register = 427;
@@ -67,22 +65,19 @@ internal static unsafe partial class Libc
     public static partial int eventfd(uint initval, int flags);
 
     public const int SCHED_BATCH = 3;
-    /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy, not the
-    /// caller's.</summary>
+    /// <summary>OR-ed into a policy: threads the caller creates start under the normal policy.</summary>
     public const int SCHED_RESET_ON_FORK = 0x40000000;
 
-    // The syscall number differs by architecture (x86-64 has its own table, arm64 asm-generic's): a _<Architecture>
-    // suffix makes AbiContractTests compare each with that architecture's header only.
+    // Numbers differ by architecture: the _<Architecture> suffix makes AbiContractTests check each against its own
+    // header.
     public const long SYS_sched_setscheduler_X64 = 144;
     public const long SYS_sched_setscheduler_Arm64 = 119;
 
     [LibraryImport(LibcName, EntryPoint = "syscall", SetLastError = true)]
     private static partial long syscall_sched_setscheduler(long number, int tid, int policy, int* param);
 
-    /// <summary>
-    /// Sets the scheduling policy of thread <paramref name="tid"/> (0: the calling thread; on Linux the policy is per
-    /// thread). The raw syscall where its number is known: musl's sched_setscheduler wrapper always fails with ENOSYS.
-    /// </summary>
+    /// <summary>Sets thread <paramref name="tid"/>'s policy (0: the calling thread), by raw syscall where its number is
+    /// known: musl's wrapper always fails with ENOSYS.</summary>
     public static int sched_setscheduler(int tid, int policy, int* param)
         => RuntimeInformation.ProcessArchitecture switch
         {
@@ -94,8 +89,7 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName, EntryPoint = "sched_setscheduler", SetLastError = true)]
     private static partial int sched_setscheduler_libc(int tid, int policy, int* param);
 
-    /// <summary>The scheduling policy of thread <paramref name="tid"/> (0: the calling thread), SCHED_RESET_ON_FORK
-    /// included.</summary>
+    /// <summary>Includes SCHED_RESET_ON_FORK; <paramref name="tid"/> 0 is the calling thread.</summary>
     [LibraryImport(LibcName, SetLastError = true)]
     public static partial int sched_getscheduler(int tid);
 
@@ -111,7 +105,7 @@ internal static unsafe partial class Libc
     [LibraryImport(LibcName)]
     private static partial int pthread_attr_destroy(void* attr);
 
-    /// <summary>The calling thread's stack: its lowest address and its size. False where libc cannot say.</summary>
+    /// <summary>The calling thread's stack; false where libc cannot say.</summary>
     public static bool TryGetCurrentThreadStack(out nuint low, out nuint size)
     {
         low = 0;

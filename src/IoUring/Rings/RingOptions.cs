@@ -6,12 +6,11 @@ namespace IoUring.Rings;
 /// <summary>How to set up one ring. Sizes are rounded up to powers of two by the kernel.</summary>
 internal sealed class RingOptions
 {
-    /// <summary>The flag set tried first; flags are dropped one at a time (newest kernel feature first) on
-    /// EINVAL.</summary>
+    /// <summary>Tried first; on EINVAL flags are dropped one at a time, in <see cref="FallbackOrder"/>.</summary>
     public const uint PreferredFlags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN
         | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_NO_SQARRAY;
 
-    /// <summary>The order in which optional setup flags are given up when the kernel refuses a set.</summary>
+    /// <summary>Newest kernel feature first.</summary>
     internal static readonly uint[] FallbackOrder =
     [
         IORING_SETUP_NO_SQARRAY,                                   // 6.6
@@ -32,9 +31,8 @@ internal sealed class RingOptions
     /// <summary>Start disabled; the thread that calls <see cref="Ring.Enable"/> becomes the single issuer.</summary>
     public bool StartDisabled { get; init; }
 
-    /// <summary>Register the ring fd (IORING_REGISTER_RING_FDS) on the creating thread, if the kernel can.</summary>
+    /// <summary>Register the ring fd on the creating thread, if the kernel can.</summary>
     public bool RegisterRingFd { get; init; } = true;
 
-    /// <summary>Test seams (setup errno, refused setup flags); null in production.</summary>
     internal TestHooks? Hooks { get; init; }
 }

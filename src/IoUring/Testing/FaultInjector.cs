@@ -64,7 +64,8 @@ internal sealed class FaultInjector
 
     private int _loopSqesToRefuse;
 
-    /// <summary>The loop's own next requests (the wakeup READ's re-arm, the stop's cancel-all) are refused.</summary>
+    /// <summary>The loop's own next <paramref name="count"/> requests (wakeup re-arm, stop's cancel-all) are
+    /// refused.</summary>
     public void RefuseLoopSqes(int count) => Volatile.Write(ref _loopSqesToRefuse, count);
 
     public bool TakeLoopSqeRefusal()

@@ -8,10 +8,9 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listener's multishot ACCEPT on one loop (or one single-shot per connection:
-/// <see cref="IoUringNetworkOptions.MultishotAccept"/>); accepted connections are dealt to the listener's loops in
-/// turn. Re-armed on each CQE without F_MORE, except: while the listener's queue is full (paused); after a backoff when
-/// fds run out or for an unknown error; never once the listening socket is broken (AcceptAsync then fails).
+/// A listener's ACCEPT on one loop (multishot unless <see cref="IoUringNetworkOptions.MultishotAccept"/> is off);
+/// connections are dealt to the listener's loops in turn. Paused while the listener's queue is full, backs off when
+/// fds run out, never re-armed once the listening socket is broken.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class Acceptor : RingOwner
@@ -50,7 +49,7 @@ internal sealed unsafe class Acceptor : RingOwner
         _settings = settings;
     }
 
-    /// <summary>Accept calls that failed for lack of fds (for tests and counters).</summary>
+    /// <summary>Accepts that failed for lack of fds (tests and counters).</summary>
     public int FdExhaustions { get; private set; }
 
     /// <summary>ACCEPT requests submitted (tests: one per loop with multishot, one per connection without).</summary>
@@ -99,7 +98,7 @@ internal sealed unsafe class Acceptor : RingOwner
         CancelAccept();
     }
 
-    /// <summary>Called by the listener (any thread) once its queue has room again.</summary>
+    /// <summary>Any thread: the listener's queue has room again.</summary>
     internal void Resume()
     {
         if (Interlocked.CompareExchange(ref _paused, 0, 1) != 1)
@@ -123,7 +122,7 @@ internal sealed unsafe class Acceptor : RingOwner
             io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
             if (sqe == null)
             {
-                // No SQE: again next iteration if still wanted; throwing here would drop the connection just accepted.
+                // No SQE: again next iteration; throwing would drop the connection just accepted.
                 Loop.RetryNextIteration(this, static a =>
                 {
                     if (a._stopped || a._failed || Volatile.Read(ref a._paused) != 0)
@@ -205,7 +204,7 @@ internal sealed unsafe class Acceptor : RingOwner
             case ENONET:
             case EHOSTUNREACH:
             case ENETUNREACH:
-                // The one connection failed (accept(2) passes its pending network error on); the listener goes on.
+                // accept(2) passes on the one connection's pending network error; the listener goes on.
                 if (!more)
                 {
                     Arm();
@@ -254,8 +253,8 @@ internal sealed unsafe class Acceptor : RingOwner
         }
     }
 
-    /// <summary>Gives the accepted socket to the next loop in turn: the kernel hands connections to whichever accept it
-    /// finds first, which left them all on one loop.</summary>
+    /// <summary>The kernel hands connections to whichever ACCEPT it finds first, which would leave them all on one
+    /// loop.</summary>
     private void HandOff(int fd)
     {
         Acceptor target = _listener.NextAcceptor();
@@ -264,7 +263,7 @@ internal sealed unsafe class Acceptor : RingOwner
             StartConnection(fd);
             return;
         }
-        // the fd goes through the target's queue, the post carries only the target: nothing allocated per connection
+        // the post carries only the target: nothing allocated per connection
         target._handedOff.Enqueue(fd);
         try
         {

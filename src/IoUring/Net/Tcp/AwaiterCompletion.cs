@@ -1,9 +1,8 @@
 namespace IoUring.Net;
 
 /// <summary>
-/// What completing a waiting read or flush (<see cref="Waiter{TResult}"/>) leaves to do after the lock: drop the
-/// token registration, then run the awaiter's continuation, if any, on the thread pool (or inline), in its captured
-/// execution context. Taken under the lock, run outside it: a continuation never runs under a pipe's lock.
+/// What completing a <see cref="Waiter{TResult}"/> leaves to do after the lock: drop the token registration, then run
+/// the continuation. Taken under the lock, run outside it: a continuation never runs under a pipe's lock.
 /// </summary>
 internal struct AwaiterCompletion(CancellationTokenRegistration registration, Action<object?>? continuation,
     object? state, ExecutionContext? context, bool inline)
@@ -21,7 +20,6 @@ internal struct AwaiterCompletion(CancellationTokenRegistration registration, Ac
         }
         if (context is not null)
         {
-            // Rare (an awaiter that flows the execution context): the continuation runs inside it.
             ExecutionContext flowed = context;
             Action<object?> action = continuation;
             Dispatch(s => ExecutionContext.Run(flowed, c => action(c), s), state, inline);

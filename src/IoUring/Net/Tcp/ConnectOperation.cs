@@ -74,7 +74,6 @@ internal sealed unsafe class ConnectOperation : RingOwner
         SubmitConnect();
     }
 
-    /// <summary>Queues the CONNECT; with no SQE, again next iteration.</summary>
     private void SubmitConnect()
     {
         Loop.AssertOnLoopThread();
@@ -101,7 +100,7 @@ internal sealed unsafe class ConnectOperation : RingOwner
         }
     }
 
-    /// <summary>A connect that never reached the kernel ends: cancelled by its token, or the loop stopped.</summary>
+    /// <summary>A connect that never reached the kernel ends.</summary>
     private void Abandon()
     {
         NativeMemory.Free(_address);

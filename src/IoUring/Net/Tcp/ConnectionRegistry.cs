@@ -5,9 +5,7 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The live connections of a network, so that disposing it (or a loop's stop) can close them: a doubly linked list
-/// through the connections themselves, so registering one allocates nothing. Added and removed on the loops' threads,
-/// under one lock. The network's disposal also waits for removed connections to signal Closed
-/// (<see cref="WhenClosedSignalled"/>).
+/// through the connections themselves, so registering allocates nothing.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class ConnectionRegistry
@@ -41,7 +39,6 @@ internal sealed class ConnectionRegistry
         }
     }
 
-    /// <summary>Removes a connection <see cref="Add"/> added (once).</summary>
     public void Remove(IoUringConnection connection)
     {
         lock (_lock)
@@ -90,11 +87,8 @@ internal sealed class ConnectionRegistry
         }
     }
 
-    /// <summary>
-    /// Completes when every removed connection has completed its Closed, except <paramref name="except"/> while its
-    /// signal still runs: the caller runs inside that signal (<see cref="SignallingOnThisThread"/>) and would wait for
-    /// itself.
-    /// </summary>
+    /// <summary>Every removed connection has completed its Closed, but <paramref name="except"/>, whose signal the
+    /// caller runs inside (<see cref="SignallingOnThisThread"/>).</summary>
     public Task WhenClosedSignalled(IoUringConnection? except)
     {
         lock (_lock)

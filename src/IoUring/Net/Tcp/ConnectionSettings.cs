@@ -24,8 +24,7 @@ internal sealed record ConnectionSettings
     public long ZeroCopySendThreshold { get; init; } = long.MaxValue;
     /// <summary>Test seam (<see cref="TestHooks.IgnoreZeroCopyCopied"/>).</summary>
     public bool IgnoreZeroCopyCopied { get; init; }
-    /// <summary>A flush may send from its own thread while the loop sleeps (<see cref="ConnectionOutput"/>); off by
-    /// <see cref="TestHooks.NoCallerSends"/>.</summary>
+    /// <summary>Caller sends (<see cref="ConnectionOutput"/>); off by <see cref="TestHooks.NoCallerSends"/>.</summary>
     public bool CallerSends { get; init; } = true;
     public ConnectionRegistry? Registry { get; init; }
 
@@ -38,17 +37,14 @@ internal sealed record ConnectionSettings
     /// <summary>What the kernel offers (tests replace it to act as an older kernel).</summary>
     public required IoUringCapabilities Capabilities { get; init; }
 
-    /// <summary>The exception a peer reset surfaces as (the Kestrel layer makes it ConnectionResetException).</summary>
+    /// <summary>A peer reset surfaces as it (Kestrel: ConnectionResetException).</summary>
     public Func<string, Exception> CreateResetException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.ConnectionReset));
 
-    /// <summary>The exception reads fail with after an abort (the Kestrel layer makes it
-    /// ConnectionAbortedException).</summary>
+    /// <summary>Reads fail with it after an abort (Kestrel: ConnectionAbortedException).</summary>
     public Func<string, Exception> CreateAbortedException { get; init; } =
         static message => new IOException(message, new SocketException((int)SocketError.OperationAborted));
 
-    /// <summary>A failed send's error (errno positive): a reset for EPIPE or ECONNRESET, else an IOException.
-    /// </summary>
     public Exception CreateSendException(int errno) => errno is Errno.EPIPE or Errno.ECONNRESET
         ? CreateResetException("Connection reset by peer.")
         : new IOException($"Send failed: {IoUringException.ErrnoName(errno)}.", SocketErrors.FromErrno(errno));

@@ -4,16 +4,13 @@ using System.Runtime.Versioning;
 namespace IoUring.Net;
 
 /// <summary>
-/// A <see cref="Stream"/> over a connection's two pipes: reads come from Input, writes go to Output. Disposing it
-/// completes both, and with an <paramref name="owner"/> also closes that connection, without waiting for the close:
-/// gracefully, or abortively once <see cref="OwnedCloseGrace"/> has passed without the peer taking what is left.
+/// A <see cref="Stream"/> over a connection's two pipes. Disposing it completes both, and closes an
+/// <paramref name="owner"/> without waiting: gracefully, or abortively after <see cref="OwnedCloseGrace"/>.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class DuplexPipeStream(PipeReader input, PipeWriter output, IoUringConnection? owner = null) : Stream
 {
-    /// <summary>How long an owned connection's graceful close may wait for the peer to take the rest of the output:
-    /// the connection holds its fd while a send is in flight, and a peer that never reads would hold it forever.
-    /// </summary>
+    /// <summary>A peer that never reads would hold the fd of a graceful close forever.</summary>
     internal static readonly TimeSpan OwnedCloseGrace = TimeSpan.FromSeconds(5);
 
     private readonly Stream _reader = input.AsStream(leaveOpen: true);

@@ -6,9 +6,8 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The one waiting operation of a pipe side (<see cref="ConnectionInput"/>'s read, <see cref="ConnectionOutput"/>'s
-/// flush) and its ValueTask's state (and that of flushes that joined it): version, outcome, continuation, token
-/// registration. A mutable struct in a field of its owner (never copied); every member is called under the owner's
-/// lock, and the <see cref="AwaiterCompletion"/> that <see cref="Complete"/> returns runs after it.
+/// flush and flushes that joined it) and its ValueTask's state. A mutable struct in a field of its owner (never
+/// copied), called under the owner's lock; the <see cref="AwaiterCompletion"/> from <see cref="Complete"/> runs after.
 /// </summary>
 internal struct Waiter<TResult>
 {
@@ -21,10 +20,9 @@ internal struct Waiter<TResult>
     private object? _continuationState;
     private ExecutionContext? _continuationContext;
     private CancellationTokenRegistration _registration;
-    // The tokens of operations that joined the waiting one (listed at Join, registered after it), which cancel it too.
+    // Joined operations' tokens (listed at Join, registered after): they cancel the wait too.
     private List<(CancellationToken Token, CancellationTokenRegistration Registration)>? _joinedTokens;
-    // The outcome of the version before the current one while ValueTasks of it are still owed it (a joined flush
-    // awaited after a later flush began), and how many.
+    // The previous version's outcome, while ValueTasks of it are owed it (a joined flush awaited after a later began).
     private short _heldVersion;
     private int _heldOwed;
     private TResult _heldResult;
@@ -33,7 +31,6 @@ internal struct Waiter<TResult>
     /// <summary>An operation waits: the ValueTask of the current version, not completed yet.</summary>
     public bool IsWaiting { get; private set; }
 
-    /// <summary>The waiting operation's token.</summary>
     public CancellationToken Token { get; private set; }
 
     /// <summary>Whether <paramref name="token"/> may cancel the waiting operation: its own or a joined one's.</summary>
@@ -53,7 +50,6 @@ internal struct Waiter<TResult>
         return false;
     }
 
-    /// <summary>An operation starts waiting; returns its ValueTask's version.</summary>
     public short Begin(CancellationToken token)
     {
         Debug.Assert(!IsWaiting, "an operation began while another waits");
@@ -72,8 +68,8 @@ internal struct Waiter<TResult>
         return ++_version;
     }
 
-    /// <summary>Another operation joins the waiting one (a flush while one waits): its ValueTask's version, same
-    /// outcome. Returns whether <paramref name="token"/> is new to this wait and so must be registered.</summary>
+    /// <summary>A flush while one waits shares its outcome; <paramref name="registerToken"/>: the token is new to this
+    /// wait.</summary>
     public short Join(CancellationToken token, out bool registerToken)
     {
         Debug.Assert(IsWaiting, "an operation joined none waiting");
@@ -87,8 +83,8 @@ internal struct Waiter<TResult>
         return _version;
     }
 
-    /// <summary>Registers the token of the operation <see cref="Begin"/> returned <paramref name="version"/> for, then
-    /// keeps the registration under <paramref name="sync"/>, the owner's lock, if that operation still waits.</summary>
+    /// <summary>Registers outside <paramref name="sync"/> (the owner's lock), then keeps the registration if the
+    /// operation of <paramref name="version"/> still waits.</summary>
     public void RegisterToken(object sync, short version, CancellationToken token,
         Action<object?, CancellationToken> onCancelled, object owner)
     {
@@ -103,7 +99,7 @@ internal struct Waiter<TResult>
                     _registration = registration;
                     return;
                 }
-                // A joined operation's token: as with a pipe, which registers every flush's, it cancels the wait too.
+                // A joined operation's token cancels the wait too, as with a pipe.
                 int index = _joinedTokens!.FindIndex(entry => entry.Token == token && entry.Registration == default);
                 if (index >= 0)
                 {
@@ -115,8 +111,7 @@ internal struct Waiter<TResult>
         registration.Unregister(); // completed already
     }
 
-    /// <summary>Sets the waiting operation's outcome and takes what is left to do after the lock (run it
-    /// then).</summary>
+    /// <summary>Run the returned completion after the lock.</summary>
     public AwaiterCompletion Complete(TResult result, Exception? error, bool inlineContinuations)
     {
         Debug.Assert(IsWaiting, "an operation completed none waiting");
@@ -202,9 +197,7 @@ internal struct Waiter<TResult>
         return result;
     }
 
-    /// <summary>IValueTaskSource.OnCompleted for the owner whose lock is <paramref name="sync"/>: keeps the
-    /// continuation, or runs it now if the outcome is set (the scheduling context is ignored, as by a pipe without a
-    /// synchronization context).</summary>
+    /// <summary>The scheduling context is ignored, as by a pipe without a synchronization context.</summary>
     public void OnCompleted(object sync, Action<object?> continuation, object? state, short token,
         ValueTaskSourceOnCompletedFlags flags, bool inlineContinuations)
     {
@@ -224,8 +217,7 @@ internal struct Waiter<TResult>
                 {
                     if (_continuation is not null)
                     {
-                        // Two awaiters of one operation (a joined flush awaited as well as the one it joined): as a
-                        // pipe, refuse.
+                        // A joined flush awaited as well as the one it joined: refused, as by a pipe.
                         throw new InvalidOperationException(
                             "The operation is already being awaited: concurrent awaits are not supported.");
                     }

@@ -3,14 +3,12 @@ using System.IO.Pipelines;
 
 namespace IoUring.Net;
 
-// CopyToAsync: to a connection's Output the received blocks are lent, not copied, until the Output is done with them.
+// CopyToAsync to a connection's Output: the received blocks are lent, not copied.
 internal sealed partial class ConnectionInput
 {
     /// <summary>
-    /// As <see cref="PipeReader"/>'s. To a connection's Output each read's blocks are lent, not copied
-    /// (<see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>), and consumed once it
-    /// is done with them; a Complete meanwhile keeps them till then, so the ring never receives into memory a send may
-    /// still read. Ends when the destination completes or this reader is completed.
+    /// To a connection's Output (<see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>)
+    /// a Complete keeps the lent blocks until it is done, so the ring never receives into memory a send may still read.
     /// </summary>
     public override Task CopyToAsync(PipeWriter destination, CancellationToken cancellationToken = default)
     {
@@ -93,8 +91,7 @@ internal sealed partial class ConnectionInput
 
     private bool IsReaderCompleted => Volatile.Read(ref _readerCompleted);
 
-    /// <summary>AdvanceTo, unless the reader was completed meanwhile (false: nothing to advance, the copy
-    /// ends).</summary>
+    /// <summary>False when the reader was completed meanwhile: the copy ends.</summary>
     private bool TryAdvance(SequencePosition consumed)
     {
         try
@@ -116,8 +113,6 @@ internal sealed partial class ConnectionInput
         }
     }
 
-    /// <summary>The copy is over and no Output holds the blocks: if the reader was completed meanwhile, they go back
-    /// now.</summary>
     private void EndLending()
     {
         lock (_sync)

@@ -8,16 +8,15 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A connection's <see cref="IoUringConnection.Input"/>: a <see cref="PipeReader"/> over the loop's receive buffers
-/// themselves. A ring buffer filled at least half is kept (the ring gets a spare block in its place,
-/// <see cref="ReceiveBuffers.Take"/>); smaller receives are copied onto the end of the last block, so a trickle of
-/// them cannot hold a block each. Blocks go back to the loop's spares as the reader consumes them.
+/// A connection's <see cref="IoUringConnection.Input"/>: a <see cref="PipeReader"/> over the loop's receive buffers.
+/// A ring buffer filled at least half is kept (<see cref="ReceiveBuffers.Take"/>); smaller receives are copied onto
+/// the last block, so a trickle of them cannot hold a block each.
 /// </summary>
 /// <remarks>
-/// <para>The contract and the backpressure are <see cref="Pipe"/>'s reader's: <see cref="Write"/> says pause at the
-/// pause threshold; below the resume threshold (half of it) the receiver is told on the loop.</para>
-/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side (this file) on the loop, the reader side
-/// (.Reader, .CopyTo) on the application's; one lock, never held by a read continuation.</para>
+/// <para>The contract and backpressure are <see cref="Pipe"/>'s reader's (pause at the threshold, resume below
+/// half).</para>
+/// <para>The writer side (this file) runs on the loop, the reader side (.Reader, .CopyTo) on the application's threads;
+/// one lock, never held by a read continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<ReadResult>
@@ -49,8 +48,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     private long _consumed;               // bytes the reader consumed since the start
     private long _examined;               // how far the reader examined: a read waits for bytes past it
     private InputReadState _readState;
-    private Waiter<ReadResult> _read;     // completed by Write, CompleteWriter, CancelPendingRead or its token
-                                          // (mutable struct: never readonly)
+    private Waiter<ReadResult> _read;     // mutable struct: never readonly
     private int _pendingMinimum;          // that read's minimumSize (ReadAtLeastAsync), 0 for ReadAsync
     private bool _cancelNextRead;         // CancelPendingRead with no read waiting
     private bool _writerCompleted;
@@ -85,8 +83,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         }
     }
 
-    /// <summary>Whether bytes the application has yet to act on (pipelined requests) are waiting: not consumed, past
-    /// what a CopyToAsync is writing out. Any thread, without the lock: a hint.</summary>
+    /// <summary>Unconsumed bytes past what a CopyToAsync is writing out (pipelined requests). A lock-free
+    /// hint.</summary>
     internal bool MayHaveUnconsumed
         => Volatile.Read(ref _written) > Math.Max(Volatile.Read(ref _consumed), Volatile.Read(ref _copyingEnd));
 
@@ -107,8 +105,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         }
     }
 
-    /// <summary>Whether receiving must stay paused (the reader has not brought the backlog below the resume
-    /// threshold).</summary>
+    /// <summary>The backlog has not fallen below the resume threshold since the pause.</summary>
     public bool WriterPaused
     {
         get
@@ -123,10 +120,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
     // ---- Writer side: the loop thread ----
 
     /// <summary>
-    /// Appends a completion's bytes and completes a waiting read that can now complete. A reader completed while
-    /// receiving goes on is noticed here (<see cref="InputWrite.ReaderGone"/>); one completed while paused is posted.
-    /// <paramref name="moreFollows"/>: the next completion brings more at once, so a waiting read waits for it until
-    /// <see cref="MaxHeldForMore"/> bytes are unconsumed (the receiver calls <see cref="WakeReader"/> if none comes).
+    /// <paramref name="moreFollows"/>: the next completion brings more at once, so a waiting read waits for it, up to
+    /// <see cref="MaxHeldForMore"/> unconsumed bytes (or until <see cref="WakeReader"/>).
     /// </summary>
     public InputWrite Write(ReceivedBytes data, bool moreFollows = false)
     {
@@ -150,9 +145,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         return paused ? InputWrite.Paused : InputWrite.Accepted; // a reader that clears it later posts OnInputResumed
     }
 
-    /// <summary>As <see cref="Write"/>, for a vectored RECVMSG's <paramref name="length"/> bytes in
-    /// <paramref name="blocks"/>, each filled up to its length in turn. Input keeps some blocks; the rest go back to
-    /// the spares, whatever the outcome.</summary>
+    /// <summary>As <see cref="Write"/> for a vectored RECVMSG; blocks not kept go back to the spares, whatever the
+    /// outcome.</summary>
     public InputWrite WriteBlocks(ReadOnlySpan<ReceiveBlock> blocks, ReadOnlySpan<int> lengths, int length,
         bool moreFollows)
     {
@@ -204,8 +198,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         return paused ? InputWrite.Paused : InputWrite.Accepted;
     }
 
-    // After bytes were appended: pauses at the threshold, and completes a waiting read that can complete (unless more
-    // follows at once; see Write). Returns whether the writer is paused.
+    // Returns whether the writer is paused.
     private bool AfterAppend(bool moreFollows, ref AwaiterCompletion completion)
     {
         Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
@@ -222,8 +215,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         return _writerPaused;
     }
 
-    /// <summary>Completes a waiting read that <see cref="Write"/> left waiting for more (see there), if it can
-    /// complete.</summary>
+    /// <summary>Completes a read <see cref="Write"/> left waiting for more.</summary>
     public void WakeReader()
     {
         Debug.Assert(_loop.IsOnLoopThread, "a read woken for more off the loop thread");
@@ -238,8 +230,8 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         completion.Run();
     }
 
-    /// <summary>No more bytes: the peer's FIN (<paramref name="error"/> null) or a failure every read throws. The first
-    /// stands, as a pipe's: an abort after the FIN leaves the bytes before it readable.</summary>
+    /// <summary>The peer's FIN (<paramref name="error"/> null) or a failure every read throws. The first stands, as a
+    /// pipe's: an abort after the FIN leaves the bytes before it readable.</summary>
     public void CompleteWriter(Exception? error)
     {
         AwaiterCompletion completion = default;
@@ -270,12 +262,11 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
             AppendCopy(bytes);
             return;
         }
-        // Worth a block of its own: keep the ring's buffer (the bytes are at its start), a spare takes its place.
+        // Keep the ring's buffer; a spare takes its place.
         AppendSegment(_buffers.Take(bufferId)).SetEnd(bytes.Length);
         _written += bytes.Length;
     }
 
-    // Copies a small receive onto the end of the last block (a spare block when it has no room).
     private void AppendCopy(ReadOnlySpan<byte> bytes)
     {
         Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");
@@ -308,7 +299,7 @@ internal sealed partial class ConnectionInput : PipeReader, IValueTaskSource<Rea
         return segment;
     }
 
-    // Gives back every block whose bytes are all consumed (the last one too: an idle connection holds no memory).
+    // The last block goes too: an idle connection holds no memory.
     private void ReleaseConsumed()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "called without the lock");

@@ -4,12 +4,11 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Stopping and restarting: backpressure's pause and resume, the reader gone, the close, the RECV's cancels, and the
-// hang-up poll.
+// Stopping and restarting: pause and resume, the reader gone, the close, cancels, and the hang-up poll.
 internal sealed partial class ConnectionReceiver
 {
-    /// <summary>Closing: cancels each request in flight by its user_data (a cancel by fd would make the kernel walk
-    /// every pending request of the ring). False when the loop had no SQE for one of them: call again.</summary>
+    /// <summary>Cancels by user_data: a cancel by fd walks every request of the ring. False when the loop had no SQE
+    /// for one: call again.</summary>
     public bool CancelForClose()
     {
         bool submitted = Cancel();
@@ -25,8 +24,6 @@ internal sealed partial class ConnectionReceiver
         return submitted;
     }
 
-    /// <summary>The connection is closing (its requests are being cancelled): Input ends with
-    /// <paramref name="reason"/>.</summary>
     public void OnClosing(Exception? reason)
     {
         _ended = true;
@@ -45,8 +42,7 @@ internal sealed partial class ConnectionReceiver
         OnReaderGone();
     }
 
-    /// <summary>Input's backlog fell below its resume threshold (posted by the reader): receive again, unless it paused
-    /// since.</summary>
+    /// <summary>Posted by the reader: receive again, unless paused since.</summary>
     public void OnInputResumed()
     {
         if (!_paused || _input.WriterPaused)
@@ -58,7 +54,7 @@ internal sealed partial class ConnectionReceiver
         MaybeRearm();
     }
 
-    /// <summary>The application will read no more: stop receiving; the connection stays open for sending.</summary>
+    /// <summary>Stop receiving; the connection stays open for sending.</summary>
     public void OnReaderGone()
     {
         if (_ended || _connection.IsClosing)
@@ -88,8 +84,8 @@ internal sealed partial class ConnectionReceiver
         return true;
     }
 
-    /// <summary>Cancels the RECV for a pause, the reader gone or a restart; without an SQE, again next iteration while
-    /// still wanted (else a paused connection would go on receiving, or a reset stay unseen).</summary>
+    /// <summary>Without an SQE, again next iteration while still wanted: else a paused connection would go on
+    /// receiving, or a reset stay unseen.</summary>
     private void CancelOrRetry()
     {
         if (!Cancel())
@@ -130,7 +126,6 @@ internal sealed partial class ConnectionReceiver
 
     // ---- The hang-up poll ----
 
-    /// <summary>Arms the one-shot poll that notices the peer's FIN or reset (see the class remarks).</summary>
     public unsafe void ArmHangUpPoll()
     {
         if (_hangUp == HangUpPollState.Armed || _connection.IsClosing || _owner.Loop.IsStopping)

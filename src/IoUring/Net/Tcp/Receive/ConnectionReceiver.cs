@@ -11,13 +11,12 @@ namespace IoUring.Net;
 /// <summary>
 /// The receiving half of an <see cref="IoUringConnection"/>: a RECV that selects buffers from the loop's
 /// <see cref="ReceiveBuffers"/> and hands their bytes to <see cref="Input"/>; it pauses (the RECV cancelled) at
-/// Input's pause threshold. Loop thread only (docs/architecture.md, "Threads and locks").
+/// Input's pause threshold. Loop thread only.
 /// </summary>
 /// <remarks>
-/// <para>Each RECV is capped at what Input can still take: a capped multishot RECV where the kernel has the cap
-/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>), else single-shot RECVs, each followed, while bytes remain, by a
-/// vectored RECVMSG; uncapped, a RECV reads on until its cancel lands
-/// (BackpressureTests.A_slow_reader_is_never_further_behind_than_the_bound).</para>
+/// <para>Each RECV is capped at what Input can still take: multishot where the kernel has the cap
+/// (<see cref="IoUringCapabilities.HasReceiveLimit"/>), else single-shot, followed by a vectored RECVMSG while bytes
+/// remain (BackpressureTests.A_slow_reader_is_never_further_behind_than_the_bound).</para>
 /// <para>A multishot RECV armed after a reset can wait for ever on the dead socket, so a one-shot hang-up POLL_ADD
 /// restarts it (ReceiveResetTests.A_reset_while_paused_by_backpressure_...).</para>
 /// </remarks>
@@ -45,8 +44,7 @@ internal sealed partial class ConnectionReceiver
     private long _bytesReceived;
     private (Action<object?, bool>? Callback, object? State) _backpressureCallback;
 
-    /// <summary>Input pauses receiving at <paramref name="pauseThreshold"/> bytes (null or 0: never);
-    /// <paramref name="inlineContinuations"/>: the reader's continuations run on the loop thread.</summary>
+    /// <summary><paramref name="pauseThreshold"/>: null or 0 for never.</summary>
     public ConnectionReceiver(IoUringConnection connection, RingOwner owner, int fd, long? pauseThreshold,
         bool inlineContinuations, IoUringCapabilities capabilities)
     {
@@ -56,12 +54,11 @@ internal sealed partial class ConnectionReceiver
         _input = new ConnectionInput(this, owner.Loop, pauseThreshold ?? 0, inlineContinuations);
         _pauseThreshold = pauseThreshold ?? 0;
         _singleShot = _pauseThreshold > 0 && !capabilities.HasReceiveLimit;
-        // Not with single-shot RECVs: a bundle takes its length as a bound only where the socket's queue length is
-        // known, and the length is what holds the bound there.
+        // Single-shot RECVs hold the bound by their length, which a bundle honours only where the socket's queue
+        // length is known.
         _bundles = capabilities.HasReceiveBundles && !_singleShot;
     }
 
-    /// <summary>What the peer sent (<see cref="IoUringConnection.Input"/>).</summary>
     public ConnectionInput Input => _input;
 
     /// <summary>FIN, error, the reader went away, or the connection is closing: no more bytes go into Input.</summary>
@@ -73,10 +70,8 @@ internal sealed partial class ConnectionReceiver
     public void SetBackpressureCallback(Action<object?, bool> callback, object? state)
         => _backpressureCallback = (callback, state);
 
-    /// <summary>Arms the RECV (unless paused, ended or closing).</summary>
     public void Start() => MaybeRearm();
 
-    // A RECV (or its RECVMSG) is in flight, maybe with its cancel.
     private bool IsReceiving => _request is ReceiveRequestState.Armed or ReceiveRequestState.Cancelling;
 
     private bool CanArm => _request == ReceiveRequestState.None && !_paused && !_ended && !_connection.IsClosing
@@ -123,7 +118,7 @@ internal sealed partial class ConnectionReceiver
         _armedTag = tag;
     }
 
-    // No SQE (the SQ stayed full, or the ring is gone): again next iteration, never ending the connection.
+    // No SQE: again next iteration, never failing the connection.
     private void RetryArmLater()
     {
         Debug.Assert(!_armRetryScheduled, "a second arm retry");
@@ -142,9 +137,8 @@ internal sealed partial class ConnectionReceiver
     };
 
     /// <summary>
-    /// Single-shot, when the last receive left bytes in the socket: one RECVMSG into several spare blocks, as a bundle
-    /// would (these kernels have no usable bundles). It completes at once (the bytes are there), so no idle connection
-    /// holds blocks for it. False when it was not armed (too little room, or no block): arm a RECV.
+    /// Single-shot with bytes left in the socket: one RECVMSG into several spare blocks, as a bundle would. It completes
+    /// at once, so no idle connection holds blocks for it. False: arm a RECV instead.
     /// </summary>
     private unsafe bool TryArmVectored()
     {
@@ -178,13 +172,12 @@ internal sealed partial class ConnectionReceiver
         return true;
     }
 
-    /// <summary>Once nothing of the connection is in flight (the owner is freed).</summary>
+    /// <summary>Once nothing of the connection is in flight.</summary>
     public void FreeNativeMemory() => _vectored.FreeNativeMemory();
 
     /// <summary>
-    /// What Input can still take before it pauses: the RECV ends by itself after that many bytes. 0 (no cap) when Input
-    /// holds its threshold without pausing (its reader asked for more with ReadAtLeastAsync): a cap of one buffer would
-    /// make every receive single-shot until it has it. At most int.MaxValue: the kernel takes it as an int.
+    /// What Input can take before it pauses. 0 (no cap) when it holds its threshold already (a ReadAtLeastAsync wants
+    /// more): a one-buffer cap would make every receive single-shot. The kernel takes it as an int.
     /// </summary>
     private uint ReceiveLimit()
     {
@@ -210,7 +203,7 @@ internal sealed partial class ConnectionReceiver
         _request = ReceiveRequestState.BackingOff;
     }
 
-    // The backoff TIMEOUT's CQE: it expired, or was cancelled (closing or the loop stopping, which MaybeRearm checks).
+    // The backoff expired, or was cancelled (closing, or the loop stopping: MaybeRearm checks).
     public void OnBackoffEnded()
     {
         Debug.Assert(_request == ReceiveRequestState.BackingOff, "a backoff completion without its TIMEOUT");
@@ -228,14 +221,11 @@ internal sealed partial class ConnectionReceiver
         {
             _request = ReceiveRequestState.None;
         }
-        // Single-shot, with bytes still in the socket: the next RECV (armed below) completes at once with more, so the
-        // reader need not wake for these alone.
+        // Single-shot with bytes still in the socket: the next RECV completes at once, so the reader need not wake yet.
         bool moreFollows = _singleShot && (flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
         OnBytes(_ended ? InputWrite.Accepted : _input.Write(data, moreFollows), data.Length, flags, moreFollows);
     }
 
-    /// <summary>The vectored RECVMSG's completion (see <see cref="TryArmVectored"/>): its bytes are in its spare
-    /// blocks.</summary>
     public void OnVectoredReceive(int result, uint flags)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
@@ -257,7 +247,6 @@ internal sealed partial class ConnectionReceiver
         OnBytes(_ended ? InputWrite.Accepted : written, result, flags, moreFollows);
     }
 
-    // After a receive's bytes went to Input (single-shot: moreFollows when the socket still holds some).
     private void OnBytes(InputWrite written, int length, uint flags, bool moreFollows)
     {
         _socketNonEmpty = moreFollows;
@@ -266,7 +255,7 @@ internal sealed partial class ConnectionReceiver
             switch (written)
             {
                 case InputWrite.Paused when !_paused:
-                    // Backpressure: stop receiving until the reader catches up; bytes on their way still land in Input.
+                    // Bytes on their way still land in Input.
                     _paused = true;
                     RaiseBackpressure(paused: true);
                     CancelOrRetry();
@@ -306,13 +295,12 @@ internal sealed partial class ConnectionReceiver
         switch (-result)
         {
             case 0:
-                // The peer's FIN: the input ends cleanly; sending goes on until the application completes Output.
+                // The peer's FIN: sending goes on until the application completes Output.
                 _connection.NotifyPeerClosed(reset: false);
                 End(null);
                 break;
             case Errno.ENOBUFS:
-                // Every ring buffer was taken: re-arm at once if some came back since this connection's last
-                // ENOBUFS, else wait a little (not a busy loop).
+                // No ring buffer: re-arm at once if some came back since this connection's last ENOBUFS, else back off.
                 if (_owner.Loop.ReceiveBuffers.OnExhausted(ref _exhaustionMark))
                 {
                     MaybeRearm();

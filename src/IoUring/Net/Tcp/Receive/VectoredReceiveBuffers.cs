@@ -6,9 +6,8 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// The buffers of <see cref="ConnectionReceiver"/>'s vectored RECVMSG: spare blocks, their lengths, and the msghdr
-/// whose iovecs point at them; made at first use (only kernels without the receive cap send it). A mutable struct in
-/// a field of the receiver (never copied, never readonly); loop thread only.
+/// <see cref="ConnectionReceiver"/>'s vectored RECVMSG: spare blocks and the msghdr pointing at them, made at first use
+/// (only kernels without the receive cap need it). A mutable struct: never copied, never readonly.
 /// </summary>
 internal struct VectoredReceiveBuffers
 {
@@ -22,8 +21,7 @@ internal struct VectoredReceiveBuffers
     /// <summary>Blocks the RECVMSG in flight holds (0: none in flight).</summary>
     public int InFlight { get; private set; }
 
-    /// <summary>Rents <paramref name="count"/> spare blocks; false (none kept) when the pool is out of
-    /// memory.</summary>
+    /// <summary>False (none kept) when the pool is out of memory.</summary>
     public bool TryRent(ReceiveBlockPool spares, int count)
     {
         Debug.Assert(InFlight == 0, "vectored blocks rented while a RECVMSG holds some");
@@ -81,7 +79,6 @@ internal struct VectoredReceiveBuffers
 
     public readonly ReadOnlySpan<int> Lengths(int count) => _lengths.AsSpan(0, count);
 
-    /// <summary>Gives the first <paramref name="count"/> blocks back to <paramref name="spares"/>.</summary>
     public readonly void Return(ReceiveBlockPool spares, int count)
     {
         for (int i = 0; i < count; i++)

@@ -5,8 +5,7 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// The sender's side: on the loop thread ConnectionSender takes the flushed bytes (TakeWork), says what the kernel sent
-// (Consume, Unpinned) and ends the output (CompleteSender); a flush may send itself (caller sends); a file's place.
+// The sender's side (loop thread), caller sends, and a queued file's place.
 internal sealed partial class ConnectionOutput
 {
     /// <summary>What <see cref="QueueFile"/> did.</summary>
@@ -20,10 +19,10 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>What the sender is to do next (loop thread).</summary>
-    /// <param name="bytes">With <see cref="SendWork.Bytes"/>: in place until <see cref="Consume"/>.</param>
-    /// <param name="writerError">With <see cref="SendWork.Completed"/>: what the writer completed with.</param>
-    /// <param name="completion">A cancelled borrowed write's completion (its rest copied here): run once
-    /// <paramref name="bytes"/> are submitted (an inline continuation may close the connection).</param>
+    /// <param name="bytes">With <see cref="SendWork.Bytes"/>: valid until <see cref="Consume"/>.</param>
+    /// <param name="writerError">With <see cref="SendWork.Completed"/>: the writer's error.</param>
+    /// <param name="completion">A cancelled borrowed write's: run it after <paramref name="bytes"/> are
+    /// submitted.</param>
     public SendWork TakeWork(out UnsentBytes bytes, out Exception? writerError, out AwaiterCompletion completion)
     {
         Debug.Assert(_loop.IsOnLoopThread, "the sender takes bytes on the loop thread only");
@@ -62,11 +61,10 @@ internal sealed partial class ConnectionOutput
         return work;
     }
 
-    /// <summary>A borrowed write was cancelled (the sender asks before it takes bytes).</summary>
     public bool BorrowedWriteCancelled => Volatile.Read(ref _borrowedWriteCancelled);
 
-    /// <summary>The kernel sent <paramref name="bytes"/>: their blocks go back; a waiting flush may go on. A zero-copy
-    /// send's stay pinned until <see cref="Unpinned"/>.</summary>
+    /// <summary>The kernel sent <paramref name="bytes"/>; a zero-copy send's stay pinned until
+    /// <see cref="Unpinned"/>.</summary>
     public void Consume(int bytes, bool pinnedUntilNotification = false)
     {
         Debug.Assert(_loop.IsOnLoopThread, "sends complete on the loop thread only");
@@ -85,7 +83,7 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    /// <summary>A zero-copy send's notification: the <paramref name="bytes"/> it sent no longer hold memory.</summary>
+    /// <summary>A zero-copy send's notification came: its <paramref name="bytes"/> hold no memory.</summary>
     public void Unpinned(int bytes)
     {
         AwaiterCompletion completion;
@@ -136,16 +134,14 @@ internal sealed partial class ConnectionOutput
         completion.Run();
     }
 
-    // ---- Caller sends: a flush that finds the sender waiting while the loop sleeps sends the bytes itself ----
+    // ---- Caller sends ----
 
     /// <summary>
-    /// In a flush that took the sender's wait for bytes: while the loop sleeps, posting the sender costs an eventfd
-    /// write, a wake-up and a loop iteration before the bytes go, so a flush of at most the caller-send limit sends
-    /// them in one non-blocking send(2) instead, as a socket's send does. Safe: the sender cannot send meanwhile (it
-    /// waits to be posted), and the fd is closed only after <see cref="CompleteSender"/>, which takes the lock.
+    /// While the loop sleeps, posting the sender costs an eventfd write and a wake-up, so a small flush sends in one
+    /// non-blocking send(2) instead. Safe: the sender waits to be posted, and the fd is closed only after
+    /// <see cref="CompleteSender"/>, which takes the lock.
     /// </summary>
-    /// <returns>What to post to the loop: null when all went (the sender waits again), OnOutputFlushed for what is
-    /// left, OnCallerSendFailed for an error.</returns>
+    /// <returns>What to post to the loop; null when all went.</returns>
     private Action<object?>? SendFromCallerUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a caller send without the lock");
@@ -155,10 +151,9 @@ internal sealed partial class ConnectionOutput
             return s_onFlushed; // caller sends are off (TestHooks.NoCallerSends)
         }
         long length = _committed - _sent;
-        // The limit keeps what is large enough to go zero-copy for the ring: no reason for a borrowed write (never
-        // zero-copy) or where the sender does not send zero-copy (the kernel copied, as over loopback, or never could).
+        // Sends large enough for zero-copy are the ring's, unless they would not go zero-copy anyway.
         long limit = _borrowedWritePending || !_sender!.MaySendZeroCopy ? MaxCallerSend : _callerSendLimit;
-        // Not once the application aborted: the loop has yet to close, and what is flushed now is to be dropped.
+        // Not once aborted: the loop has yet to close, and what is flushed now is to be dropped.
         if (length > limit || !_loop.IsSleeping || _loop.IsOnLoopThread || _sender!.AbortRequested || MoreSendsLikely())
         {
             return s_onFlushed;
@@ -181,8 +176,8 @@ internal sealed partial class ConnectionOutput
             }
             catch (Exception)
             {
-                // A borrowed write's MemoryManager (GetSpan or Pin) threw: the flush must not throw with the sender
-                // no longer waiting, so the ring's sender takes the bytes, and fails the connection if it cannot.
+                // A borrowed write's MemoryManager threw: the flush must not throw with the sender's wait taken, so
+                // the ring's sender takes the bytes (and fails the connection if it cannot).
                 return s_onFlushed;
             }
         }
@@ -209,16 +204,14 @@ internal sealed partial class ConnectionOutput
         return null;
     }
 
-    /// <summary>More flushes likely before the loop takes this one (queued thread-pool work, unconsumed input): one
-    /// post then serves them all, where a send from each costs a system call apiece (docs/benchmarks).</summary>
+    /// <summary>More flushes likely soon: one post serves them all, where a send from each costs a system
+    /// call.</summary>
     private bool MoreSendsLikely() => _input!.MayHaveUnconsumed || ThreadPool.PendingWorkItemCount != 0;
 
-    // ---- A file send's place (IoUringConnection.SendFileAsync): after the bytes written before the call and before
-    // those flushed after it, so the sender takes bytes only up to it until the file has gone ----
+    // ---- A queued file (SendFileAsync): the sender takes bytes only up to it until it has gone ----
 
-    /// <summary>The writer's thread: commits what was written, as a flush does without waiting, and queues
-    /// <paramref name="file"/> after it; <paramref name="senderError"/>: what ended the sender, if an error did.
-    /// </summary>
+    /// <summary>The writer's thread: commits what was written, as a flush without waiting, and queues
+    /// <paramref name="file"/> after it.</summary>
     public FileQueueing QueueFile(FileSender file, out Exception? senderError)
     {
         bool postSender;
@@ -271,8 +264,7 @@ internal sealed partial class ConnectionOutput
     /// <summary>A queued file holds back what follows it.</summary>
     private long SendLimitUnsynchronized => _file is null ? _committed : _fileAt;
 
-    /// <summary>The file the sender started has ended (loop thread, or wherever a stopped loop's retry ends it): what
-    /// was flushed after it may go.</summary>
+    /// <summary>Loop thread, or wherever a stopped loop's retry ends the file.</summary>
     public void EndFile()
     {
         lock (_sync)

@@ -5,10 +5,8 @@ using System.Threading.Tasks.Sources;
 
 namespace IoUring.Net;
 
-// A flush that waits for the sender: its cancel (CancelPendingFlush, its token), the IValueTaskSource its ValueTask
-// awaits, and borrowed writes. A large WriteAsync is sent from the caller's memory, which the caller keeps (and must
-// not change) until the flush completes; cancelled, its unsent rest is copied into the output's own blocks on the loop
-// thread. (UDP's "lent" buffers differ: their ownership passes to the send for good.)
+// A flush that waits for the sender: its cancel, its IValueTaskSource, and borrowed writes (a large WriteAsync sent
+// from the caller's memory until the flush completes; cancelled, its unsent rest is copied into the output's blocks).
 internal sealed partial class ConnectionOutput
 {
     public override void CancelPendingFlush()
@@ -81,11 +79,9 @@ internal sealed partial class ConnectionOutput
         => _flush.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 
     /// <summary>
-    /// Writes <paramref name="source"/> and flushes. A write of at least the borrowed-write threshold (the pause
-    /// threshold, at least <see cref="MinimumBorrowedWrite"/>) is not copied: the returned flush completes only once
-    /// the kernel has taken all of it (as <c>Socket.SendAsync</c> does), so the caller may reuse its memory then and
-    /// not before. Cancelled (its token, or <see cref="CancelPendingFlush"/>), it completes once no send reads that
-    /// memory any more, the unsent bytes copied into the output's own blocks: nothing is lost.
+    /// A write of at least the pause threshold (and at least <see cref="MinimumBorrowedWrite"/>) is not copied: the flush
+    /// completes once the kernel has taken all of it (as <c>Socket.SendAsync</c>). Cancelled, it completes once no send
+    /// reads that memory, the unsent rest copied: nothing is lost.
     /// </summary>
     public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source,
         CancellationToken cancellationToken = default)
@@ -98,10 +94,8 @@ internal sealed partial class ConnectionOutput
             ?? base.WriteAsync(source, cancellationToken);
     }
 
-    /// <summary>
-    /// As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence
-    /// (<see cref="ConnectionInput"/>'s CopyToAsync: received blocks sent as they are).
-    /// </summary>
+    /// <summary>As <see cref="WriteAsync(ReadOnlyMemory{byte}, CancellationToken)"/> for a sequence
+    /// (<see cref="ConnectionInput"/>'s CopyToAsync).</summary>
     public ValueTask<FlushResult> WriteAsync(in ReadOnlySequence<byte> source, CancellationToken cancellationToken)
     {
         if (source.Length >= _borrowedWriteThreshold && !cancellationToken.IsCancellationRequested
@@ -116,11 +110,8 @@ internal sealed partial class ConnectionOutput
         return FlushAsync(cancellationToken);
     }
 
-    /// <summary>
-    /// Links <paramref name="source"/>'s memory after what was written (one borrowed segment per piece) and returns the
-    /// flush that completes once all of it is sent; null where a plain flush answers without waiting (completed, a
-    /// flush already waiting, a cancel for the next flush): the caller copies instead.
-    /// </summary>
+    /// <summary>Links <paramref name="source"/>'s memory after what was written; null where a plain flush would not
+    /// wait (the caller copies instead).</summary>
     private ValueTask<FlushResult>? TryWriteBorrowed(in ReadOnlySequence<byte> source,
         CancellationToken cancellationToken)
     {
@@ -180,8 +171,7 @@ internal sealed partial class ConnectionOutput
             }
             if (_sent >= _borrowedWriteEnd)
             {
-                // This thread sent all of it (as Socket.SendAsync completes a send the socket took at once): its
-                // segments went back with the send, so nothing reads the caller's memory any more.
+                // This thread sent all of it: the segments went back, nothing reads the caller's memory.
                 EndBorrowedWriteUnsynchronized();
                 return new ValueTask<FlushResult>(new FlushResult(isCanceled: false, isCompleted: false));
             }
@@ -199,11 +189,11 @@ internal sealed partial class ConnectionOutput
     }
 
     /// <summary>
-    /// The waiting borrowed write was cancelled. The kernel may be reading the caller's memory, so the sender ends that
-    /// (<see cref="ConnectionSender.OnBorrowedWriteCancelled"/>) and the next <see cref="TakeWork"/> copies what is
-    /// left and completes the write with <paramref name="error"/> (null: IsCanceled).
+    /// The kernel may be reading the caller's memory: the sender cancels its send
+    /// (<see cref="ConnectionSender.OnBorrowedWriteCancelled"/>), then <see cref="TakeWork"/> copies the rest and
+    /// completes the write with <paramref name="error"/> (null: IsCanceled).
     /// </summary>
-    /// <returns>True when the sender is to be told (<see cref="PostBorrowedWriteCancel"/>, outside the lock).</returns>
+    /// <returns>True when the sender is to be told, outside the lock.</returns>
     private bool CancelBorrowedWriteUnsynchronized(Exception? error)
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write cancelled without the lock");
@@ -225,10 +215,8 @@ internal sealed partial class ConnectionOutput
         }
     }
 
-    /// <summary>
-    /// On the loop thread with no send in flight: the cancelled borrowed write's unsent bytes are copied into blocks of
-    /// the output's own, which take its segments' place, and the write completes as cancelled.
-    /// </summary>
+    /// <summary>No send in flight: the unsent borrowed bytes are copied into blocks that take the borrowed segments'
+    /// place.</summary>
     private AwaiterCompletion CopyBorrowedRestUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write copied without the lock");
@@ -314,8 +302,7 @@ internal sealed partial class ConnectionOutput
             _inlineContinuations);
     }
 
-    /// <summary>No borrowed write waits any more (all of it sent, or the sender gone): a cancel that came too late is
-    /// dropped.</summary>
+    /// <summary>All of it sent, or the sender gone: a cancel that came too late is dropped.</summary>
     private void EndBorrowedWriteUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a borrowed write ended without the lock");

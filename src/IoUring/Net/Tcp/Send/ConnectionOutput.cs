@@ -9,18 +9,15 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A connection's <see cref="IoUringConnection.Output"/>: a <see cref="PipeWriter"/> whose flushed bytes the
-/// connection's <see cref="ConnectionSender"/> sends from the very blocks they were written to, then gives back.
+/// A connection's <see cref="IoUringConnection.Output"/>: a <see cref="PipeWriter"/> whose flushed bytes
+/// <see cref="ConnectionSender"/> sends from the blocks they were written to.
 /// </summary>
 /// <remarks>
-/// <para>The contract is <see cref="Pipe"/>'s writer's: bytes are sent once flushed (or at Complete); a flush waits
-/// while the buffered bytes are at least the pause threshold (MaxWriteBufferSize) until they fall below the resume
-/// threshold (half of it); once the sender is gone flushes return IsCompleted, or throw the send error that ended it,
-/// and unsent bytes are dropped. Completing with an exception fails the connection (abortive close). One difference: a
-/// pipe pauses only when a commit crosses the threshold; here every flush waits while the bytes are at or above it.
-/// </para>
-/// <para>Threads (docs/architecture.md, "Threads and locks"): the writer side on the application's threads, the sender
-/// side (ConnectionOutput.LoopSide.cs) on the loop; one lock, never held by a flush continuation.</para>
+/// <para>The contract is <see cref="Pipe"/>'s writer's (pause at MaxWriteBufferSize, resume below half; once the sender
+/// is gone flushes return IsCompleted or throw its error), but every flush waits while the buffered bytes are at or
+/// above the threshold, not only one whose commit crossed it.</para>
+/// <para>The writer side runs on the application's threads, the sender side (.LoopSide) on the loop; one lock, never
+/// held by a flush continuation.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<FlushResult>
@@ -28,8 +25,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     /// <summary>The smallest write sent from the caller's memory (below it a copy costs less than the wait).</summary>
     internal const int MinimumBorrowedWrite = 32 * 1024;
 
-    /// <summary>The most bytes a flush sends from its own thread (<see cref="SendFromCallerUnsynchronized"/>); more go
-    /// through the ring.</summary>
+    /// <summary>The most bytes a flush sends from its own thread; more go through the ring.</summary>
     internal const int MaxCallerSend = 64 * 1024;
     internal const int MaxCallerSendSegments = 8;
 
@@ -84,10 +80,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
     private long _bytesSentByCallers; // of _sent, the bytes flushing threads sent themselves
     private int _callerSendsCutShort; // caller sends that left bytes to the ring (partial, EAGAIN): tests
 
-    /// <summary><paramref name="syncRoot"/>: the lock, an object of the connection that nothing else locks;
-    /// <paramref name="pauseThreshold"/>: MaxWriteBufferSize, 0 for flushes that never wait;
-    /// <paramref name="fd"/>: open until the sender has completed; <paramref name="callerSendLimit"/>: the most bytes
-    /// a flush sends itself while the sender may send them zero-copy, 0 for never.</summary>
+    /// <summary><paramref name="pauseThreshold"/>: 0 for flushes that never wait; <paramref name="fd"/>: open until the
+    /// sender has completed; <paramref name="callerSendLimit"/>: 0 for no caller sends.</summary>
     public ConnectionOutput(object syncRoot, EventLoop loop, MemoryPool<byte> pool, OutputSegmentPool segments,
         long pauseThreshold, bool inlineContinuations, int fd, long callerSendLimit)
     {
@@ -100,11 +94,9 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         _pauseThreshold = pauseThreshold;
         // as a pipe's: at least 1, or a flush could never resume
         _resumeThreshold = pauseThreshold > 0 ? Math.Max(1, pauseThreshold / 2) : 0;
-        // A write that reaches the pause threshold waits for the sender anyway, so waiting until it is sent costs the
-        // caller little and saves the copy; without a threshold flushes never wait, so writes are always copied.
+        // A write at the pause threshold waits for the sender anyway, so borrowing it saves the copy at little cost.
         _borrowedWriteThreshold = pauseThreshold > 0 ? Math.Max(pauseThreshold, MinimumBorrowedWrite) : long.MaxValue;
-        // As a pipe's minimum segment size: whole blocks of ours and Kestrel's pools, and no tiny buffers from a pool
-        // that gives what is asked for (MemoryPool<byte>.Shared).
+        // Whole pool blocks, and no tiny buffers from a pool that gives what is asked for (MemoryPool<byte>.Shared).
         _minimumSegment = Math.Min(PinnedBlockMemoryPool.BlockSize, pool.MaxBufferSize);
         _inlineContinuations = inlineContinuations;
     }
@@ -128,10 +120,9 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    /// <summary>Bytes flushing threads sent themselves (any thread; counted in the connection's BytesSent).</summary>
     public long BytesSentByCallers => Volatile.Read(ref _bytesSentByCallers);
 
-    /// <summary>Caller sends that left bytes to the ring: EAGAIN, a partial send, or too many pieces (tests).</summary>
+    /// <summary>Caller sends that left bytes to the ring (tests).</summary>
     internal int CallerSendsCutShort => Volatile.Read(ref _callerSendsCutShort);
 
     /// <summary>Blocks buffered (tests).</summary>
@@ -151,10 +142,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    /// <summary>
-    /// Bytes buffered for the peer: unsent, and sent zero-copy but pinned until the peer acknowledges them. Flushes
-    /// wait on both, so a peer that stops reading holds MaxWriteBufferSize whichever way the bytes went.
-    /// </summary>
+    /// <summary>Unsent bytes plus those sent zero-copy and still pinned: flushes wait on both, so a stalled peer holds
+    /// MaxWriteBufferSize either way.</summary>
     private long BufferedBytesUnsynchronized => _committed - _sent + _pinnedBySender;
 
     // ---- Writer side: the application's thread ----
@@ -267,10 +256,8 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         return result;
     }
 
-    /// <summary>
-    /// No more writes: what was written is sent (committed as by a flush), then FIN; with <paramref name="exception"/>
-    /// the connection fails instead (abortive close: the peer must not take the stream for complete).
-    /// </summary>
+    /// <summary>What was written is sent, then FIN; with <paramref name="exception"/> the connection fails instead
+    /// (abortive close), so the peer cannot take the stream for complete.</summary>
     public override void Complete(Exception? exception = null)
     {
         bool postSender;
@@ -292,7 +279,6 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    /// <summary>A block with room for <paramref name="sizeHint"/> bytes (at least one) becomes _writable.</summary>
     private void StartWriting(int sizeHint)
     {
         int needed = Math.Max(sizeHint, 1);
@@ -327,8 +313,6 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    /// <summary>By the writer: what it advanced becomes the sender's to send (or is dropped once the sender is
-    /// gone).</summary>
     private void CommitUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "a commit without the lock");
@@ -362,8 +346,6 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
 
     // ---- Shared ----
 
-    /// <summary>Gives back the segments from <paramref name="first"/> up to (not including)
-    /// <paramref name="end"/>.</summary>
     private void ReturnSegments(OutputSegment? first, OutputSegment? end)
     {
         for (OutputSegment? segment = first; segment != end;)
@@ -375,8 +357,7 @@ internal sealed partial class ConnectionOutput : PipeWriter, IValueTaskSource<Fl
         }
     }
 
-    // Gives back every block all of whose bytes are sent: the last one too unless the writer is writing in it, so a
-    // connection with nothing to send holds no memory.
+    // The last block goes too unless the writer is in it: a connection with nothing to send holds no memory.
     private void ReleaseSentUnsynchronized()
     {
         Debug.Assert(Monitor.IsEntered(_sync), "blocks released without the lock");

@@ -6,22 +6,18 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// One send's SQE (SEND, SENDMSG or their zero-copy forms) with the pins of the memory the kernel reads, the plain
-// send's completion, its cancel at close, and the gather message's native memory.
+// One send's SQE and pins, the plain send's completion, its cancel at close, and the gather message.
 internal sealed partial class ConnectionSender
 {
-    /// <summary>Fills one SEND/SENDMSG (or their zero-copy forms) for <paramref name="buffer"/>; its CQE calls
-    /// <see cref="OnSendResult"/>.</summary>
     private unsafe void Submit(in UnsentBytes buffer)
     {
         Debug.Assert(_state == SenderState.Idle && _sendInFlight == 0, "a send submitted with another in flight");
-        // The msghdr (~1 KiB) is made at the first gather: many connections never need it.
+        // Made at the first gather: many connections never need it.
         if (_message == null && !buffer.IsSingleSegment)
         {
             _message = (Libc.msghdr*)NativeMemory.AllocZeroed((nuint)(sizeof(Libc.msghdr) + MaxIovecs * sizeof(iovec)));
         }
 
-        // Zero-copy pays off only for large sends whose memory outlives Consume (our pool's pinned blocks).
         int pinSet = -1;
         int fixedBuffer = -1;
         int segmentLimit = MaxIovecs;
@@ -34,7 +30,6 @@ internal sealed partial class ConnectionSender
         }
         _lastSendZeroCopy = pinSet >= 0;
 
-        // Pins: a plain send's one segment in _singlePin, a gather's in _pins, a zero-copy send's in its pin set.
         MemoryHandle[]? pins = pinSet >= 0 ? _pinSets[pinSet]
             : buffer.IsSingleSegment ? null
             : _pins.Length == 0 ? _pins = new MemoryHandle[MaxIovecs] : _pins;
@@ -72,7 +67,7 @@ internal sealed partial class ConnectionSender
         }
         catch
         {
-            // Nothing will read the memory: the pins taken go now, so their blocks can go back to the pool.
+            // Nothing will read the memory: unpin now.
             if (pinSet >= 0)
             {
                 _pinSetCounts[pinSet] = count;
@@ -96,7 +91,7 @@ internal sealed partial class ConnectionSender
             sqe->ioprio = _zeroCopyFlags;
             if (fixedBuffer >= 0 && (count == 1 || _fixedGather))
             {
-                // Every segment lies in the one registered buffer: the kernel takes its pages from the table.
+                // Every segment lies in this registered buffer: the kernel need not pin its pages.
                 sqe->ioprio |= IORING_RECVSEND_FIXED_BUF;
                 sqe->buf_index = (ushort)fixedBuffer;
             }
@@ -133,8 +128,7 @@ internal sealed partial class ConnectionSender
         }
     }
 
-    /// <summary>Closing: cancels the send the kernel has, if any (it may wait for room the peer never makes).</summary>
-    /// <returns>False when the loop had no SQE for the cancel: call again.</returns>
+    /// <summary>The send may wait for room the peer never makes. False when the loop had no SQE: call again.</summary>
     public bool CancelForClose()
         => (_sendInFlight == 0 || _connection.CancelRequest(_sendInFlight)) & CancelFileForClose();
 
@@ -155,7 +149,7 @@ internal sealed partial class ConnectionSender
         Complete(result);
     }
 
-    /// <summary>Nothing is in flight: the kernel no longer reads the gather message.</summary>
+    /// <summary>Once nothing is in flight.</summary>
     public unsafe void FreeNativeMemory()
     {
         if (_message != null)

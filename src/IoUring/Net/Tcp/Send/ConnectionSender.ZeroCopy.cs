@@ -7,19 +7,16 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Zero-copy sends: their result and notification CQEs, the pin sets holding memory until the notification, the
-// registered buffer a send's segments lie in (fixed sends), and the return to plain sends.
+// Zero-copy sends: result and notification CQEs, pin sets, fixed buffers, and the return to plain sends.
 internal sealed partial class ConnectionSender
 {
-    /// <summary>A SEND_ZC/SENDMSG_ZC CQE: its result (F_MORE: a notification follows), or its notification
-    /// (F_NOTIF).</summary>
+    /// <summary>A result (F_MORE: a notification follows), or the notification (F_NOTIF).</summary>
     public void OnZeroCopySendCompleted(int result, uint flags, uint pinSet)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
         Debug.Assert((_pinSetsBusy & (1 << (int)pinSet)) != 0, "a zero-copy CQE for a pin set not in use");
         if ((flags & IORING_CQE_F_NOTIF) != 0)
         {
-            // The kernel is done with the memory.
             if ((result & unchecked((int)IORING_NOTIF_USAGE_ZC_COPIED)) != 0)
             {
                 _owner.Loop.OnZeroCopySendCopied();
@@ -47,8 +44,7 @@ internal sealed partial class ConnectionSender
         }
         else
         {
-            // Done with the socket; only the memory waits for the notification, which may come only once the peer
-            // acknowledged the data or went away, so neither closing nor the loop's stop waits for it.
+            // The notification comes once the peer acknowledged the data or went away: closing does not wait for it.
             _notificationsPending++;
             _owner.Loop.OnNotificationPending();
             _pinSetSent[pinSet] = Math.Max(result, 0);
@@ -57,8 +53,7 @@ internal sealed partial class ConnectionSender
         _connection.CheckCloseProgress();
     }
 
-    /// <summary>Back to plain sends for good: a zero-copy send failed with EINVAL (the caller sends the same bytes
-    /// again), or the kernel said it copied.</summary>
+    /// <summary>For good: after EINVAL, or the kernel said it copied.</summary>
     private void RevertZeroCopy()
     {
         _zeroCopy = false;
@@ -66,11 +61,9 @@ internal sealed partial class ConnectionSender
     }
 
     /// <summary>
-    /// A free pin set, if every segment to send comes from our pool (whose blocks outlive Consume while pinned); else
-    /// -1. <paramref name="fixedBuffer"/>: the registered buffer the send's segments lie in, or -1. Where they span
-    /// several regions but the leading ones in one registered region make at least the threshold (and gathers may be
-    /// fixed), only those go (<paramref name="segmentLimit"/>): pages the kernel need not pin, the rest in the next
-    /// send.
+    /// A free pin set if every segment is our pool's (its blocks outlive Consume while pinned), else -1.
+    /// <paramref name="fixedBuffer"/>: the registered buffer the segments lie in, or -1. If only the leading segments
+    /// lie in one and make the threshold, <paramref name="segmentLimit"/> sends just those, fixed.
     /// </summary>
     private int RentPinSet(in UnsentBytes buffer, out int fixedBuffer, out int segmentLimit)
     {

@@ -10,15 +10,9 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// The sending half of an <see cref="IoUringConnection"/>: on the loop, sends what <see cref="ConnectionOutput"/> has
-/// flushed, from the blocks it was written to, one SEND or SENDMSG in flight at a time, the next taken at its CQE or
-/// when a flush posts <see cref="OnOutputFlushed"/>. Large sends go zero-copy (ConnectionSender.ZeroCopy.cs).
+/// The sending half of an <see cref="IoUringConnection"/>: sends what <see cref="ConnectionOutput"/> has flushed, from
+/// the blocks it was written to, one SEND or SENDMSG in flight at a time; large sends go zero-copy. Loop thread only.
 /// </summary>
-/// <remarks>
-/// Loop thread only (docs/architecture.md, "Threads and locks"). Owns the send state (<see cref="SenderState"/>), the
-/// pins of the memory the kernel reads, the gather message (native memory, freed by <see cref="FreeNativeMemory"/> once
-/// nothing is in flight) and the zero-copy pin sets and notifications.
-/// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class ConnectionSender
 {
@@ -67,13 +61,11 @@ internal sealed partial class ConnectionSender
         _output = output;
         _settings = settings;
         IoUringCapabilities caps = settings.Capabilities;
-        // Unix domain sockets have no zero-copy send (EOPNOTSUPP); only our pool's blocks outlive Output's Consume
-        // while pinned (null: the loop's own pool).
+        // Unix sockets have no zero-copy send; only our pool's blocks outlive Consume while pinned (null: the loop's).
         _zeroCopy = isTcp && settings.ZeroCopySendThreshold is > 0 and < long.MaxValue
             && settings.MemoryPool is null or PinnedBlockMemoryPool
             && caps.HasZeroCopySend;
-        // Without SENDMSG_ZC only single-segment sends go zero-copy. Without REPORT_USAGE the kernel cannot say it
-        // copied, so a connection over loopback keeps paying for zero-copy: correct, only slower.
+        // Without REPORT_USAGE the kernel cannot say it copied: over loopback zero-copy stays on, correct but slower.
         _zeroCopyGather = caps.HasZeroCopySendMsg;
         _fixedGather = caps.HasZeroCopySendMsgFixed;
         _ignoreCopied = settings.IgnoreZeroCopyCopied;
@@ -83,16 +75,13 @@ internal sealed partial class ConnectionSender
     /// <summary>Any thread: a snapshot; it only ever turns false.</summary>
     public bool MaySendZeroCopy => Volatile.Read(ref _zeroCopy);
 
-    /// <summary>Output completed and all of it sent: FIN queued.</summary>
     public bool Ended => _state == SenderState.Ended;
 
-    /// <summary>Bytes sent: by the ring's sends and by flushing threads themselves.</summary>
     public long BytesSent => Volatile.Read(ref _bytesSent) + _output.BytesSentByCallers;
 
     public bool AbortRequested => _connection.AbortRequested;
 
-    /// <summary>The errno of a send a flushing thread made itself, set before it posts
-    /// <see cref="OnCallerSendFailed"/>.</summary>
+    /// <summary>Set by a flushing thread's failed send before it posts <see cref="OnCallerSendFailed"/>.</summary>
     public int CallerSendError { get; set; }
 
     /// <summary>Zero-copy sends whose notification has not arrived: they hold memory, not the fd.</summary>
@@ -108,10 +97,7 @@ internal sealed partial class ConnectionSender
 
     public void OnOutputFlushed() => SendNext();
 
-    /// <summary>
-    /// A send a flushing thread made itself failed (posted by Output, which took the sender's wait as a flush's post
-    /// does): handled as this sender's own send failing, so an error ends the same way whichever thread met it.
-    /// </summary>
+    /// <summary>A flushing thread's own send failed: handled as this sender's own failed send.</summary>
     public void OnCallerSendFailed()
     {
         if (_state != SenderState.Idle)
@@ -122,10 +108,8 @@ internal sealed partial class ConnectionSender
         OnSendResult(-CallerSendError);
     }
 
-    /// <summary>
-    /// A borrowed write was cancelled (posted by Output): its memory may be read only until the send in flight
-    /// completes, so that send is cancelled; the next <see cref="SendNext"/> lets Output copy what is left.
-    /// </summary>
+    /// <summary>A borrowed write was cancelled: so is the send that may read its memory (protocol:
+    /// ConnectionOutput.CancelBorrowedWriteUnsynchronized).</summary>
     public void OnBorrowedWriteCancelled()
     {
         if (_state >= SenderState.Finished || !_output.BorrowedWriteCancelled)
@@ -141,15 +125,13 @@ internal sealed partial class ConnectionSender
             _cancelledForBorrowedWrite = _connection.CancelRequest(_sendInFlight);
             if (!_cancelledForBorrowedWrite)
             {
-                // No SQE (the SQ still full after an early submit): again next iteration, or a send to a peer that
-                // does not read would keep the cancelled write waiting.
+                // No SQE: again next iteration, or a send to a peer that never reads would hold the cancelled write.
                 _owner.Loop.Schedule(s_cancelForBorrowedWriteAgain, this);
             }
         }
     }
 
-    /// <summary>Closing (loop thread): a sender waiting for Output ends now; one with a send in flight ends at its
-    /// completion.</summary>
+    /// <summary>A sender with a send in flight ends at its completion, any other now.</summary>
     public void OnClosing()
     {
         if (!IsSending)
@@ -192,8 +174,8 @@ internal sealed partial class ConnectionSender
         {
             Finish(ex, peerReset: false); // no SQE (the loop could not submit to make room): the connection fails
         }
-        // A cancelled borrowed write completes only now that the bytes taken are in flight: its continuation, inline
-        // on this thread, may close the connection, which must then see this send and cancel it.
+        // After Submit: an inline continuation may close the connection, which must see this send to cancel it
+        // (OutputTests.Aborting_in_the_inline_continuation_of_a_cancelled_large_write_...).
         completion.Run();
     }
 
@@ -209,30 +191,27 @@ internal sealed partial class ConnectionSender
         {
             if (sent == -Errno.EINVAL && _lastSendZeroCopy && !_connection.IsClosing)
             {
-                // The kernel refused the zero-copy send itself (a flag or opcode it lacks): nothing was sent.
+                // The kernel lacks a zero-copy flag or opcode: nothing was sent.
                 RevertZeroCopy();
                 SendNext();
                 return;
             }
             if (sent is -Errno.ENOMEM or -Errno.ENOBUFS && _lastSendZeroCopy && !_connection.IsClosing)
             {
-                // The pages could not be charged to RLIMIT_MEMLOCK (no CAP_IPC_LOCK): nothing was sent. Send the same
-                // bytes copied; later large sends try zero-copy again.
+                // RLIMIT_MEMLOCK refused the pages: nothing was sent. These bytes go copied, later ones zero-copy.
                 _copyNextSend = true;
                 SendNext();
                 return;
             }
             if (sent is -Errno.EAGAIN or -Errno.EINTR or -Errno.ENOBUFS or -Errno.ECANCELED && !_connection.IsClosing)
             {
-                // Transient: nothing was sent, send the same bytes again. Only closing and a cancelled borrowed write
-                // cancel a send; the latter's bytes are Output's own copies by then.
+                // Transient: nothing was sent. (After a borrowed write's cancel, Output's copies go instead.)
                 SendNext();
                 return;
             }
             if (sent == -Errno.ECONNRESET)
             {
-                // This send took the socket's one reset error: the receive will see only an end of stream, so the
-                // reset is told from here.
+                // The socket reports a reset once: the receive will see only an end of stream.
                 _connection.NotifyPeerClosed(reset: true);
             }
             Exception? error = sent switch
@@ -249,9 +228,8 @@ internal sealed partial class ConnectionSender
     }
 
     /// <summary>
-    /// The send loop ends: Output's flushes see it (a peer that reset or stopped reading is not the application's
-    /// fault: its writes see FlushResult.IsCompleted, as with Kestrel's Sockets transport, instead of an exception).
-    /// Then FIN after the data, or the connection fails on <paramref name="error"/>.
+    /// FIN after the data, or the connection fails on <paramref name="error"/>. After a peer reset flushes see
+    /// IsCompleted, not an exception (as with Kestrel's Sockets): the reset is not the application's fault.
     /// </summary>
     private void Finish(Exception? error, bool peerReset)
     {
@@ -286,15 +264,14 @@ internal sealed partial class ConnectionSender
             }
             return;
         }
-        // Graceful end: FIN after the data. A direct shutdown(2), not IORING_OP_SHUTDOWN, which the kernel always hands
-        // to an io-wq worker; shutting down the sending side only queues the FIN, it never blocks. A failure (the peer
-        // reset first) changes nothing: the connection closes either way.
+        // A direct shutdown(2): SHUT_WR only queues the FIN, while IORING_OP_SHUTDOWN always goes to an io-wq worker.
+        // A failure changes nothing: the connection closes either way.
         _ = Libc.shutdown(_fd, Libc.SHUT_WR);
         _state = SenderState.Ended;
         _connection.OnDirectionEnded();
     }
 
-    // ---- File sends: once the bytes flushed before a file are sent, its FileSender has the socket until it ends ----
+    // ---- File sends: a FileSender has the socket until it ends ----
 
     private void StartFile(FileSender file)
     {
@@ -304,7 +281,6 @@ internal sealed partial class ConnectionSender
         file.Start();
     }
 
-    /// <summary>A CQE of the running file send's request (the Send kind with its tag).</summary>
     public void OnFileCompletion(uint tag, int result)
     {
         _owner.Loop.AssertOnLoopThread(); // completions are dispatched on the loop only
@@ -318,10 +294,7 @@ internal sealed partial class ConnectionSender
         _owner.Loop.OnBytesSent(count);
     }
 
-    /// <summary>
-    /// The running file send ended, nothing of it in flight: the output goes on after it; a socket error
-    /// (<paramref name="socketErrno"/>, not 0) ends the sender as its own send's would.
-    /// </summary>
+    /// <summary>Nothing of the file in flight; a <paramref name="socketErrno"/> other than 0 ends the sender.</summary>
     public void OnFileEnded(int socketErrno)
     {
         Debug.Assert(_state == SenderState.SendingFile, "a file ended that was not sending");
@@ -339,10 +312,9 @@ internal sealed partial class ConnectionSender
         }
     }
 
-    /// <summary>Closing: cancels the file send's request in flight, if any. False when the loop had no SQE.</summary>
+    /// <summary>False when the loop had no SQE for the cancel.</summary>
     private bool CancelFileForClose() => _fileSending?.CancelForClose() ?? true;
 
-    /// <summary>The sender ended with a file still queued: it fails, none of it sent.</summary>
     private void AbandonQueuedFile(Exception? error)
     {
         if (_output.QueuedFile is { } file && _output.RemoveQueuedFile(file))

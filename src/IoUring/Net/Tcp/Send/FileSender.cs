@@ -10,21 +10,15 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// One <see cref="IoUringConnection.SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>, queued in the
-/// output after the bytes written before it: SPLICE file to pipe, then pipe to socket, repeated; where the kernel
-/// cannot splice from the file (EINVAL) or no pipe could be made, READ into a pool block and SEND that.
+/// One <see cref="IoUringConnection.SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>, queued after the
+/// bytes written before it: SPLICE file to pipe, then pipe to socket; where the file cannot be spliced (EINVAL) or no
+/// pipe could be made, READ into a pool block and SEND that.
 /// </summary>
 /// <remarks>
-/// <para>Loop thread only, but for the constructor and <see cref="Discard"/> (the caller's thread, before the file is
-/// queued) and the token's callback (which posts). One request in flight at a time, each the Send kind with a tag of
-/// its own, so a cancel by user_data always finds the one that runs (a cancel could miss the second of linked SQEs, and
-/// a splice to a peer that does not read waits for ever).</para>
-/// <para>The pipe is this send's, made with it and closed when it ends: a pipe kept per connection would hold two fds
-/// and pipe-buffer allowance for every idle connection that once sent a file, and bytes left in it by a send that ended
-/// early could never be sent.</para>
-/// <para>The kernel runs every SPLICE on an io-wq worker, where a splice to a socket blocks until the socket took it
-/// all: a peer that stops reading holds one worker until it reads or the cancel (the token, the close) interrupts it.
-/// </para>
+/// Loop thread only, but for the constructor, <see cref="Discard"/> and the token's callback. One request in flight,
+/// never linked SQEs: a cancel by user_data could miss the second of them. The pipe is this send's alone: one per
+/// connection would hold two fds per idle connection (docs/design-notes.md, "Send"). A SPLICE to a socket blocks an
+/// io-wq worker until the socket took it all, or the cancel.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed partial class FileSender
@@ -63,7 +57,7 @@ internal sealed partial class FileSender
     private MemoryHandle _blockPin;
     private int _blockStart, _blockEnd;           // its bytes read and not sent yet
 
-    /// <summary>Caller's thread: references <paramref name="file"/>, makes the pipe (or reads instead).</summary>
+    /// <summary>Caller's thread: references <paramref name="file"/> and makes the pipe.</summary>
     public FileSender(IoUringConnection connection, RingOwner owner, ConnectionOutput output, int socket,
         SafeFileHandle file, long offset, long count, CancellationToken token)
     {
@@ -84,10 +78,9 @@ internal sealed partial class FileSender
         }
     }
 
-    /// <summary>Completes when the range was sent, or fails (see the public method's documentation).</summary>
     public Task Task => _done.Task;
 
-    /// <summary>Caller's thread, before queueing: a cancel of the token reaches the loop.</summary>
+    /// <summary>Caller's thread, before queueing.</summary>
     public void RegisterCancellation()
     {
         if (_token.CanBeCanceled)
@@ -105,7 +98,6 @@ internal sealed partial class FileSender
         _file.DangerousRelease();
     }
 
-    /// <summary>The sender has sent everything before the file: the file goes now.</summary>
     public void Start()
     {
         Debug.Assert(!_started && _inFlight == 0, "a file send started twice");
@@ -134,7 +126,7 @@ internal sealed partial class FileSender
         _cancelRequested = true;
         if (!_started)
         {
-            // Still waiting for the bytes before it (or not queued yet: then Start sees the cancel).
+            // Not started (or not queued yet: then Start sees the cancel).
             if (_output.RemoveQueuedFile(this))
             {
                 End(null);
@@ -152,20 +144,17 @@ internal sealed partial class FileSender
         }
     }
 
-    /// <summary>The connection is closing: cancels the request in flight. False when the loop had no SQE.</summary>
+    /// <summary>False when the loop had no SQE for the cancel.</summary>
     public bool CancelForClose() => _inFlight == 0 || CancelInFlight();
 
     private bool CancelInFlight()
         => _connection.CancelRequest(_owner.UserDataOf(ConnectionRequestKind.Send, _inFlight));
 
-    /// <summary>The sender ended before the file's turn (closing, a send error): it fails, none of it sent.</summary>
+    /// <summary>The sender ended before the file's turn: it fails, none of it sent.</summary>
     public void Abandon(Exception? error) => End(error ?? Closed());
 
-    /// <summary>
-    /// Ends the send, nothing of it in flight. The sender is told (it goes on, or ends on
-    /// <paramref name="socketErrno"/>) before the task completes, so a continuation finds the output free for its next
-    /// file. A cancelled token wins over <paramref name="error"/>.
-    /// </summary>
+    /// <summary>The sender is told before the task completes, so a continuation finds the output free for its next
+    /// file. A cancelled token wins over <paramref name="error"/>.</summary>
     private void End(Exception? error, int socketErrno = 0)
     {
         if (_ended)
@@ -196,16 +185,11 @@ internal sealed partial class FileSender
         }
     }
 
-    /// <summary>Again in the loop's next iteration (no SQE now: the submit in between makes room), or
-    /// <see cref="OnLoopGone"/>.</summary>
     private void Retry(Action<FileSender> retry)
         => _owner.Loop.RetryNextIteration(this, retry, static sender => sender.OnLoopGone());
 
-    /// <summary>
-    /// The loop is gone with a retry pending (any thread). With nothing in flight the send ends here; a request left
-    /// in the kernel may still use the pipe and the file, so they stay (as the connection's fd does) and only the task
-    /// fails.
-    /// </summary>
+    /// <summary>Any thread. A request left in the kernel may still use the pipe and the file: then they stay, and only
+    /// the task fails.</summary>
     private void OnLoopGone()
     {
         if (_inFlight == 0)
@@ -229,7 +213,7 @@ internal sealed partial class FileSender
         _pipeSize = Libc.fcntl(_pipeWrite, Libc.F_GETPIPE_SZ, 0);
         if (count > _pipeSize)
         {
-            // Fewer, larger splices for a large range; refused past the user's allowance, and the default size serves.
+            // Fewer, larger splices; refused past the user's allowance, the default size serves.
             int wanted = (int)Math.Min(MaxPipeSize, count);
             int size = Libc.fcntl(_pipeWrite, Libc.F_SETPIPE_SZ, wanted);
             _pipeSize = size > 0 ? size : _pipeSize;
@@ -256,7 +240,7 @@ internal sealed partial class FileSender
     private IOException FileError(int errno) =>
         new($"Reading the file at offset {_offset} failed: {IoUringException.ErrnoName(errno)}.");
 
-    // ---- The requests, one at a time on the loop thread: which comes next, its SQE, and its result ----
+    // ---- The requests, one at a time ----
 
     private void Next()
     {
@@ -301,8 +285,7 @@ internal sealed partial class FileSender
         switch (tag)
         {
             case SpliceInTag:
-                // No more than the empty pipe holds: each of its slots takes one page of the file at most (the first
-                // up to the page's end), and a splice into a full pipe would fail the rest (O_NONBLOCK) or wait.
+                // At most what the empty pipe holds: a slot takes one page at most (the first only to its page's end).
                 sqe->opcode = IORING_OP_SPLICE;
                 // SAFETY: the file stays referenced (DangerousAddRef) and the pipe open until End, after this CQE.
                 sqe->splice_fd_in = _fileFd;
@@ -361,8 +344,7 @@ internal sealed partial class FileSender
         switch (tag)
         {
             case SpliceInTag when result == -Errno.EINVAL:
-                // The kernel cannot splice from this file (a file system without splice_read): read and send instead,
-                // from where the file was (the pipe is empty: nothing is spliced in while it holds bytes).
+                // No splice_read on this file system: read and send instead (the pipe is empty here).
                 ClosePipe();
                 break;
             case SpliceInTag or ReadTag when result > 0:
@@ -397,8 +379,7 @@ internal sealed partial class FileSender
             case SendTag when result is -Errno.EAGAIN or -Errno.ENOBUFS:
                 break; // transient: nothing was sent, send the same bytes again
             case SpliceOutTag or SendTag:
-                // A socket error (0 would mean nothing can move: fail rather than spin). The connection's sender ends
-                // on it as on its own send's.
+                // A socket error (0: nothing can move, so fail rather than spin).
                 int errno = result == 0 ? Errno.EPIPE : -result;
                 End(_connection.Settings.CreateSendException(errno), errno); // as the connection's own sends report it
                 return;

@@ -8,8 +8,8 @@ namespace IoUring.Net;
 [SupportedOSPlatform("linux")]
 internal static class NonBlockingSend
 {
-    /// <summary>Sends up to <see cref="ConnectionOutput.MaxCallerSendSegments"/> segments of <paramref name="bytes"/>
-    /// (the rest: the ring's next send); -1 with <paramref name="errno"/> on an error.</summary>
+    /// <summary>Up to <see cref="ConnectionOutput.MaxCallerSendSegments"/> segments; -1 with
+    /// <paramref name="errno"/> on an error.</summary>
     public static long Send(int fd, in UnsentBytes bytes, out int errno)
         => bytes.IsSingleSegment ? SendSingle(fd, bytes, out errno) : SendGather(fd, bytes, out errno);
 

@@ -14,7 +14,6 @@ internal sealed class OutputSegment
 
     public Memory<byte> Memory { get; private set; }
 
-    /// <summary>The stream offset of the block's first byte.</summary>
     public long RunningIndex { get; private set; }
 
     /// <summary>Bytes written (by the writer; final once it moved on to the next block).</summary>
@@ -25,8 +24,7 @@ internal sealed class OutputSegment
 
     public OutputSegment? Next { get; set; }
 
-    /// <summary>A block of <paramref name="pool"/>, or where it is too small of <paramref name="largePool"/> (when
-    /// given), else an ArrayPool array.</summary>
+    /// <summary>From <paramref name="pool"/>, else <paramref name="largePool"/>, else an ArrayPool array.</summary>
     public void Rent(MemoryPool<byte> pool, int minimumSize, long runningIndex, MemoryPool<byte>? largePool = null)
     {
         if (minimumSize <= pool.MaxBufferSize)

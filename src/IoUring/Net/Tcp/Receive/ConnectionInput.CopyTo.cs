@@ -7,8 +7,9 @@ namespace IoUring.Net;
 internal sealed partial class ConnectionInput
 {
     /// <summary>
-    /// To a connection's Output (<see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>)
-    /// a Complete keeps the lent blocks until it is done, so the ring never receives into memory a send may still read.
+    /// To a connection's Output
+    /// (<see cref="ConnectionOutput.WriteAsync(in ReadOnlySequence{byte}, CancellationToken)"/>) a Complete keeps the
+    /// lent blocks until it is done, so the ring never receives into memory a send may still read.
     /// </summary>
     public override Task CopyToAsync(PipeWriter destination, CancellationToken cancellationToken = default)
     {

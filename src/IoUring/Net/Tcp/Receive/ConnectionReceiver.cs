@@ -137,8 +137,8 @@ internal sealed partial class ConnectionReceiver
     };
 
     /// <summary>
-    /// Single-shot with bytes left in the socket: one RECVMSG into several spare blocks, as a bundle would. It completes
-    /// at once, so no idle connection holds blocks for it. False: arm a RECV instead.
+    /// Single-shot with bytes left in the socket: one RECVMSG into several spare blocks, as a bundle would. It
+    /// completes at once, so no idle connection holds blocks for it. False: arm a RECV instead.
     /// </summary>
     private unsafe bool TryArmVectored()
     {

@@ -79,9 +79,9 @@ internal sealed partial class ConnectionOutput
         => _flush.OnCompleted(_sync, continuation, state, token, flags, _inlineContinuations);
 
     /// <summary>
-    /// A write of at least the pause threshold (and at least <see cref="MinimumBorrowedWrite"/>) is not copied: the flush
-    /// completes once the kernel has taken all of it (as <c>Socket.SendAsync</c>). Cancelled, it completes once no send
-    /// reads that memory, the unsent rest copied: nothing is lost.
+    /// A write of at least the pause threshold (and at least <see cref="MinimumBorrowedWrite"/>) is not copied: the
+    /// flush completes once the kernel has taken all of it (as <c>Socket.SendAsync</c>). Cancelled, it completes once
+    /// no send reads that memory, the unsent rest copied: nothing is lost.
     /// </summary>
     public override ValueTask<FlushResult> WriteAsync(ReadOnlyMemory<byte> source,
         CancellationToken cancellationToken = default)

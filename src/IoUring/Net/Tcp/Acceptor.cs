@@ -31,14 +31,20 @@ internal sealed unsafe class Acceptor : RingOwner
     private __kernel_timespec* _backoff;    // the backoff TIMEOUT's argument; freed once nothing is in flight
     private bool _stopped;
     private bool _failed;                   // the listening socket is broken: never re-arm
-    private bool _acceptArmed;
-    private bool _cancelSubmitted;
-    private bool _backoffArmed;
+    private Request _request;               // at most one of the ACCEPT (and its cancel) or the backoff TIMEOUT
     private int _paused;                    // 1 while the listener's queue is full; cleared by it (any thread)
 
     private readonly bool _isTcp;
     // fds other loops accepted for this one
     private readonly System.Collections.Concurrent.ConcurrentQueue<int> _handedOff = new();
+
+    private enum Request
+    {
+        None,
+        Accepting,
+        Cancelling, // the ACCEPT is still armed until its last completion
+        BackingOff,
+    }
 
     public Acceptor(EventLoop loop, IoUringListener listener, int listenFd, bool isTcp, ConnectionSettings settings)
         : base(loop)
@@ -64,7 +70,7 @@ internal sealed unsafe class Acceptor : RingOwner
 
     private void Arm()
     {
-        if (_stopped || _failed || _acceptArmed || _backoffArmed || Volatile.Read(ref _paused) != 0 || Loop.IsStopping)
+        if (_stopped || _failed || _request != Request.None || Volatile.Read(ref _paused) != 0 || Loop.IsStopping)
         {
             return;
         }
@@ -74,14 +80,12 @@ internal sealed unsafe class Acceptor : RingOwner
             Loop.RetryNextIteration(this, static a => a.Arm()); // no SQE: without a retry nothing would ever re-arm it
             return;
         }
-        Debug.Assert(!_acceptArmed && !_backoffArmed, "ACCEPT armed twice, or during a backoff");
         sqe->opcode = IORING_OP_ACCEPT;
         sqe->fd = _listenFd;
         sqe->ioprio = _settings.MultishotAccept ? IORING_ACCEPT_MULTISHOT : (ushort)0;
         sqe->accept_flags = Libc.SOCK_CLOEXEC;
         AcceptRequests++;
-        _acceptArmed = true;
-        _cancelSubmitted = false;
+        _request = Request.Accepting;
     }
 
     /// <summary>The listener's queue is full: stop taking connections (the kernel's backlog holds them).</summary>
@@ -117,7 +121,7 @@ internal sealed unsafe class Acceptor : RingOwner
 
     private void CancelAccept()
     {
-        if (_acceptArmed && !_cancelSubmitted && !Loop.IsStopping) // a stopping loop cancels everything itself
+        if (_request == Request.Accepting && !Loop.IsStopping) // a stopping loop cancels everything itself
         {
             io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
             if (sqe == null)
@@ -135,7 +139,7 @@ internal sealed unsafe class Acceptor : RingOwner
             Loop.AssertOnLoopThread();
             sqe->opcode = IORING_OP_ASYNC_CANCEL;
             sqe->addr = UserDataOf(KindAccept);
-            _cancelSubmitted = true;
+            _request = Request.Cancelling;
         }
     }
 
@@ -156,8 +160,8 @@ internal sealed unsafe class Acceptor : RingOwner
         Loop.AssertOnLoopThread();
         if (kind == KindBackoff)
         {
-            Debug.Assert(_backoffArmed, "a backoff TIMEOUT completed that was not armed");
-            _backoffArmed = false;
+            Debug.Assert(_request == Request.BackingOff, $"a backoff TIMEOUT completed while {_request}");
+            _request = Request.None;
             Arm();
             return;
         }
@@ -166,9 +170,10 @@ internal sealed unsafe class Acceptor : RingOwner
             return;
         }
         bool more = (flags & IORING_CQE_F_MORE) != 0;
+        Debug.Assert(_request is Request.Accepting or Request.Cancelling, $"an ACCEPT completed while {_request}");
         if (!more)
         {
-            _acceptArmed = false;
+            _request = Request.None;
         }
         if (result >= 0)
         {
@@ -235,7 +240,7 @@ internal sealed unsafe class Acceptor : RingOwner
 
     private void BackOff(bool more)
     {
-        if (!more && !_stopped && !_backoffArmed)
+        if (!more && !_stopped && _request == Request.None)
         {
             io_uring_sqe* sqe = Loop.TryNewSqe(this, KindBackoff);
             if (sqe == null)
@@ -249,7 +254,7 @@ internal sealed unsafe class Acceptor : RingOwner
             // SAFETY: _backoff is freed in OnFreed, once the acceptor has no request in flight.
             sqe->addr = (ulong)_backoff;
             sqe->len = 1;
-            _backoffArmed = true;
+            _request = Request.BackingOff;
         }
     }
 

@@ -4,19 +4,17 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// The control messages (cmsg) of UDP datagrams: those the kernel writes into a receive (UDP_GRO's segment size,
-/// IP_PKTINFO's or IPV6_PKTINFO's local address) and those a send carries (UDP_SEGMENT, a chosen source address).
+/// UDP control messages (cmsg): UDP_GRO and IP(V6)_PKTINFO on receive; UDP_SEGMENT and a chosen source on send.
 /// </summary>
 internal static unsafe class ControlMessages
 {
-    /// <summary>Room for the UDP_GRO segment size (an int) in a receive.</summary>
+    /// <summary>UDP_GRO's segment size (an int), received.</summary>
     public static readonly int SegmentSizeSpace = Space(sizeof(int));
 
-    /// <summary>Room for UDP_SEGMENT (a u16) in a send.</summary>
+    /// <summary>UDP_SEGMENT (a u16), sent.</summary>
     public static readonly int SegmentSpace = Space(sizeof(ushort));
 
-    /// <summary>Room for a local address, received or chosen: the larger of in_pktinfo and in6_pktinfo (a dual-mode
-    /// socket gets either).</summary>
+    /// <summary>The larger of in_pktinfo and in6_pktinfo: a dual-mode socket gets either.</summary>
     public static readonly int LocalAddressSpace = Space(sizeof(Libc.in6_pktinfo));
 
     private static int HeaderSize => sizeof(Libc.cmsghdr); // a property: the fields above are computed with it
@@ -24,11 +22,8 @@ internal static unsafe class ControlMessages
     /// <summary>CMSG_SPACE: the header, then the data padded to 8 bytes.</summary>
     private static int Space(int dataLength) => HeaderSize + ((dataLength + 7) & ~7);
 
-    /// <summary>
-    /// Reads a received datagram's control data: the UDP_GRO segment size (0: not coalesced), and the local address it
-    /// was sent to, written into <paramref name="localName"/> as a sockaddr of <paramref name="format"/>'s family
-    /// (its length returned; 0 when the kernel reported none).
-    /// </summary>
+    /// <summary>Returns the length of the sockaddr written into <paramref name="localName"/>, 0 when the kernel
+    /// reported no local address. <paramref name="segmentSize"/> is 0 when not coalesced.</summary>
     public static int Read(ReadOnlySpan<byte> control, LocalAddressFormat format, Span<byte> localName,
         out int segmentSize, out int interfaceIndex)
     {
@@ -67,10 +62,9 @@ internal static unsafe class ControlMessages
         return localLength;
     }
 
-    /// <summary>Writes the cmsg that makes a send leave from <paramref name="localName"/>'s address (a sockaddr_in:
-    /// IP_PKTINFO; a sockaddr_in6: IPV6_PKTINFO, its scope id the interface); returns the room it took. The
-    /// unspecified address with no interface takes none: routing chooses, and a dual-mode socket's "::" towards an
-    /// IPv4-mapped peer would be refused (ip_cmsg_send takes only an IPv4-mapped IPV6_PKTINFO there).</summary>
+    /// <summary>Returns the room taken. The unspecified address with no interface takes none: routing chooses, and a
+    /// dual-mode socket's "::" towards an IPv4-mapped peer would be refused (ip_cmsg_send takes only an IPv4-mapped
+    /// IPV6_PKTINFO there).</summary>
     public static int WriteLocalAddress(byte* at, ReadOnlySpan<byte> localName)
     {
         var cmsg = (Libc.cmsghdr*)at;
@@ -101,8 +95,7 @@ internal static unsafe class ControlMessages
         return Space(sizeof(Libc.in6_pktinfo));
     }
 
-    /// <summary>Writes UDP_SEGMENT: the kernel cuts the send into datagrams of <paramref name="segmentSize"/>;
-    /// returns the room it took.</summary>
+    /// <summary>Returns the room taken.</summary>
     public static int WriteSegmentSize(byte* at, int segmentSize)
     {
         var cmsg = (Libc.cmsghdr*)at;

@@ -41,7 +41,7 @@ internal sealed class DatagramChannel
         _queue = new DatagramQueue(capacity);
     }
 
-    /// <summary>Receive operations made so far (for tests: a receive loop needs one).</summary>
+    /// <summary>For tests: a receive loop needs one.</summary>
     public int OperationsCreated { get; private set; }
 
     public long Dropped => Volatile.Read(ref _dropped);
@@ -216,8 +216,8 @@ internal sealed class DatagramChannel
         }
     }
 
-    /// <summary>A batch's completion runs (thread pool): it takes no more datagrams from the loop, but what waits in
-    /// the queue; or the error a datagram met joining it, which the receive then fails with.</summary>
+    /// <summary>A batch's completion runs: it takes no more datagrams from the loop, only what waits in the queue.
+    /// Returns the error a datagram met joining it, if any.</summary>
     public Exception? SealBatch(UdpReceiveOperation operation)
     {
         _owner.Loop.Options.Hooks?.BeforeBatchSealed?.Invoke();
@@ -381,7 +381,6 @@ internal sealed class DatagramChannel
         }
     }
 
-    /// <summary>The socket is closing: no receive waits from now on, and those waiting fail. Loop thread.</summary>
     public void Close()
     {
         UdpReceiveOperation? waiting;

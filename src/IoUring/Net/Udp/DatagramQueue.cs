@@ -3,11 +3,10 @@ using System.Net;
 namespace IoUring.Net;
 
 /// <summary>
-/// Copies of datagrams that arrived while no receive waited, oldest first, at most <see cref="Capacity"/>. Each slot
-/// keeps its array between datagrams (grown to the largest it held), so a socket in steady state copies without
-/// allocating.
+/// Copies of datagrams that arrived while no receive waited, oldest first. Each slot keeps its array (grown, never
+/// shrunk), so steady state copies without allocating.
 /// </summary>
-/// <remarks>Not thread-safe: the <see cref="UdpReceiver"/>'s lock guards it.</remarks>
+/// <remarks>Not thread-safe: the <see cref="DatagramChannel"/>'s lock guards it.</remarks>
 internal sealed class DatagramQueue(int capacity)
 {
     private readonly DatagramSlot[] _slots = new DatagramSlot[capacity];
@@ -20,7 +19,6 @@ internal sealed class DatagramQueue(int capacity)
 
     public bool IsFull => _count == _slots.Length;
 
-    /// <summary>Keeps a copy of a datagram; false (nothing kept) when full.</summary>
     public bool TryEnqueue(in ReceivedDatagram datagram)
     {
         if (IsFull)
@@ -46,8 +44,6 @@ internal sealed class DatagramQueue(int capacity)
         return true;
     }
 
-    /// <summary>Copies the oldest datagram into <paramref name="target"/> (its source into <paramref name="from"/>, its
-    /// local address into <paramref name="local"/>) and drops it.</summary>
     public bool TryDequeue(Span<byte> target, SocketAddress? from, SocketAddress? local, out DatagramResult result)
     {
         if (_count == 0)

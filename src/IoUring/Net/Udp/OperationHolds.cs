@@ -3,13 +3,13 @@ using System.Diagnostics;
 namespace IoUring.Net;
 
 /// <summary>
-/// The reference count of a pooled operation handed to a caller: its completion and its caller. It goes back to the
-/// pool when both have let go, so a caller's misuse (a result taken early, or twice) never pools one still in use.
+/// A pooled operation's reference count: its completion and its caller each hold it, so a caller's misuse (a result
+/// taken early, or twice) never pools one still in use.
 /// </summary>
 /// <remarks>A mutable struct: a field of its operation, never copied.</remarks>
 internal struct OperationHolds
 {
-    [ThreadStatic] // the operation whose completion is signalling its caller on this thread (BeginSignalling)
+    [ThreadStatic] // the operation whose completion is signalling on this thread
     private static object? t_signalling;
 
     private int _holds;
@@ -25,7 +25,7 @@ internal struct OperationHolds
     /// <summary>The caller took the result, or tried to.</summary>
     public bool CallerDone => Volatile.Read(ref _callerDone) == 1;
 
-    /// <summary>The caller lets go (once, however often it calls); true when the operation is now free.</summary>
+    /// <summary>Once, however often it is called; true when the operation is now free.</summary>
     public bool ReleaseCaller() => Interlocked.Exchange(ref _callerDone, 1) == 0 && Release();
 
     /// <summary>The completion lets go (or will never run); true when the operation is now free.</summary>
@@ -36,9 +36,8 @@ internal struct OperationHolds
         return holds == 0;
     }
 
-    /// <summary>The completion is about to signal <paramref name="operation"/>'s caller, whose continuation usually
-    /// runs inline: its GetResult then takes the completion's hold too (<see cref="TakeSignallingHold"/>), so that its
-    /// next operation finds this one in the pool rather than making another.</summary>
+    /// <summary>The caller's continuation usually runs inline in the signal: its GetResult then takes the completion's
+    /// hold too (<see cref="TakeSignallingHold"/>), so its next operation finds this one in the pool.</summary>
     public static void BeginSignalling(object operation)
     {
         Debug.Assert(t_signalling is null, "a completion signals inside another's signal");
@@ -57,8 +56,7 @@ internal struct OperationHolds
         return true;
     }
 
-    /// <summary>In the caller's GetResult, before <see cref="ReleaseCaller"/>: inside its own signal, the completion
-    /// lets go here.</summary>
+    /// <summary>In the caller's GetResult, before <see cref="ReleaseCaller"/>.</summary>
     public void TakeSignallingHold(object operation)
     {
         if (t_signalling == operation)

@@ -7,10 +7,10 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// What a <see cref="UdpSender"/> learned from the kernel's refusals to segment (UDP_SEGMENT): EIO, the device cannot,
-/// for every destination of the socket, as quinn does; EMSGSIZE (above the route's MTU) or EINVAL (e.g. checksums off)
-/// for that segment size and larger. Refusals count once a datagram of the send went alone: a send whose datagrams
-/// fail alone too (EINVAL for a source the host lacks) says nothing about segmenting.
+/// What a <see cref="UdpSender"/> learned from the kernel's refusals to segment: EIO (the device cannot) for every
+/// destination, as quinn does; EMSGSIZE (above the route's MTU) or EINVAL (checksums off, say) for that segment size
+/// and larger. A refusal counts only once a datagram of the send went alone: datagrams that fail alone too say nothing
+/// about segmenting.
 /// </summary>
 /// <remarks>A mutable struct: a field of its sender, never copied. Written on the loop thread, read by any.</remarks>
 [SupportedOSPlatform("linux")]
@@ -19,14 +19,13 @@ internal unsafe struct SegmentOffloadRefusals
     private volatile bool _refusedByDevice;
     private volatile int _refusedSegmentSize; // the smallest refused, 0 for none
 
-    /// <summary>Whether a segmented send of <paramref name="segmentSize"/> asks the kernel to segment.</summary>
     public readonly bool MayOffload(int segmentSize)
     {
         int refusedSize = _refusedSegmentSize;
         return !_refusedByDevice && (refusedSize == 0 || segmentSize < refusedSize);
     }
 
-    /// <summary>A datagram of <paramref name="operation"/> went alone: a refusal it met was the segmenting's.</summary>
+    /// <summary>A datagram of the send went alone: a refusal it met was the segmenting's.</summary>
     public void Remember(UdpSendOperation operation)
     {
         int errno = operation.SegmentRefusal;
@@ -46,14 +45,13 @@ internal unsafe struct SegmentOffloadRefusals
         }
     }
 
-    /// <summary>Whether <paramref name="errno"/> refused the segmenting rather than the datagrams: EMSGSIZE also says
-    /// that all of them together are more than one send carries to the destination, which stays an error.</summary>
+    /// <summary>EMSGSIZE also says that the datagrams together are more than one send carries, which stays an
+    /// error.</summary>
     public static bool IsRefusalToSegment(UdpSendOperation operation, int errno, IoUringUdpSocket socket)
         => errno is Errno.EIO or Errno.EINVAL
             || (errno == Errno.EMSGSIZE && operation.Length <= LargestSegmentedSend(operation, socket));
 
-    /// <summary>The most bytes one segmented send carries: 65,535 less the IP and UDP headers (IPv4's 20, IPv6's 40
-    /// of which the payload length does not count).</summary>
+    /// <summary>65,535 less the IP and UDP headers (IPv6's 40 do not count in its payload length).</summary>
     private static int LargestSegmentedSend(UdpSendOperation operation, IoUringUdpSocket socket)
     {
         Libc.msghdr* message = operation.Message;

@@ -6,13 +6,12 @@ using System.Threading.Tasks.Sources;
 namespace IoUring.Net;
 
 /// <summary>
-/// One waiting receive of an <see cref="IoUringUdpSocket"/> (a single datagram, or a batch): the source of its
-/// <see cref="ValueTask"/>, pooled by the <see cref="DatagramChannel"/>, so that waiting allocates nothing.
+/// One waiting receive (a datagram, or a batch): the source of its <see cref="ValueTask"/>, pooled by the
+/// <see cref="DatagramChannel"/> so that waiting allocates nothing.
 /// </summary>
 /// <remarks>
-/// The loop fills the caller's buffer and then completes the operation on the thread pool (this is the work item: no
-/// allocation), where the caller's continuation runs: the loop thread never runs application code. The fields below
-/// the core are guarded by the channel's lock while the operation waits.
+/// Completed on the thread pool (this is the work item), so the loop thread never runs application code. The public
+/// fields are guarded by the channel's lock while the operation waits.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class UdpReceiveOperation(DatagramChannel channel)
@@ -22,8 +21,7 @@ internal sealed class UdpReceiveOperation(DatagramChannel channel)
     private DatagramResult _result;
     private Exception? _error;
     private CancellationTokenRegistration _cancellation;
-    // Back to the pool once both its completion has run and its caller is done with it (took the result, or took it
-    // too early): 2, 1, 0. A receive withdrawn before any completion was queued gives up the completion's hold too.
+    // A receive withdrawn before any completion was queued gives up the completion's hold too.
     private OperationHolds _holds;
 
     public Memory<byte> Buffer;
@@ -53,7 +51,6 @@ internal sealed class UdpReceiveOperation(DatagramChannel channel)
         _result = default;
     }
 
-    /// <summary>After the operation was handed out: a cancellation of <see cref="Token"/> takes it back.</summary>
     public void RegisterCancellation()
     {
         if (Token.CanBeCanceled)
@@ -64,8 +61,6 @@ internal sealed class UdpReceiveOperation(DatagramChannel channel)
 
     private void OnCancelled() => channel.Cancel(this);
 
-    /// <summary>Completes the operation on the thread pool (so the caller's continuation never runs on the
-    /// loop).</summary>
     public void CompleteLater(DatagramResult result, Exception? error)
     {
         _result = result;

@@ -10,19 +10,13 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG that selects buffers from the
-/// socket's own provided-buffer group (each holds the io_uring_recvmsg_out header, the source address, the control
-/// data and one whole datagram). Each datagram goes to the socket's <see cref="DatagramChannel"/>, and its ring buffer
-/// back to the kernel at once.
+/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG selecting from the socket's own
+/// provided-buffer group. Each datagram goes to the <see cref="DatagramChannel"/>, its buffer back to the kernel at once.
 /// </summary>
 /// <remarks>
-/// <para>Every member but the counters and <see cref="ReceiveAsync"/>/<see cref="ReceiveBatchAsync"/> (any thread,
-/// through the channel) runs on the loop thread.</para>
-/// <para>A full queue pauses the RECVMSG (cancelled, not re-armed) until receives have taken half of it: the kernel's
-/// socket buffer then holds further datagrams, and drops new ones when full, as for any UDP socket.</para>
-/// <para>An error the kernel reports through the socket (ICMP: ECONNREFUSED on a connected socket, ...) ends the
-/// RECVMSG; it goes to the oldest waiting receive, or else to the socket's next operation, and the RECVMSG is re-armed.
-/// </para>
+/// <para>Loop thread, except the counters and the receive methods.</para>
+/// <para>A full queue pauses the RECVMSG until receives have taken half of it; meanwhile the socket buffer holds
+/// datagrams and drops new ones when full, as for any UDP socket.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpReceiver
@@ -30,14 +24,13 @@ internal sealed unsafe class UdpReceiver
     private readonly IoUringUdpSocket _socket;
     private readonly RingOwner _owner;
     private readonly int _fd;
-    private readonly IoUringUdpOptions _options; // the caller's, who may change it later: read at start only
+    private readonly IoUringUdpOptions _options; // the caller's: read at start only
     private readonly bool _reportsLocalAddresses;
     private readonly DatagramChannel _channel;
     private int _largestDatagram;                 // MaxDatagramSize, read at start
     private ReceiveBuffers? _buffers;
-    // the RECVMSG's msghdr (sizes of the name and control areas), then a scratch name area
     private Libc.msghdr* _message;
-    private int _controlSpace;          // the control room in each buffer (coalesced receives, local addresses)
+    private int _controlSpace;          // per buffer: coalesced receives, local addresses
     private bool _coalescing;           // the kernel took UDP_GRO
     private LocalAddressFormat _localFormat;
     private long _coalescedReceives;
@@ -54,7 +47,7 @@ internal sealed unsafe class UdpReceiver
         _owner = owner;
         _fd = fd;
         _options = options;
-        _reportsLocalAddresses = options.ReceiveLocalAddress; // as the socket's check of ReceiveMessageFromAsync
+        _reportsLocalAddresses = options.ReceiveLocalAddress;
         _channel = new DatagramChannel(this, socket, owner, options.ReceiveQueueCapacity, _reportsLocalAddresses);
     }
 
@@ -62,17 +55,15 @@ internal sealed unsafe class UdpReceiver
 
     public long Dropped => _channel.Dropped;
 
-    /// <summary>Receives that held a coalesced burst of several datagrams (UDP_GRO), each split back out.</summary>
+    /// <summary>Receives that held a coalesced burst (UDP_GRO).</summary>
     public long CoalescedReceives => Volatile.Read(ref _coalescedReceives);
 
-    /// <summary>Whether the kernel took UDP_GRO for this socket.</summary>
     public bool IsCoalescing => _coalescing;
 
     public bool ReportsLocalAddresses => _reportsLocalAddresses;
 
     public long Exhaustions => _buffers?.Exhaustions ?? 0;
 
-    /// <summary>Receive operations made so far (for tests: a receive loop needs one).</summary>
     internal int OperationsCreated => _channel.OperationsCreated;
 
     private bool OnLoopThread => _owner.Loop.IsOnLoopThread;
@@ -84,13 +75,12 @@ internal sealed unsafe class UdpReceiver
     public ValueTask<int> ReceiveBatchAsync(UdpDatagramBatch batch, CancellationToken cancellationToken)
         => _channel.ReceiveBatchAsync(batch, cancellationToken);
 
-    /// <summary>Registers the socket's buffer group and arms the RECVMSG.</summary>
     public void Start()
     {
         Debug.Assert(OnLoopThread, "Start runs on the loop thread");
         Debug.Assert(_buffers is null && _message is null, "started twice");
-        // Coalesced receives: each burst's segment size comes in a control message, and a burst takes up to 64 KiB
-        // whatever the largest datagram. Without UDP_GRO (refused) datagrams come one by one.
+        // With UDP_GRO each burst's segment size comes in a control message, and a burst takes up to 64 KiB whatever
+        // the largest datagram.
         if (_options.ReceiveCoalesced && Libc.SetIntOption(_fd, Libc.SOL_UDP, Libc.UDP_GRO, 1) == 0)
         {
             _coalescing = true;
@@ -115,8 +105,7 @@ internal sealed unsafe class UdpReceiver
         MaybeRearm();
     }
 
-    /// <summary>Asks for each datagram's local address: IPV6_RECVPKTINFO on an IPv6 socket (a dual-mode socket's IPv4
-    /// datagrams come IPv4-mapped), IP_PKTINFO on an IPv4 one.</summary>
+    /// <summary>On a dual-mode socket, IPv4 datagrams report IPv4-mapped local addresses.</summary>
     private void EnableLocalAddresses()
     {
         var local = (IPEndPoint)_socket.LocalEndPoint;
@@ -132,7 +121,6 @@ internal sealed unsafe class UdpReceiver
         _controlSpace += ControlMessages.LocalAddressSpace;
     }
 
-    /// <summary>The socket is closing: waiting receives fail, the RECVMSG is cancelled.</summary>
     public void OnClosing()
     {
         Debug.Assert(OnLoopThread, "OnClosing runs on the loop thread");
@@ -141,8 +129,8 @@ internal sealed unsafe class UdpReceiver
         CancelReceive();
     }
 
-    /// <summary>After the last request on the socket ended: the buffer group and the msghdr go (the loop thread, or
-    /// the starting thread when the loop had stopped).</summary>
+    /// <summary>After the socket's last request ended; on the loop thread, or the starting thread if the loop had
+    /// stopped.</summary>
     public void Release()
     {
         Debug.Assert(!_armed || _owner.Loop.IsStopping, "released while the RECVMSG may still write into its buffers");
@@ -157,7 +145,7 @@ internal sealed unsafe class UdpReceiver
         _message = null;
     }
 
-    // ---- arming: re-arming after each end, cancelling for a full queue or the close, backing off ----
+    // ---- arming, pausing, backing off ----
 
     public void OnBackoffEnded()
     {
@@ -252,9 +240,9 @@ internal sealed unsafe class UdpReceiver
         ReceiveBackoff.Prepare(sqe);
     }
 
-    // ---- completions: each datagram to the channel; an error to a waiting receive or the next operation ----
+    // ---- completions ----
 
-    /// <summary>A completion with a buffer: one datagram (its header, source address and payload).</summary>
+    /// <summary>A completion with a buffer: one datagram.</summary>
     public void OnReceive(ReceivedBytes data, uint flags)
     {
         Debug.Assert(OnLoopThread, "completions run on the loop thread");
@@ -280,7 +268,7 @@ internal sealed unsafe class UdpReceiver
         int payloadOffset = Datagrams.PayloadOffset + _controlSpace;
         if (buffer.Length < payloadOffset)
         {
-            return; // the kernel always writes the header and the name area; nothing else can be read from this
+            return; // the kernel always writes the header and the name area
         }
         io_uring_recvmsg_out header = MemoryMarshal.Read<io_uring_recvmsg_out>(buffer);
         // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
@@ -361,8 +349,8 @@ internal sealed unsafe class UdpReceiver
                 MaybeRearm();
                 break;
             default:
-                // An error of the socket (ICMP: ECONNREFUSED on a connected socket, EHOSTUNREACH, ...): reading it
-                // cleared it. It goes to the next operation; receiving goes on.
+                // A socket error (ICMP: ECONNREFUSED, EHOSTUNREACH, ...), cleared by reading it: it goes to the
+                // oldest waiting receive or the next operation, and receiving goes on.
                 _channel.Fail(SocketErrors.FromErrno(-result));
                 if (IsIcmpError(-result))
                 {

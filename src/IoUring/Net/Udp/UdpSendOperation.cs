@@ -9,16 +9,12 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// One datagram on its way out of an <see cref="IoUringUdpSocket"/>: a copy of its bytes and destination in native
-/// memory (a msghdr, one iovec and the sockaddr, then the payload), which the kernel reads until the SENDMSG's CQE.
-/// Pooled by the <see cref="UdpSender"/> and reused: steady-state sends allocate nothing.
+/// One datagram on its way out: a copy of its bytes and addresses in native memory, which the kernel reads until the
+/// SENDMSG's CQE. Pooled by the <see cref="UdpSender"/>, so steady-state sends allocate nothing.
 /// </summary>
 /// <remarks>
-/// <para>The copy lets a send complete at once. A caller who waits for the kernel (<see cref="Awaited"/>) is completed
-/// on the thread pool (this is the work item) with the SENDMSG's result.</para>
-/// <para>A segmented send carries UDP_SEGMENT (GSO); where the kernel refuses, the same copy goes out one segment per
-/// SENDMSG. A chosen source (IP_PKTINFO, IPV6_PKTINFO) comes first in the control data, so it stays when UDP_SEGMENT
-/// goes.</para>
+/// A caller who waits for the kernel (<see cref="Awaited"/>) is completed on the thread pool (this is the work item).
+/// A chosen source comes first in the control data, so it stays when UDP_SEGMENT goes.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
@@ -29,17 +25,15 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     private readonly UdpSender _sender;
     private ManualResetValueTaskSourceCore<int> _core; // mutable struct: never readonly
     private Libc.msghdr* _message; // msghdr, iovec, name
-    private byte* _data;            // the copy, grown to the largest payload copied, never shrunk
+    private byte* _data;            // the copy: grows, never shrinks
     private int _capacity;
     private byte* _payload;         // what the kernel reads: the copy, or the lent buffer's pinned memory
-    private IMemoryOwner<byte>? _lent; // a buffer the caller handed over (no copy), disposed by ReleaseLent
+    private IMemoryOwner<byte>? _lent; // the caller's buffer, sent without a copy
     private MemoryHandle _lentPin;
     private int _result;
     private int _localAddressSpace; // the control room the source address takes (0: routing chooses it)
     private bool _offloading;
     private OperationHolds _holds; // an awaited send's completion and caller (a misuse never pools one in flight)
-    // An awaited send's token: its cancellation fails the send if the loop has not submitted it yet, else cancels the
-    // SENDMSG (one still waiting for room in the socket's buffer).
     private CancellationToken _token;
     private CancellationTokenRegistration _cancellation;
     private volatile bool _cancelRequested;
@@ -54,13 +48,13 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _message->msg_iovlen = 1;
     }
 
-    /// <summary>The next (older) send in the sender's stack of sends waiting for the loop.</summary>
+    /// <summary>The next (older) send in the sender's stack for the loop.</summary>
     public UdpSendOperation? NextToSubmit;
 
     /// <summary>Its tag in the SENDMSG's user_data.</summary>
     public ushort Index { get; }
 
-    /// <summary>The caller waits for the kernel's result (else an error goes to the socket or its next send).</summary>
+    /// <summary>The caller waits for the kernel's result.</summary>
     public bool Awaited { get; private set; }
 
     public Libc.msghdr* Message => _message;
@@ -68,31 +62,28 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>The datagrams' size of a segmented send, 0 for one datagram.</summary>
     public int SegmentSize { get; private set; }
 
-    /// <summary>The payload's length (all segments).</summary>
     public int Length { get; private set; }
 
-    /// <summary>The SENDMSG carries UDP_SEGMENT (else a segmented send goes one segment at a time).</summary>
     public bool UsesSegmentOffload => _offloading;
 
-    /// <summary>Going one by one: the bytes of the segments before the current one (sent); else 0.</summary>
+    /// <summary>Going one by one: the bytes of the segments already sent; else 0.</summary>
     public int BytesSentOneByOne
         => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_payload) : 0;
 
-    /// <summary>The send leaves from a chosen local address (IP_PKTINFO, IPV6_PKTINFO).</summary>
+    /// <summary>The send leaves from a chosen local address (IP_PKTINFO).</summary>
     public bool HasChosenSource => _localAddressSpace > 0;
 
     /// <summary>The errno with which the kernel refused to segment this send, until one of its datagrams went alone;
     /// else 0.</summary>
     public int SegmentRefusal { get; set; }
 
-    /// <summary>Datagrams the payload makes.</summary>
     public int SegmentCount => SegmentSize == 0 ? 1 : (Length + SegmentSize - 1) / SegmentSize;
 
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram (or pins the <paramref name="lent"/> buffer holding it), its destination (none on
-    /// a connected socket) and source (none: routing chooses). A payload longer than <paramref name="segmentSize"/>
-    /// makes datagrams of that size: with UDP_SEGMENT when <paramref name="offload"/>, else one at a time.</summary>
+    /// <summary>Copies the datagram (or pins <paramref name="lent"/>) and its addresses. A payload longer than
+    /// <paramref name="segmentSize"/> goes as datagrams of that size: with UDP_SEGMENT when
+    /// <paramref name="offload"/>, else one at a time.</summary>
     public void Prepare(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
         int segmentSize = 0, bool offload = true, IMemoryOwner<byte>? lent = null)
     {
@@ -107,7 +98,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         if (lent is not null)
         {
             _lent = lent;
-            _lentPin = payload.Pin(); // released, and the buffer disposed, once the kernel is done (ReleaseLent)
+            _lentPin = payload.Pin(); // unpinned and disposed in ReleaseLent, once the kernel is done
             _payload = (byte*)_lentPin.Pointer;
         }
         else
@@ -157,10 +148,9 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _payload = _data;
     }
 
-    /// <summary>The send has taken over the caller's buffer (disposed by <see cref="ReleaseLent"/>).</summary>
     public bool HoldsLent => _lent is not null;
 
-    /// <summary>The kernel is done with the send (or never had it): a lent buffer is unpinned and disposed.</summary>
+    /// <summary>Once the kernel is done with the send (or never had it).</summary>
     public void ReleaseLent()
     {
         IMemoryOwner<byte>? lent = _lent;
@@ -174,7 +164,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }
     }
 
-    /// <summary>A segmented send goes one datagram per SENDMSG from now on, from its first segment.</summary>
+    /// <summary>From now on one datagram per SENDMSG, starting at the first segment.</summary>
     public void SendOneByOne()
     {
         _offloading = false;
@@ -190,7 +180,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _message->msg_controllen = (nuint)length;
     }
 
-    /// <summary>One by one: moves to the segment after the one just sent; false when that was the last.</summary>
+    /// <summary>False when the segment just sent was the last.</summary>
     public bool NextSegment()
     {
         iovec* iov = _message->msg_iov;
@@ -204,10 +194,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         return true;
     }
 
-    /// <summary>The caller's token was cancelled.</summary>
     public bool CancelRequested => _cancelRequested;
 
-    /// <summary>An awaited send: a cancellation of <paramref name="token"/> cancels it (on the loop).</summary>
     public void RegisterCancellation(CancellationToken token)
     {
         Debug.Assert(Awaited, "only a send whose caller waits for the kernel can be cancelled");
@@ -221,7 +209,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         }, (this, version));
     }
 
-    /// <summary>Back to the pool: a cancellation from now on finds nothing (waits for one running).</summary>
+    /// <summary>A cancellation from now on finds nothing; waits for one running.</summary>
     public void DropCancellation()
     {
         _cancellation.Dispose();
@@ -229,7 +217,6 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         _token = default;
     }
 
-    /// <summary>Gives the kernel's result to the waiting caller, on the thread pool.</summary>
     public void CompleteLater(int result)
     {
         _result = result;
@@ -264,8 +251,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public int GetResult(short token)
     {
-        // A stale token throws here, before anything changes; so does a result taken early, which leaves the send to
-        // finish (and come back to the pool) on its own.
+        // A stale token throws here, before anything changes; so does a result taken early, and the send still
+        // finishes and comes back to the pool by itself.
         ValueTaskSourceStatus status = _core.GetStatus(token);
         if (_holds.CallerDone)
         {
@@ -316,7 +303,7 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 
-    /// <summary>Frees the native memory (once the socket is closed and this operation is back in the pool).</summary>
+    /// <summary>Once the socket is closed and this operation is back in the pool.</summary>
     public void Free()
     {
         Debug.Assert(_lent is null, "freed while holding a lent buffer");
@@ -329,8 +316,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
         GC.SuppressFinalize(this);
     }
 
-    /// <summary>An awaited send whose caller dropped its ValueTask never comes back to the pool: its native memory
-    /// goes when the GC finds it (the kernel is done with it by then: the sender's in-flight table held it).</summary>
+    /// <summary>An awaited send whose caller dropped its ValueTask never comes back to the pool: its memory goes here
+    /// (the kernel is done with it: the sender's in-flight table held it until the CQE).</summary>
     ~UdpSendOperation()
     {
         NativeMemory.Free(_data);

@@ -3,12 +3,11 @@ using IoUring.Interop;
 
 namespace IoUring.Net;
 
-// Sends from other threads reach the loop through a lock-free stack of the socket's, drained once per loop iteration.
+// Sends from other threads reach the loop through a lock-free stack, drained once per loop iteration.
 internal sealed partial class UdpSender
 {
-    /// <summary>Hands a send to the loop from another thread: pushed on a lock-free stack, and the loop is posted one
-    /// drain for all that gather before it runs (not a post per send). False when the loop has stopped (the sends not
-    /// taken are failed).</summary>
+    /// <summary>One drain is posted for all the sends that gather before it runs, not one per send. False when the
+    /// loop has stopped.</summary>
     private bool Enqueue(UdpSendOperation operation)
     {
         UdpSendOperation? head;
@@ -35,7 +34,7 @@ internal sealed partial class UdpSender
                 queued.NextToSubmit = null;
                 if (queued != operation)
                 {
-                    Complete(queued, -Errno.EBADF); // a sender that went on loses its datagram, as the loop is gone
+                    Complete(queued, -Errno.EBADF); // the loop is gone: a sender that went on loses its datagram
                 }
                 else
                 {
@@ -47,13 +46,12 @@ internal sealed partial class UdpSender
         }
     }
 
-    /// <summary>Submits the sends queued from other threads, oldest first, as many as the SQ has room for; the rest
-    /// wait for a drain at the next iteration, after the loop reaped completions (thousands in one go would submit
-    /// early again and again, and with many sockets could fill the CQ).</summary>
+    /// <summary>Oldest first, as many as the SQ has room for; the rest wait for the next iteration, after the loop
+    /// reaped completions (thousands at once would force early submits and could fill the CQ).</summary>
     private void SubmitQueued()
     {
         Debug.Assert(OnLoopThread, "queued sends are submitted on the loop thread");
-        // Stopping or closing, sends take no SQE (they are refused) and the ring may be gone: no room to count.
+        // Stopping or closing, sends are refused without an SQE and the ring may be gone.
         int room = _closing || _owner.Loop.IsStopping ? int.MaxValue : _owner.Loop.FreeSqes;
         for (; room > 0; room--)
         {
@@ -66,16 +64,15 @@ internal sealed partial class UdpSender
             operation.NextToSubmit = null;
             Submit(operation);
         }
-        // Again next iteration while sends wait: those carried (older, first), and any on the stack, whose own drain
-        // may have run already in this batch and found no room. An extra drain finds nothing; if the stack reads
-        // empty here, the next push posts one.
+        // Again next iteration while sends wait, also those on the stack: their own drain may have run already and
+        // found no room. If the stack reads empty here, the next push posts a drain.
         if (_carried is not null || Volatile.Read(ref _toSubmit) is not null)
         {
             _owner.Loop.Schedule(static s => ((UdpSender)s!).SubmitQueued(), this);
         }
     }
 
-    /// <summary>Takes every send off the stack, oldest first.</summary>
+    /// <summary>Oldest first.</summary>
     private UdpSendOperation? TakeQueued()
     {
         UdpSendOperation? ordered = null;

@@ -11,17 +11,14 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The sending half of an <see cref="IoUringUdpSocket"/>: each datagram is copied into a pooled
-/// <see cref="UdpSendOperation"/> and sent with one SENDMSG (the destination in msg_name; none on a connected socket).
-/// Sends from other threads are posted to the loop, which submits every send of an iteration in its one io_uring_enter.
+/// <see cref="UdpSendOperation"/> and sent with one SENDMSG.
 /// </summary>
 /// <remarks>
-/// <para>A send completes as soon as its copy is queued while fewer than
-/// <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight (as sendto(2) returns once the kernel has
-/// the datagram); an error the kernel reports for it then goes to the socket's next operation if the network answered
-/// it (ICMP: refused, unreachable), else to the next send. Past that many, callers wait for their own SENDMSG's result:
-/// a sender faster than the socket is slowed down rather than buffered without bound.</para>
-/// <para>Threads: renting and returning operations (any thread) under the lock; submitting and completions on the
-/// loop. Each in-flight SENDMSG's user_data tag is its operation's index.</para>
+/// <para>While fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight, a send completes
+/// once its copy is queued, as sendto(2) does; past that, callers wait for their own SENDMSG, so a fast sender is
+/// slowed down rather than buffered without bound.</para>
+/// <para>Threads: renting and returning operations under the lock (any thread); submissions and completions on the
+/// loop.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe partial class UdpSender
@@ -33,15 +30,15 @@ internal sealed unsafe partial class UdpSender
     private readonly Lock _gate = new();
     private readonly Stack<UdpSendOperation> _pool = new();
     private int _created;           // under the lock, as _pool, _pending and _closed
-    private long _copyBytes;        // the native copies' capacity, over every operation (pooled or in flight)
-    private int _pending;           // datagrams of the sends rented and not returned (a segmented send: its segments)
+    private long _copyBytes;
+    private int _pending;           // datagrams (not sends) rented and not returned
     private bool _closed;           // no new sends; operations coming back are freed
-    private bool _closing;          // loop thread: sends reaching the loop from now on are refused
+    private bool _closing;          // loop thread
     private UdpSendOperation?[] _inFlight = new UdpSendOperation?[16]; // loop thread: by tag
-    private UdpSendOperation? _toSubmit; // sends from other threads waiting for the loop: a lock-free stack
-    private UdpSendOperation? _carried;  // loop thread: sends taken off the stack that found no SQ room, oldest first
+    private UdpSendOperation? _toSubmit; // lock-free stack of sends from other threads
+    private UdpSendOperation? _carried;  // loop thread: sends that found no SQ room, oldest first
     private long _sent;
-    private SocketException? _pendingSendError; // a send nobody awaited failed for its own reasons: for the next send
+    private SocketException? _pendingSendError; // an unawaited send's own failure, for the next send
     private SegmentOffloadRefusals _refusals; // mutable struct: never readonly
     private long _segmentOffloads;  // loop thread
 
@@ -57,16 +54,13 @@ internal sealed unsafe partial class UdpSender
 
     private bool OnLoopThread => _owner.Loop.IsOnLoopThread;
 
-    /// <summary>Segmented sends that went out with UDP_SEGMENT (one SENDMSG for all their datagrams).</summary>
     public long SegmentOffloads => Volatile.Read(ref _segmentOffloads);
 
-    /// <summary>Bytes of native memory the send copies hold (every operation's payload capacity).</summary>
     public long CopyBytes => Interlocked.Read(ref _copyBytes);
 
     /// <summary>An operation's copy grew (or was freed: negative).</summary>
     public void OnCopyResized(long delta) => Interlocked.Add(ref _copyBytes, delta);
 
-    /// <summary>Datagrams of the sends rented and not yet returned.</summary>
     public int Pending
     {
         get
@@ -78,9 +72,8 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>Sends <paramref name="payload"/>: a copy of it, or, with <paramref name="lent"/> (the owner of the
-    /// memory it is in), that memory itself, which the send owns from this call on and disposes once the kernel is
-    /// done with it, also when the send is refused.</summary>
+    /// <summary>With <paramref name="lent"/> (the owner of the payload's memory) no copy is made: the send owns that
+    /// memory from this call on and disposes it once the kernel is done with it, or when the send is refused.</summary>
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from,
         CancellationToken cancellationToken, int segmentSize = 0, IMemoryOwner<byte>? lent = null)
     {
@@ -110,7 +103,7 @@ internal sealed unsafe partial class UdpSender
         }
         catch
         {
-            // A caller's MemoryManager whose Pin throws, say: the send never was, its buffer still goes back.
+            // A MemoryManager whose Pin throws, say: the send never was, its buffer still goes back.
             if (lent is not null && !operation!.HoldsLent)
             {
                 lent.Dispose();
@@ -135,7 +128,6 @@ internal sealed unsafe partial class UdpSender
         return awaited ? new ValueTask<int>(operation, operation.Version) : new ValueTask<int>(payload.Length);
     }
 
-    /// <summary>Why a send of <paramref name="length"/> bytes cannot be taken, or null.</summary>
     private Exception? Refuse(int length)
     {
         if (length > IoUringUdpOptions.LargestDatagram)
@@ -149,8 +141,7 @@ internal sealed unsafe partial class UdpSender
         return _socket.TakePendingError() ?? TakePendingSendError();
     }
 
-    /// <summary>Takes an operation for a send of <paramref name="length"/> bytes and counts its datagrams as pending
-    /// (<paramref name="awaited"/>: past the bound, its caller waits for the kernel); or says why not.</summary>
+    /// <summary>Counts the send's datagrams as pending; <paramref name="awaited"/> once that passes the bound.</summary>
     private Exception? Rent(int length, int segmentSize, out UdpSendOperation? operation, out bool awaited)
     {
         operation = null;
@@ -173,16 +164,15 @@ internal sealed unsafe partial class UdpSender
             {
                 return new InvalidOperationException("65,536 sends are in flight on this socket.");
             }
-            // Counted in datagrams, so that segmented sends (up to 64 KiB of copy each) hold no more than single ones.
+            // In datagrams, so segmented sends (up to 64 KiB of copy each) hold no more than single ones.
             _pending += segmentSize > 0 && length > segmentSize ? (length + segmentSize - 1) / segmentSize : 1;
             awaited = _pending > _maxPending;
             return null;
         }
     }
 
-    /// <summary>Queues the SENDMSG; a send that gets no SQE fails by itself (ENOBUFS, as sendto(2) with no room).
-    /// <paramref name="continuing"/>: the next SENDMSG of a segmented send going one datagram at a time, taken before
-    /// any close, so a closing socket still sends it.</summary>
+    /// <summary>A send that gets no SQE fails (ENOBUFS, as sendto(2) with no room). <paramref name="continuing"/>: the
+    /// next segment of a send going one by one, which a closing socket still sends.</summary>
     private void Submit(UdpSendOperation operation, bool continuing = false)
     {
         Debug.Assert(OnLoopThread, "sends are submitted on the loop thread");
@@ -193,7 +183,7 @@ internal sealed unsafe partial class UdpSender
         }
         if (operation.CancelRequested)
         {
-            Fail(operation, Errno.ECANCELED); // its caller gave up before the loop took it: it never goes out
+            Fail(operation, Errno.ECANCELED); // cancelled before the loop took it: it never goes out
             return;
         }
         if (operation.Index >= _inFlight.Length)
@@ -218,8 +208,7 @@ internal sealed unsafe partial class UdpSender
         sqe->msg_flags = Libc.MSG_NOSIGNAL;
     }
 
-    /// <summary>A SENDMSG's CQE (<paramref name="tag"/>: its operation). A segmented send the kernel would not
-    /// segment goes again one datagram at a time; one sent so goes on to its next segment. Loop thread.</summary>
+    /// <summary>A segmented send the kernel would not segment goes again, one datagram per SENDMSG.</summary>
     public void OnSendCompleted(uint tag, int result)
     {
         Debug.Assert(OnLoopThread, "completions run on the loop thread");
@@ -269,8 +258,8 @@ internal sealed unsafe partial class UdpSender
         Complete(operation, result);
     }
 
-    /// <summary>A send's request failed with <paramref name="errno"/>. Segments sent one by one before it went: as
-    /// sendmmsg(2) does, a waiting caller gets their bytes; a caller gone on, the error (at its next send).</summary>
+    /// <summary>If segments already went one by one, a waiting caller gets their bytes, as with sendmmsg(2); a caller
+    /// gone on gets the error at its next send.</summary>
     private void Fail(UdpSendOperation operation, int errno)
     {
         int sent = operation.BytesSentOneByOne;
@@ -284,17 +273,16 @@ internal sealed unsafe partial class UdpSender
     {
         if (operation.Awaited)
         {
-            // The kernel is done: the buffer and the room go back now, whether or not the caller ever awaits; the
-            // operation goes back to the pool once its completion ran and its caller took the result.
+            // Buffer and room go back now, even if the caller never awaits; the operation once it took the result.
             ReleaseKernelHold(operation);
             operation.CompleteLater(result);
             return;
         }
         if (result < 0 && !_closing)
         {
-            // Its caller went on. What the network answered (ICMP) is the socket's, for its next operation; anything
-            // else (EACCES, EINVAL, ENOBUFS, or ENETUNREACH for a chosen source the host lacks) is this send's own, for
-            // the next send only: a server's receive loop must not fail for an address it answered badly.
+            // Its caller went on. What the network answered (ICMP) is for the socket's next operation; anything else
+            // (ENETUNREACH for a chosen source the host lacks, say) only for the next send: a server's receive loop
+            // must not fail for an address it answered badly.
             SocketException error = SocketErrors.FromErrno(-result);
             if (error.SocketErrorCode is SocketError.ConnectionRefused or SocketError.HostUnreachable
                 or SocketError.HostDown
@@ -315,13 +303,12 @@ internal sealed unsafe partial class UdpSender
             ? new ObjectDisposedException(nameof(IoUringUdpSocket))
             : SocketErrors.FromErrno(errno);
 
-    /// <summary>The send is over (the kernel is done with it, or never had it) and no caller waits on it: its lent
-    /// buffer goes back to its owner, its room to the socket, the operation to the pool.</summary>
+    /// <summary>The kernel is done with the send (or never had it) and no caller waits on it.</summary>
     public void Return(UdpSendOperation operation)
     {
         try
         {
-            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the room is still given back
+            operation.ReleaseLent(); // if the caller's Dispose throws, the room still goes back
         }
         finally
         {
@@ -336,13 +323,12 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>The kernel is done with the send: its lent buffer goes back to its owner and its datagrams stop
-    /// counting as pending.</summary>
+    /// <summary>Lent buffer and room go back; the operation stays with its caller.</summary>
     private void ReleaseKernelHold(UdpSendOperation operation)
     {
         try
         {
-            operation.ReleaseLent(); // the caller's owner: if its Dispose throws, the room is still given back
+            operation.ReleaseLent();
         }
         finally
         {
@@ -353,8 +339,7 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>An awaited send's token was cancelled (any thread): on the loop, a SENDMSG of it still in flight is
-    /// cancelled (one not submitted yet fails when the loop takes it, <see cref="Submit"/>).</summary>
+    /// <summary>Any thread. A send not yet submitted fails in <see cref="Submit"/> instead.</summary>
     public void CancelOnLoop(UdpSendOperation operation, short version)
         => _owner.Loop.Schedule(static s =>
         {
@@ -377,13 +362,12 @@ internal sealed unsafe partial class UdpSender
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Cancel);
         if (sqe == null)
         {
-            return; // no SQE (reported to the loop's owner): the send completes as the kernel makes it
+            return; // no SQE: the send completes as the kernel makes it
         }
         sqe->opcode = IORING_OP_ASYNC_CANCEL;
         sqe->addr = _owner.UserDataOf(UdpRequestKind.Send, operation.Index);
     }
 
-    /// <summary>Operations free for the next send (tests).</summary>
     internal int PooledOperations
     {
         get
@@ -395,7 +379,7 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>The operation is free for the next send (or its memory goes, the socket being closed).</summary>
+    /// <summary>Pooled, or freed once the socket is closed.</summary>
     public void ToPool(UdpSendOperation operation)
     {
         operation.DropCancellation();
@@ -418,15 +402,15 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>The socket is closing: sends that reach the loop from now on are refused. Loop thread.</summary>
+    /// <summary>Sends that reach the loop from now on are refused.</summary>
     public void OnClosing()
     {
         Debug.Assert(OnLoopThread, "OnClosing runs on the loop thread");
         _closing = true;
     }
 
-    /// <summary>After the last request on the socket ended: the pooled operations' memory goes; those still out go when
-    /// they come back.</summary>
+    /// <summary>After the socket's last request ended: pooled operations are freed now, those still out when they come
+    /// back.</summary>
     public void Release()
     {
         lock (_gate)

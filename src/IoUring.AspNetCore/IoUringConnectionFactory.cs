@@ -16,9 +16,9 @@ namespace IoUring.AspNetCore;
 /// Outbound connections on io_uring (IORING_OP_CONNECT) as <see cref="ConnectionContext"/>s, with the same features
 /// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
 /// </summary>
-/// <remarks>The loops start at the first connect. Factories of one service provider (this one and
-/// <see cref="IoUringTransportFactory"/>) share them, so a proxy's inbound and outbound connections run on the same
-/// loops; the last of them to be disposed stops them.</remarks>
+/// <remarks>The loops start at the first connect and are shared with the <see cref="IoUringTransportFactory"/> of the
+/// same service provider, so a proxy's inbound and outbound connections run on the same loops; the last of the two to
+/// be disposed stops them.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
@@ -27,11 +27,10 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' pools are not (see
-    /// <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory
+    /// (see <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
-    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
-    /// it.</exception>
+    /// <exception cref="ArgumentException">An option is out of range.</exception>
     public IoUringConnectionFactory(
         IOptions<IoUringTransportOptions> options,
         ILoggerFactory loggerFactory,
@@ -47,8 +46,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
 
     /// <summary>Connects to <paramref name="endpoint"/>: an <see cref="IPEndPoint"/>, a
     /// <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (each address in turn).</summary>
-    /// <exception cref="SocketException">The connect failed (e.g.
-    /// <see cref="SocketError.ConnectionRefused"/>).</exception>
+    /// <exception cref="SocketException">The connect failed.</exception>
     /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
     public async ValueTask<ConnectionContext> ConnectAsync(EndPoint endpoint,
@@ -64,11 +62,9 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
     }
 
     /// <summary>
-    /// Makes <paramref name="handler"/> connect on this factory's loops (see
-    /// <see cref="SocketsHttpHandlerExtensions.UseIoUring"/>), starting them if needed. Where io_uring is unavailable
-    /// the handler keeps its sockets and the first such call logs one warning. For code that builds its own handlers
-    /// (e.g. YARP's <c>ForwarderHttpClientFactory</c>); with IHttpClientFactory use
-    /// <c>AddHttpClient(...).UseIoUring()</c>.
+    /// Makes <paramref name="handler"/> connect on this factory's loops, starting them if needed; for code that builds
+    /// its own handlers (YARP's <c>ForwarderHttpClientFactory</c>, say). Where io_uring is unavailable the handler
+    /// keeps its sockets and the first such call logs a warning.
     /// </summary>
     /// <param name="handler">The handler to configure, before its first request.</param>
     /// <returns>True if the handler connects through io_uring, false if through sockets.</returns>
@@ -84,7 +80,7 @@ public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposa
         return true;
     }
 
-    /// <summary>The loops' network, started if needed; null (after one warning) without io_uring.</summary>
+    /// <summary>Null (after one warning) without io_uring.</summary>
     [SupportedOSPlatform("linux")]
     internal IoUringNetwork? NetworkOrNull()
         => _transport.TryGetOrStart(LogUnavailable, out IoUringTransport? transport) ? transport.Network : null;

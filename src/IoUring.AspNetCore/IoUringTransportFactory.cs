@@ -16,12 +16,11 @@ namespace IoUring.AspNetCore;
 /// (<see cref="FileHandleEndPoint"/>) and serves their connections from io_uring event loops.
 /// </summary>
 /// <remarks>
-/// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind; an
-/// <see cref="IoUringConnectionFactory"/> of the same service provider shares them, and the last of the two to be
-/// disposed stops them.</para>
-/// <para>Where io_uring cannot be set up (kernel older than 6.0, <c>kernel.io_uring_disabled</c>, seccomp,
-/// RLIMIT_MEMLOCK), it binds through Kestrel's <see cref="SocketTransportFactory"/> and logs one warning, unless
-/// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
+/// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and are shared with
+/// the <see cref="IoUringConnectionFactory"/> of the same service provider; the last of the two to be disposed stops
+/// them.</para>
+/// <para>Where io_uring cannot be set up, it binds through Kestrel's <see cref="SocketTransportFactory"/> and logs one
+/// warning, unless <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> is set.</para>
 /// </remarks>
 public sealed class IoUringTransportFactory
     : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
@@ -35,12 +34,11 @@ public sealed class IoUringTransportFactory
     /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
     /// <param name="options">The transport options.</param>
     /// <param name="loggerFactory">The logger factory.</param>
-    /// <param name="memoryPoolFactory">Kestrel's memory pool factory, used where the loops' pools are not (see
-    /// <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
+    /// <param name="memoryPoolFactory">Kestrel's memory pool factory
+    /// (see <see cref="IoUringTransportOptions.UseLoopMemoryPools"/>).</param>
     /// <param name="socketOptionsFactory">Makes the Sockets transport's options for the fallback.</param>
     /// <param name="meterFactory">Creates the "IoUring" meter.</param>
-    /// <exception cref="ArgumentException">An option is invalid; <see cref="ArgumentException.ParamName"/> names
-    /// it.</exception>
+    /// <exception cref="ArgumentException">An option is out of range.</exception>
     public IoUringTransportFactory(
         IOptions<IoUringTransportOptions> options,
         ILoggerFactory loggerFactory,
@@ -88,8 +86,8 @@ public sealed class IoUringTransportFactory
     /// <inheritdoc />
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
-    // Any failure to set the rings up, not only IoUringUnavailableException: Sockets serves better than nothing.
-    // Called once, under the LazyTransport's lock.
+    // Any setup failure, not only IoUringUnavailableException: Sockets serves better than nothing. Called once,
+    // under the LazyTransport's lock.
     private void UseSockets(IoUringException ex)
     {
         IoUringTransportLog.IoUringUnavailable(_loggerFactory.CreateLogger(IoUringTransportLog.Category), ex.Message);

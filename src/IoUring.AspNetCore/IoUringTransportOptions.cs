@@ -18,7 +18,7 @@ public sealed class IoUringTransportOptions
         [nameof(EventLoopOptions.BufferSize)] = nameof(BufferRingBufferSize),
     };
 
-    /// <summary>Number of event loops: threads, each with its own ring, serving its own connections.</summary>
+    /// <summary>Number of event loops: threads, each with its own ring and connections.</summary>
     /// <remarks>Defaults to <see cref="Environment.ProcessorCount"/>.</remarks>
     public int LoopCount { get; set; } = s_defaults.LoopCount;
 
@@ -26,8 +26,8 @@ public sealed class IoUringTransportOptions
     /// <remarks>Defaults to 512 pending connections.</remarks>
     public int Backlog { get; set; } = s_defaults.Backlog;
 
-    /// <summary>One multishot ACCEPT per loop (true), or a single-shot ACCEPT re-armed per connection.</summary>
-    /// <remarks>Defaults to true. Single-shot costs one more request per connection.</remarks>
+    /// <summary>One multishot ACCEPT per loop (true), or a single-shot ACCEPT per connection.</summary>
+    /// <remarks>Defaults to true.</remarks>
     public bool MultishotAccept { get; set; } = s_defaults.MultishotAccept;
 
     /// <summary>Set to false to enable Nagle's algorithm for all connections.</summary>
@@ -36,54 +36,50 @@ public sealed class IoUringTransportOptions
 
     /// <summary>
     /// The maximum unconsumed incoming bytes buffered per connection before it stops receiving.
-    /// <see langword="null"/> or 0 disables backpressure: unlimited buffering, a security risk with untrusted clients.
+    /// <see langword="null"/> or 0 disables backpressure (unlimited buffering), a security risk with untrusted clients.
     /// </summary>
     /// <remarks>Defaults to 1 MiB.</remarks>
     public long? MaxReadBufferSize { get; set; } = s_defaults.MaxReadBufferSize;
 
     /// <summary>
     /// The maximum outgoing bytes buffered per connection before the application's flushes wait.
-    /// <see langword="null"/> or 0 disables backpressure: unlimited buffering, a security risk with untrusted clients.
+    /// <see langword="null"/> or 0 disables backpressure (unlimited buffering), a security risk with untrusted clients.
     /// </summary>
     /// <remarks>Defaults to 64 KiB.</remarks>
     public long? MaxWriteBufferSize { get; set; } = s_defaults.MaxWriteBufferSize;
 
     /// <summary>Run application continuations inline on the event loop thread instead of the thread pool.</summary>
-    /// <remarks>Defaults to false. Unsafe: application code on the loop thread blocks every connection of that
-    /// loop while it runs.</remarks>
+    /// <remarks>Defaults to false. Application code on the loop thread stalls all of that loop's connections while
+    /// it runs.</remarks>
     public bool UnsafePreferInlineScheduling { get; set; }
 
-    /// <summary>
-    /// Sends of at least this many bytes use zero-copy (IORING_OP_SEND_ZC), or null never to. A connection whose
-    /// zero-copy send the kernel reports as copied (always on loopback) goes back to plain sends.
-    /// </summary>
+    /// <summary>Sends of at least this many bytes use zero-copy (IORING_OP_SEND_ZC); null disables it.</summary>
     /// <remarks>
-    /// Defaults to <see cref="IoUringNetworkOptions.ZeroCopySendThreshold"/>. Needs the loops' own pools
-    /// (<see cref="UseLoopMemoryPools"/>); with Kestrel's pool, sends are plain. Zero-copy bytes count against
-    /// Kestrel's MaxResponseBufferSize until the peer acknowledged them: raise it on links whose bandwidth-delay
-    /// product exceeds it.
+    /// Defaults to <see cref="IoUringNetworkOptions.ZeroCopySendThreshold"/>. Needs <see cref="UseLoopMemoryPools"/>.
+    /// A connection whose zero-copy sends the kernel copies anyway (loopback) goes back to plain sends. Zero-copy
+    /// bytes count against Kestrel's MaxResponseBufferSize until the peer acknowledges them: raise it on links with a
+    /// larger bandwidth-delay product.
     /// </remarks>
     public long? ZeroCopySendThreshold { get; set; } = s_defaults.ZeroCopySendThreshold;
 
     /// <summary>
-    /// Give each connection its loop's memory pool (<see cref="EventLoop.MemoryPool"/>, registered with the ring as
-    /// fixed buffers) instead of Kestrel's, so responses are written straight into memory the kernel sends from.
+    /// Give each connection its loop's memory pool (<see cref="EventLoop.MemoryPool"/>, registered with the ring)
+    /// instead of Kestrel's, so responses are written straight into memory the kernel sends from.
     /// </summary>
     /// <remarks>
-    /// Defaults to true. The loops' pools are used when this is true, <see cref="ZeroCopySendThreshold"/> is not null
-    /// and the kernel has zero-copy send; otherwise Kestrel's pool where the host provides one, else the loops'.
+    /// Defaults to true. Takes effect only with a non-null <see cref="ZeroCopySendThreshold"/> on a kernel with
+    /// zero-copy send; otherwise Kestrel's pool serves where the host provides one.
     /// </remarks>
     public bool UseLoopMemoryPools { get; set; } = true;
 
     /// <summary>
     /// Serve <c>IHttpResponseBodyFeature.SendFileAsync</c> (static files, <c>Results.File</c>) by reading the file
-    /// on the connection's loop (io_uring READ) into the response's memory, instead of Kestrel's FileStream copy.
+    /// on the connection's loop into the response's memory, instead of Kestrel's FileStream copy.
     /// </summary>
     /// <remarks>
-    /// Defaults to true. Kestrel still writes headers, frames, encrypts and paces the body. A middleware first in the
-    /// pipeline (added by <c>UseIoUring()</c>) does it for io_uring connections; responses of 64 KiB or less stay
-    /// with Kestrel's copy. The middleware costs every request two feature lookups: an application that sends no
-    /// files can set this false.
+    /// Defaults to true. Kestrel still writes headers, frames, encrypts and paces the body; responses of 64 KiB or
+    /// less keep Kestrel's copy. The middleware <c>UseIoUring()</c> adds for this costs every request two feature
+    /// lookups: an application that sends no files can set this false.
     /// </remarks>
     public bool ReadFilesOnLoops { get; set; } = true;
 
@@ -99,8 +95,7 @@ public sealed class IoUringTransportOptions
     public int CompletionQueueSize { get; set; }
 
     /// <summary>Buffers in each loop's provided buffer ring (a power of two, 1 to 32768).</summary>
-    /// <remarks>Defaults to 512. Shared by a loop's connections: bounds what one loop receives per iteration, not per
-    /// connection.</remarks>
+    /// <remarks>Defaults to 512. Shared by the loop's connections.</remarks>
     public int BufferRingCount { get; set; } = s_defaults.Loop.BufferCount;
 
     /// <summary>Size in bytes of each buffer of the provided buffer ring (64 bytes to 16 MiB).</summary>
@@ -119,27 +114,24 @@ public sealed class IoUringTransportOptions
     /// preempting it, then handles the whole batch.
     /// </summary>
     /// <remarks>
-    /// Defaults to true (fewer wake-ups, more requests per CPU-second). Set false if handlers run CPU-bound on every
-    /// core and I/O latency matters more: completions can wait up to a scheduler time slice.
+    /// Defaults to true. Set false if handlers keep every core busy and I/O latency matters more: completions can
+    /// wait up to a scheduler time slice.
     /// </remarks>
     public bool BatchScheduling { get; set; } = true;
 
-    /// <summary>
-    /// Let the kernel count the loops' sleeps as iowait: an idle server then shows up to 100% iowait on its loops'
-    /// CPUs although it waits for the network.
-    /// </summary>
+    /// <summary>Let the kernel count the loops' sleeps as iowait, so an idle server shows up to 100% iowait.</summary>
     /// <remarks>
-    /// Defaults to false: from Linux 6.15 the loops' sleep counts as idle (IORING_ENTER_NO_IOWAIT); older kernels
-    /// count it as iowait regardless. Set true to keep the kernel's accounting (and governors' iowait boost).
+    /// Defaults to false: from Linux 6.15 the loops' sleeps count as idle (IORING_ENTER_NO_IOWAIT); older kernels
+    /// count them as iowait regardless. Set true to keep the kernel's accounting (and governors' iowait boost).
     /// </remarks>
     public bool ReportIoWait { get; set; } = s_defaults.Loop.ReportIoWait;
 
-    // Tests: adjusts the lower layer's options (e.g. an injected setup errno) after they are made.
+    // Tests: adjusts the lower layer's options after they are made.
     internal Action<IoUringNetworkOptions>? ConfigureNetworkForTesting { get; set; }
 
-    /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid option.</summary>
+    /// <summary>Checks every option's range.</summary>
     /// <exception cref="ArgumentException">An option is out of range; <see cref="ArgumentException.ParamName"/> names
-    /// it.</exception>
+    /// the first.</exception>
     public void Validate() => ToNetworkOptions().Validate();
 
     internal IoUringNetworkOptions ToNetworkOptions(Action<Exception>? unhandledException = null)

@@ -9,14 +9,14 @@ public static class HttpClientBuilderIoUringExtensions
     /// <summary>
     /// The client's primary <see cref="SocketsHttpHandler"/> connects on the loops of the container's
     /// <see cref="IoUringConnectionFactory"/> (registered if missing), shared with a server's <c>UseIoUring()</c>.
-    /// The rest of the handler's configuration stays. Where io_uring is unavailable it connects through sockets and
-    /// one warning names the cause (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> does not apply).
+    /// Where io_uring is unavailable it connects through sockets and logs one warning
+    /// (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> does not apply).
     /// <para>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler.</para>
     /// </summary>
     /// <param name="builder">The client's builder from <c>AddHttpClient</c>.</param>
     /// <returns>The builder.</returns>
-    /// <exception cref="InvalidOperationException">When a handler is built: the primary handler is not a
-    /// <see cref="SocketsHttpHandler"/>.</exception>
+    /// <exception cref="InvalidOperationException">The primary handler is not a <see cref="SocketsHttpHandler"/>
+    /// (thrown when a handler is built).</exception>
     /// <example>
     /// <code>
     /// builder.Services.AddHttpClient("backend").UseIoUring();

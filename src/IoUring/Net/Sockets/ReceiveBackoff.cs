@@ -7,14 +7,12 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The pause before a receive re-arms when its buffer ring stays empty (ENOBUFS with no buffer given back since the
-/// last one): a TIMEOUT, so a ring kept empty costs a few re-arms and 10 ms, never a busy loop.
+/// last one): a TIMEOUT, so an empty ring costs a re-arm per 10 ms, never a busy loop.
 /// </summary>
 internal static unsafe class ReceiveBackoff
 {
-    // never freed: every backoff TIMEOUT points at it
     private static readonly __kernel_timespec* s_timeout = NewTimespec(TimeSpan.FromMilliseconds(10));
 
-    /// <summary>Makes <paramref name="sqe"/> (new, zeroed, user_data set) the backoff TIMEOUT.</summary>
     public static void Prepare(io_uring_sqe* sqe)
     {
         Debug.Assert(sqe->opcode == 0 && sqe->addr == 0, "the backoff TIMEOUT prepared over a used SQE");

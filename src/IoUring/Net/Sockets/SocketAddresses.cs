@@ -15,11 +15,9 @@ internal static unsafe class SocketAddresses
 
     public static EndPoint? GetRemote(int fd) => Get(fd, peer: true);
 
-    /// <summary>
-    /// The peer's address of <paramref name="fd"/>: an IPv4 or IPv6 one copied unparsed into <paramref name="address"/>
-    /// (its length returned), to be parsed only if asked for; any other (a Unix socket's path) parsed into
-    /// <paramref name="parsed"/> at once (0 returned). Null and 0 when the socket has no peer (reset, not connected).
-    /// </summary>
+    /// <summary>An IPv4 or IPv6 peer address is copied unparsed into <paramref name="address"/> (its length returned),
+    /// to be parsed only if asked for; any other is parsed into <paramref name="parsed"/> (0 returned). 0 and null
+    /// when there is no peer.</summary>
     public static int ReadRemote(int fd, ref InetSocketAddress address, out EndPoint? parsed)
     {
         byte* buffer = stackalloc byte[MaxSize];
@@ -45,8 +43,7 @@ internal static unsafe class SocketAddresses
         return Parse(Read(fd, peer, buffer)); // empty (no address): null
     }
 
-    /// <summary>The fd's own or its peer's sockaddr, written into <paramref name="buffer"/> (<see cref="MaxSize"/>
-    /// bytes); empty on failure.</summary>
+    /// <summary>Empty on failure.</summary>
     private static ReadOnlySpan<byte> Read(int fd, bool peer, byte* buffer)
     {
         uint length = MaxSize;

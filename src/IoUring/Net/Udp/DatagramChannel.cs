@@ -8,13 +8,9 @@ namespace IoUring.Net;
 
 /// <summary>
 /// Where a <see cref="UdpReceiver"/>'s datagrams meet the socket's receives, as in a bounded channel: the loop writes
-/// each datagram into the oldest waiting receive (or a batch still filling), else into a bounded
-/// <see cref="DatagramQueue"/> of copies; receives (any thread) read the queue first, else wait.
+/// each datagram into the oldest waiting receive, else into the <see cref="DatagramQueue"/>.
 /// </summary>
-/// <remarks>
-/// One lock guards the queue, the waiting receives and the operation pool, held for a copy at most. A full queue asks
-/// the receiver to pause its RECVMSG (<see cref="Deliver"/> returns true); receives taking half of it resume it.
-/// </remarks>
+/// <remarks>One lock guards the queue, the waiting receives and the pool, held for a copy at most.</remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class DatagramChannel
 {
@@ -185,7 +181,6 @@ internal sealed class DatagramChannel
         }
     }
 
-    /// <summary>A waiting receive's token was cancelled (any thread).</summary>
     public void Cancel(UdpReceiveOperation operation)
     {
         lock (_gate)
@@ -200,8 +195,7 @@ internal sealed class DatagramChannel
         operation.CompleteLater(default, new OperationCanceledException(operation.Token));
     }
 
-    /// <summary>Takes back a receive whose caller gave up on it before it completed (any thread); false when a
-    /// completion is already on its way.</summary>
+    /// <summary>False when a completion is already on its way.</summary>
     public bool Withdraw(UdpReceiveOperation operation)
     {
         lock (_gate)
@@ -244,8 +238,7 @@ internal sealed class DatagramChannel
         }
     }
 
-    /// <summary>One datagram: to the oldest waiting receive (or a batch still filling), else the queue. True when the
-    /// queue just filled: the receiver pauses its RECVMSG. Loop thread.</summary>
+    /// <summary>True when the queue just filled: the receiver pauses its RECVMSG.</summary>
     public bool Deliver(in ReceivedDatagram datagram)
     {
         UdpReceiveOperation? completed = null;
@@ -286,7 +279,7 @@ internal sealed class DatagramChannel
                 }
                 catch (Exception ex)
                 {
-                    // As above: this one fails, and the datagram goes on to the next receive or the queue.
+                    // As above.
                     (failed ??= []).Add((waiting, ex));
                     continue;
                 }
@@ -339,7 +332,6 @@ internal sealed class DatagramChannel
     {
         if (batch.IsFull)
         {
-            // Only when one batch was given to two receives at once: the other one filled it.
             throw new InvalidOperationException(
                 "The batch is full: another receive that has not completed was given it too. Give each waiting " +
                 "receive its own batch.");
@@ -358,7 +350,7 @@ internal sealed class DatagramChannel
         return result;
     }
 
-    /// <summary>An error for the oldest waiting receive, else for the socket's next operation. Loop thread.</summary>
+    /// <summary>For the oldest waiting receive, else the socket's next operation.</summary>
     public void Fail(SocketException error)
     {
         UdpReceiveOperation? waiting;

@@ -4,15 +4,13 @@ using IoUring.Interop;
 
 namespace IoUring.Net;
 
-/// <summary>How a socket names its local addresses: its family and its port. (A dual-mode socket gets IPv4 ones from
-/// the kernel IPv4-mapped, in IPV6_PKTINFO.)</summary>
+/// <summary>How a socket names its local addresses: its family and its port.</summary>
 internal readonly struct LocalAddressFormat(bool ipv6, int port)
 {
     public const int IPv4NameSize = 16; // sizeof(struct sockaddr_in)
     public const int IPv6NameSize = 28; // sizeof(struct sockaddr_in6)
 
-    /// <summary>The socket's family's unspecified address (0.0.0.0 or ::): a send from it leaves from the address
-    /// routing chooses.</summary>
+    /// <summary>A send from the unspecified address leaves from the one routing chooses.</summary>
     public int WriteUnspecified(Span<byte> name)
         => ipv6 ? WriteIPv6(name, stackalloc byte[16], interfaceIndex: 0) : WriteIPv4(name, 0);
 

@@ -1,8 +1,7 @@
 namespace IoUring.Net;
 
-/// <summary>One datagram as the loop found it in a ring buffer (or a queue slot): its bytes (maybe cut), its length as
-/// sent, its source's sockaddr and, when the socket asks for them, the local address it was sent to (a sockaddr of the
-/// socket's family) and the interface it came in on.</summary>
+/// <summary>One datagram in a ring buffer or a queue slot: its bytes (maybe cut), its length as sent, and the
+/// sockaddrs of its source and, if asked for, its local address.</summary>
 internal readonly ref struct ReceivedDatagram(ReadOnlySpan<byte> payload, int length, ReadOnlySpan<byte> source,
     ReadOnlySpan<byte> localName, int interfaceIndex)
 {

@@ -55,7 +55,6 @@ internal sealed unsafe class UdpReceiver
 
     public long Dropped => _channel.Dropped;
 
-    /// <summary>Receives that held a coalesced burst (UDP_GRO).</summary>
     public long CoalescedReceives => Volatile.Read(ref _coalescedReceives);
 
     public bool IsCoalescing => _coalescing;
@@ -129,8 +128,7 @@ internal sealed unsafe class UdpReceiver
         CancelReceive();
     }
 
-    /// <summary>After the socket's last request ended; on the loop thread, or the starting thread if the loop had
-    /// stopped.</summary>
+    /// <summary>After the socket's last request ended, or the loop stopped.</summary>
     public void Release()
     {
         Debug.Assert(!_armed || _owner.Loop.IsStopping, "released while the RECVMSG may still write into its buffers");
@@ -144,8 +142,6 @@ internal sealed unsafe class UdpReceiver
         NativeMemory.Free(_message);
         _message = null;
     }
-
-    // ---- arming, pausing, backing off ----
 
     public void OnBackoffEnded()
     {
@@ -240,9 +236,6 @@ internal sealed unsafe class UdpReceiver
         ReceiveBackoff.Prepare(sqe);
     }
 
-    // ---- completions ----
-
-    /// <summary>A completion with a buffer: one datagram.</summary>
     public void OnReceive(ReceivedBytes data, uint flags)
     {
         Debug.Assert(OnLoopThread, "completions run on the loop thread");
@@ -271,7 +264,7 @@ internal sealed unsafe class UdpReceiver
             return; // the kernel always writes the header and the name area
         }
         io_uring_recvmsg_out header = MemoryMarshal.Read<io_uring_recvmsg_out>(buffer);
-        // The real name length may exceed the room reserved for it (then the name was cut): never read past the room.
+        // A cut name's real length exceeds the room: never read past it.
         ReadOnlySpan<byte> name = buffer.Slice(Datagrams.HeaderSize,
             (int)Math.Min(header.namelen, (uint)Datagrams.NameSpace));
         ReadOnlySpan<byte> payload = buffer[payloadOffset..];

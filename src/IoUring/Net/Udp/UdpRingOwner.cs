@@ -5,8 +5,7 @@ namespace IoUring.Net;
 
 /// <summary>
 /// The <see cref="RingOwner"/> of one UDP socket's requests: routes each completion to the receiver or the sender, and
-/// lets the socket finish closing after the last one. Its receives select from the socket's own buffer group
-/// (<see cref="RingOwner.OwnReceiveBuffers"/>).
+/// lets the socket finish closing after the last one.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class UdpRingOwner(EventLoop loop, IoUringUdpSocket socket) : RingOwner(loop)

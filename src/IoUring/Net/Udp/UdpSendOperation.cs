@@ -54,7 +54,6 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     /// <summary>Its tag in the SENDMSG's user_data.</summary>
     public ushort Index { get; }
 
-    /// <summary>The caller waits for the kernel's result.</summary>
     public bool Awaited { get; private set; }
 
     public Libc.msghdr* Message => _message;
@@ -70,7 +69,6 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
     public int BytesSentOneByOne
         => SegmentSize > 0 && !UsesSegmentOffload ? (int)(_message->msg_iov->iov_base - (nuint)_payload) : 0;
 
-    /// <summary>The send leaves from a chosen local address (IP_PKTINFO).</summary>
     public bool HasChosenSource => _localAddressSpace > 0;
 
     /// <summary>The errno with which the kernel refused to segment this send, until one of its datagrams went alone;

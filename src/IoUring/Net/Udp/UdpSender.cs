@@ -14,11 +14,9 @@ namespace IoUring.Net;
 /// <see cref="UdpSendOperation"/> and sent with one SENDMSG.
 /// </summary>
 /// <remarks>
-/// <para>While fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight, a send completes
-/// once its copy is queued, as sendto(2) does; past that, callers wait for their own SENDMSG, so a fast sender is
-/// slowed down rather than buffered without bound.</para>
-/// <para>Threads: renting and returning operations under the lock (any thread); submissions and completions on the
-/// loop.</para>
+/// While fewer than <see cref="IoUringUdpOptions.MaxPendingSends"/> datagrams are in flight, a send completes once its
+/// copy is queued, as sendto(2) does; past that, callers wait for their own SENDMSG, so a fast sender is slowed down
+/// rather than buffered without bound.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe partial class UdpSender
@@ -141,7 +139,6 @@ internal sealed unsafe partial class UdpSender
         return _socket.TakePendingError() ?? TakePendingSendError();
     }
 
-    /// <summary>Counts the send's datagrams as pending; <paramref name="awaited"/> once that passes the bound.</summary>
     private Exception? Rent(int length, int segmentSize, out UdpSendOperation? operation, out bool awaited)
     {
         operation = null;
@@ -171,8 +168,8 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>A send that gets no SQE fails (ENOBUFS, as sendto(2) with no room). <paramref name="continuing"/>: the
-    /// next segment of a send going one by one, which a closing socket still sends.</summary>
+    /// <summary><paramref name="continuing"/>: the next segment of a send going one by one, which a closing socket
+    /// still sends.</summary>
     private void Submit(UdpSendOperation operation, bool continuing = false)
     {
         Debug.Assert(OnLoopThread, "sends are submitted on the loop thread");
@@ -193,7 +190,7 @@ internal sealed unsafe partial class UdpSender
         io_uring_sqe* sqe = _owner.Loop.TryNewSqe(_owner, UdpRequestKind.Send, operation.Index);
         if (sqe == null)
         {
-            Fail(operation, Errno.ENOBUFS); // the SQ stayed full (reported to the loop's owner)
+            Fail(operation, Errno.ENOBUFS); // the SQ stayed full: as sendto(2) with no room
             return;
         }
         Debug.Assert(_inFlight[operation.Index] is null, "a send submitted while its previous SENDMSG is in flight");
@@ -201,8 +198,8 @@ internal sealed unsafe partial class UdpSender
         _inFlight[operation.Index] = operation;
         sqe->opcode = IORING_OP_SENDMSG;
         sqe->fd = _fd;
-        // SAFETY: _inFlight holds the operation until this CQE; its msghdr, iovec, name and copy (or pinned lent
-        // buffer) are freed only after that (Free, ReleaseLent, or its finalizer once nothing references it).
+        // SAFETY: _inFlight holds the operation until this CQE; its native memory and pinned lent buffer are freed
+        // only after it.
         sqe->addr = (ulong)operation.Message;
         sqe->len = 1;
         sqe->msg_flags = Libc.MSG_NOSIGNAL;
@@ -402,7 +399,6 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>Sends that reach the loop from now on are refused.</summary>
     public void OnClosing()
     {
         Debug.Assert(OnLoopThread, "OnClosing runs on the loop thread");

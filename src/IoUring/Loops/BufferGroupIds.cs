@@ -1,9 +1,8 @@
 namespace IoUring.Loops;
 
 /// <summary>
-/// Provided-buffer group ids (16 bits, per ring in the kernel; unique per process here, which is simpler and as good):
-/// each loop has one group, and each UDP socket one of its own, so ids come and go. A freed id is reused, so a process
-/// that opens and closes sockets for ever never runs out; a group id still registered is never handed out twice.
+/// Provided-buffer group ids, unique per process (the kernel's are per ring; this is simpler and as good). Each loop
+/// and each UDP socket has one; freed ids are reused, so opening and closing sockets never runs out.
 /// </summary>
 internal static class BufferGroupIds
 {

@@ -4,13 +4,9 @@ using System.Runtime.InteropServices;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// The caller's 64-bit values of custom operations in flight, by slot (user_data's top 16 bits). Free slots form a
-/// list threaded through the same array (a free slot holds the next free slot's number), so rent and return are one
-/// array access each; the array grows during warm-up only, so steady state allocates nothing.
-/// </summary>
-/// <remarks>Loop thread only. A struct so its fields sit in the loop object: one dependent load less per
-/// access.</remarks>
+/// <summary>The 64-bit values of custom operations in flight, by slot (user_data's tag). A free slot holds the next
+/// free slot's number, so rent and return are one array access each.</summary>
+/// <remarks>Loop thread only. A struct, so its fields sit in the loop object: one dependent load less.</remarks>
 internal struct CustomValueTable
 {
     private const uint NoFreeSlot = uint.MaxValue;
@@ -25,7 +21,7 @@ internal struct CustomValueTable
         _freeHead = NoFreeSlot;
     }
 
-    /// <summary>Slots rented and not returned (walks the free list: not for the hot path).</summary>
+    /// <summary>Walks the free list: not for the hot path.</summary>
     public readonly int InUse
     {
         get
@@ -39,8 +35,7 @@ internal struct CustomValueTable
         }
     }
 
-    /// <summary>Makes sure the next <see cref="Rent"/> finds a free slot, growing the table if needed, so that renting
-    /// cannot fail.</summary>
+    /// <summary>Grows the table if needed, so the next <see cref="Rent"/> cannot fail.</summary>
     /// <exception cref="InvalidOperationException">All <see cref="UserData.MaxTags"/> slots are in use.</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void EnsureFreeSlot()
@@ -51,7 +46,6 @@ internal struct CustomValueTable
         }
     }
 
-    /// <summary>Takes a free slot for <paramref name="value"/> (after <see cref="EnsureFreeSlot"/>).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public uint Rent(ulong value)
     {
@@ -64,8 +58,7 @@ internal struct CustomValueTable
         return slot;
     }
 
-    /// <summary>The value of <paramref name="slot"/> (which came from <see cref="Rent"/>); with
-    /// <paramref name="release"/> the slot is free again.</summary>
+    /// <summary>With <paramref name="release"/> the slot is free again.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public ulong Get(uint slot, bool release)
     {

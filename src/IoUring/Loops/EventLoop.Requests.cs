@@ -8,20 +8,14 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-// Requests: the SQE API owners submit through (loop thread only), the io_uring_enter that hands the queued SQEs to the
-// kernel, and the dispatch of each CQE to its owner. Every request taken here is counted in flight until its final CQE:
-// the loop's stop waits for that count.
+// Every request is counted in flight until its final CQE; the stop waits for that count.
 public sealed unsafe partial class EventLoop
 {
     private CustomValueTable _customValues = new(); // mutable struct: never readonly
     private readonly FaultInjector? _faults; // test seam; null in production: one null check per SQE
     private int _inFlight;          // requests submitted whose final CQE has not arrived
 
-    /// <summary>
-    /// A new request of <paramref name="owner"/>: a zeroed SQE with user_data (owner, <paramref name="kind"/>,
-    /// <paramref name="tag"/>) set, counted in flight. If the SQ is full, queued SQEs are submitted first. Loop thread
-    /// only.
-    /// </summary>
+    /// <summary>A zeroed SQE, user_data set; a full SQ is submitted early first.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewSqe(RingOwner owner, uint kind, uint tag = 0)
     {
@@ -31,10 +25,8 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
-    /// <summary>
-    /// As <see cref="NewSqe"/>, for a caller that can go on without the request: null when the loop has no SQE for it
-    /// (the SQ stayed full after an early submit, or the ring is gone), the exception reported. Loop thread only.
-    /// </summary>
+    /// <summary>As <see cref="NewSqe"/>, but null (the exception reported) when the SQ stayed full or the ring is
+    /// gone.</summary>
     internal io_uring_sqe* TryNewSqe(RingOwner owner, uint kind, uint tag = 0)
     {
         try
@@ -48,12 +40,8 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>
-    /// Runs <paramref name="retry"/> on <paramref name="target"/> in the loop's next iteration, for a request
-    /// <see cref="TryNewSqe"/> had no SQE for (the submit in between makes room); not once the loop is gone. Only for
-    /// an owner that then holds nothing to free: one holding an fd, native memory or a caller's task gives an abandon
-    /// step (the other overload).
-    /// </summary>
+    /// <summary>Runs <paramref name="retry"/> after this iteration's submit made room; dropped once the loop is
+    /// gone.</summary>
     internal void RetryNextIteration<T>(T target, Action<T> retry) where T : class
         => Schedule(static s =>
         {
@@ -64,11 +52,8 @@ public sealed unsafe partial class EventLoop
             }
         }, (this, target, retry));
 
-    /// <summary>
-    /// As <see cref="RetryNextIteration{T}(T, Action{T})"/>, for a request whose owner holds what only it can free (an
-    /// fd, native memory, a caller's task): once the loop is gone (the post runs elsewhere, or on the loop thread after
-    /// the ring closed), <paramref name="abandon"/> runs instead, on the thread the post ends on.
-    /// </summary>
+    /// <summary>For a target holding an fd, memory or a task: once the loop is gone <paramref name="abandon"/> runs
+    /// instead, on whatever thread.</summary>
     internal void RetryNextIteration<T>(T target, Action<T> retry, Action<T> abandon) where T : class
         => Schedule(static s =>
         {
@@ -83,12 +68,10 @@ public sealed unsafe partial class EventLoop
             }
         }, (this, target, retry, abandon));
 
-    /// <summary>Whether the calling thread may ask for SQEs: the loop thread, while the ring is open (posts that raced
-    /// the stop run on the loop thread after the ring closed).</summary>
+    // Posts that raced the stop run on the loop thread after the ring closed.
     private bool CanSubmitHere => IsOnLoopThread && !_ring.IsDisposed;
 
-    /// <summary>As <see cref="NewSqe"/>, but nothing is written: the caller writes the whole SQE, user_data
-    /// included.</summary>
+    /// <summary>As <see cref="NewSqe"/>, uncleared: the caller writes the whole SQE, user_data included.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal io_uring_sqe* NewRawSqe(RingOwner owner)
     {
@@ -109,8 +92,7 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
-    /// <summary>Test seam (<see cref="FaultInjector.RefuseSqes"/>): throws as <see cref="SqeAfterEarlySubmit"/> does
-    /// when the SQ stays full.</summary>
+    // Test seam (FaultInjector.RefuseSqes): throws as a full SQ does.
     [MethodImpl(MethodImplOptions.NoInlining)]
     private void RefuseIfInjected(RingOwner owner)
     {
@@ -121,23 +103,14 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>Requests that can be taken before the SQ is full (and an early submit is needed). Loop
-    /// thread.</summary>
     internal int FreeSqes => (int)_ring.FreeSqes;
 
-    /// <summary>Makes sure <see cref="RentCustomValueSlot"/> cannot fail; throws if too many custom requests are in
-    /// flight.</summary>
     internal void EnsureCustomValueSlot() => _customValues.EnsureFreeSlot();
 
-    /// <summary>The slot in the custom value table that holds a custom request's value; after
-    /// <see cref="EnsureCustomValueSlot"/>, never throws.</summary>
     internal uint RentCustomValueSlot(ulong value) => _customValues.Rent(value);
 
-    /// <summary>
-    /// The SQ is full in the middle of an iteration: submit what is queued so far, as the end of the iteration would
-    /// (recycled buffers published first, so the receives among them can use them). A linked chain still open at the
-    /// tail stays queued: links do not span io_uring_enter calls, so submitting part of it would split it.
-    /// </summary>
+    /// <summary>The SQ is full mid-iteration: submit what is queued, recycled buffers published first. A chain still
+    /// open at the tail stays queued, as links do not span io_uring_enter calls (SubmissionQueueTests).</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private io_uring_sqe* SqeAfterEarlySubmit()
     {
@@ -145,8 +118,8 @@ public sealed unsafe partial class EventLoop
         uint openChain = OpenChainLength();
         if (openChain == _ring.SqEntries)
         {
-            // The whole SQ is one open chain: end it and submit it shorter, so the loop's own requests taken after
-            // this refusal do not join it or find the SQ still full.
+            // The whole SQ is one open chain: end it and submit it shorter, so later requests neither join it nor
+            // find the SQ full.
             _ring.UnpublishedSqe(openChain - 1)->flags &= unchecked((byte)~(IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
             PublishRecycledBuffers();
             SubmitAndWait(wait: false);
@@ -165,8 +138,7 @@ public sealed unsafe partial class EventLoop
         return sqe;
     }
 
-    /// <summary>The number of queued SQEs at the tail that belong to a chain whose last link is still to
-    /// come.</summary>
+    /// <summary>Queued SQEs at the tail in a chain whose last link is still to come.</summary>
     private uint OpenChainLength()
     {
         uint count = _ring.UnpublishedCount;
@@ -244,22 +216,19 @@ public sealed unsafe partial class EventLoop
     {
         RingOwner owner = GCHandle<RingOwner>.FromIntPtr(UserData.Handle(userData)).Target;
         bool finalPending = (flags & IORING_CQE_F_MORE) == 0; // the request's end is still to be counted
-        // One try region for the whole completion path: the handler, then (final CQE) the owner's bookkeeping, which
-        // may run owner code too (OnRequestFinished, OnFreed: a RingHandler's OnReleased). Nothing escapes to the loop.
+        // One try region for the whole completion path, owner hooks included.
         try
         {
             uint kind = UserData.Kind(userData);
             if (kind == UserData.CustomKind)
             {
                 ulong value = _customValues.Get(UserData.Tag(userData), release: finalPending);
-                // Every custom request's owner is a RingHandler (internal owners use kinds 1 to 7): one virtual call,
-                // straight to it.
+                // Only RingHandlers submit custom requests.
                 Debug.Assert(owner is RingHandler);
                 Unsafe.As<RingHandler>(owner).OnCompletion(value, result, flags);
             }
             else if ((flags & IORING_CQE_F_BUFFER) != 0)
             {
-                // An internal receive that took one of the loop's buffers: its bytes, then the buffer goes back.
                 (owner.OwnReceiveBuffers ?? _receiveBuffers!).Deliver(owner, kind, result, flags, userData);
             }
             else
@@ -280,10 +249,6 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>
-    /// An owner threw while handling a completion: tell it, then count the request's end if that was still to come.
-    /// Whatever the owner's hooks throw here is reported; the loop goes on.
-    /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private void OnDispatchException(RingOwner owner, Exception exception, bool finalPending)
     {
@@ -314,10 +279,8 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>
-    /// Arms the READ on the wakeup eventfd. Without an SQE for it (the SQ stayed full) it is retried every iteration,
-    /// and meanwhile the loop sleeps at most <see cref="DisarmedSleep"/> at a time.
-    /// </summary>
+    /// <summary>Arms the READ on the wakeup eventfd. Without an SQE it is retried each iteration, the loop sleeping at
+    /// most <see cref="DisarmedSleep"/> at a time meanwhile.</summary>
     internal void ArmWakeup()
     {
         AssertOnLoopThread();

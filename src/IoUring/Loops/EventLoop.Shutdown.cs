@@ -5,9 +5,8 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-// Stopping: owners close first (Stopping), then everything in flight is cancelled and the loop waits for each final
-// CQE within a deadline; zero-copy notifications are not waited for (they hold memory, not an fd, and may come only
-// when a peer acknowledges). Then the loop frees what it gave the kernel, unless something is still in flight.
+// Stopping: owners close first (Stopping), then everything is cancelled and the loop waits for the final CQEs within a
+// deadline, but not for zero-copy notifications: they hold memory, not an fd, and may come only when a peer acks.
 public sealed unsafe partial class EventLoop
 {
     private static readonly TimeSpan s_shutdownDeadline = TimeSpan.FromSeconds(10);
@@ -16,7 +15,6 @@ public sealed unsafe partial class EventLoop
     private int _stopRequested;
     private bool _stopping;         // loop thread's view: cancelling everything, refusing new requests
     private long _shutdownStarted;
-    // of the requests in flight, zero-copy sends done with their fd whose notification is all that is left
     private int _notificationsPending;
 
     /// <summary>Completes when the loop thread has stopped and released everything.</summary>
@@ -27,7 +25,7 @@ public sealed unsafe partial class EventLoop
     /// <summary>Raised on the loop thread when it starts stopping, before everything is cancelled.</summary>
     internal event Action? Stopping;
 
-    /// <summary>Stops the loop and waits for it: see the class remarks. Safe to call more than once.</summary>
+    /// <summary>Stops the loop and waits for it (see the class remarks). Safe to call more than once.</summary>
     public void Dispose()
     {
         RequestStop();
@@ -44,8 +42,7 @@ public sealed unsafe partial class EventLoop
         return _stopped.Task;
     }
 
-    /// <summary>A zero-copy send's result arrived and only its notification is in flight: a stop does not wait for
-    /// it.</summary>
+    /// <summary>Only a zero-copy send's notification is left in flight: a stop does not wait for it.</summary>
     internal void OnNotificationPending()
     {
         AssertOnLoopThread();
@@ -60,10 +57,8 @@ public sealed unsafe partial class EventLoop
         _notificationsPending--;
     }
 
-    /// <summary>Zero-copy notifications outstanding (requests that hold only memory, not an fd).</summary>
     internal int NotificationsPending => Volatile.Read(ref _notificationsPending);
 
-    /// <summary>Requests in flight that a stop waits for: all but zero-copy notifications.</summary>
     private bool HasRequestsToWaitFor => _inFlight > _notificationsPending;
 
     private bool ShutdownDeadlinePassed => _stopping
@@ -106,8 +101,7 @@ public sealed unsafe partial class EventLoop
 
     private bool _stopCancelPending; // the stop's cancel got no SQE: DrainAfterStop retries it
 
-    /// <summary>Cancels every request on the ring (including the wakeup READ); each still posts its final
-    /// CQE.</summary>
+    /// <summary>Each request still posts its final CQE.</summary>
     private void SubmitStopCancel()
     {
         io_uring_sqe* sqe = TryNewSqe(_loopRingOwner, LoopRingOwner.KindCancel);
@@ -119,8 +113,6 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>After <see cref="BeginStop"/>: run until every request but zero-copy notifications has ended, or the
-    /// deadline.</summary>
     private void DrainAfterStop()
     {
         while ((HasRequestsToWaitFor || HasPostedWork) && !ShutdownDeadlinePassed)
@@ -133,10 +125,7 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>
-    /// Notifications are not waited for: one may come only when a peer acknowledges or goes away. Those the final
-    /// closes released (an aborted socket drops its data at once) are collected by one more non-blocking pass.
-    /// </summary>
+    // Notifications the final closes released (an aborted socket drops its data at once): one non-blocking pass.
     private void CollectReleasedNotifications()
     {
         if (_notificationsPending > 0)
@@ -146,11 +135,8 @@ public sealed unsafe partial class EventLoop
         }
     }
 
-    /// <summary>
-    /// Leaving on a failure: stop as <see cref="BeginStop"/> does (owners close their fds, everything is cancelled and
-    /// drained within the deadline) as far as the ring still works; if it fails again, give up (the ring is closed
-    /// after this, which makes the kernel cancel what is left).
-    /// </summary>
+    /// <summary>Stops as far as the broken ring still works; if that fails too, closing the ring makes the kernel
+    /// cancel what is left.</summary>
     private void StopAfterFailure()
     {
         try
@@ -169,11 +155,11 @@ public sealed unsafe partial class EventLoop
         if (!drained)
         {
             // Requests still in flight may write into the receive buffers or the wakeup value: leak them rather than
-            // free memory the kernel may still use. Closing the ring below makes the kernel cancel them.
+            // free memory the kernel may still use.
             ReportUnhandled(new IoUringException(
                 $"The event loop stopped with {_inFlight} requests still in flight; their memory is kept.",
                 Errno.EBUSY));
-            // Their completions will never be read: callers awaiting file reads would wait for ever.
+            // Their completions will never be read: fail the file reads' awaiters now.
             _fileReads?.AbandonInFlight();
             _receiveBuffers?.Spares.OnStopped(); // blocks taken by connections must still come back
         }
@@ -183,9 +169,7 @@ public sealed unsafe partial class EventLoop
         }
         _posted.Close(drained);
         _loopRingOwner.Release();
-        // Closing the ring empties its buffer table (the kernel keeps pages a pending notification still uses); the
-        // pool's blocks stay valid GC memory for whoever still holds one.
-        // Blocks pinned by notifications still pending (or requests not drained) stay out for good, on purpose.
+        // Blocks the kernel may still use (pending notifications, undrained requests) stay out of the pools for good.
         bool kernelKeepsPins = !drained || _notificationsPending > 0;
         _memory.Shutdown(kernelKeepsPins);
         _ring.Dispose();

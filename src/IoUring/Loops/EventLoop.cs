@@ -11,16 +11,14 @@ using IoUring.Testing;
 namespace IoUring.Loops;
 
 /// <summary>
-/// One io_uring and the dedicated thread that is its only submitter. Each iteration drains the completion
-/// queue and dispatches every completion to its owner, runs work posted from other threads, then submits all
-/// new requests and waits for the next completion in a single io_uring_enter.
+/// One io_uring and the dedicated thread that is its only submitter. Each iteration dispatches the completions, runs
+/// work posted from other threads, then submits and waits in one io_uring_enter.
 /// </summary>
 /// <remarks>
-/// <para>Other threads never touch the ring: they <see cref="Schedule"/> work onto the loop. While the loop is
-/// busy that costs them no system call; a sleeping loop is woken through an eventfd it keeps a READ armed on.</para>
-/// <para>The loop is a <see cref="PipeScheduler"/>: pipe callbacks scheduled on it run on the loop thread.</para>
-/// <para>Disposing stops the loop: everything in flight is cancelled, the loop waits for each request's final
-/// completion, then closes every fd it opened and frees the memory it gave the kernel.</para>
+/// <para>Other threads never touch the ring: they <see cref="Schedule"/> work onto the loop (it is a
+/// <see cref="PipeScheduler"/>). That costs no system call unless the loop sleeps.</para>
+/// <para>Disposing cancels everything in flight, waits for the final completions, then closes the loop's fds and
+/// frees its memory.</para>
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
@@ -32,24 +30,23 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     private readonly LoopMemory _memory;
     private readonly PostedWork _posted;
     private readonly FileReadPool _fileReadPool;
-    private bool _wakeupDisarmed; // the wakeup READ had no SQE: retried each iteration, sleeps bounded meanwhile
+    private bool _wakeupDisarmed; // see ArmWakeup
     private const long DisarmedSleep = 10_000_000; // ns
     private readonly ManualResetEventSlim _started = new();
     private ExceptionDispatchInfo? _startupError;
     private ReceiveBuffers? _receiveBuffers;
-    // The loop thread's stack, [_stackLow, _stackLow + _stackSize), for IsOnLoopThread; size 0 while unknown or ended.
+    // For IsOnLoopThread; size 0 while unknown or ended.
     private nuint _stackLow;
     private nuint _stackSize;
-    // The loop running on this thread: the fallback test where the stack's range is unknown.
     [ThreadStatic]
     private static EventLoop? t_current;
     private int _liveOwners;
     private EventLoopCounters _counters;
-    private long _handlerExceptions; // the counters written from any thread: Interlocked
+    private long _handlerExceptions; // written from any thread: Interlocked
     private long _callerSends;
     private long _callerBytesSent;
     private long _queuedDatagramsTruncated;
-    private readonly string? _origin; // PoolDiagnostics only: where the loop was made, named in its pools' reports
+    private readonly string? _origin; // PoolDiagnostics only: where the loop was made
 
     /// <summary>Creates the ring and starts the loop thread.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
@@ -69,7 +66,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         _memory = new LoopMemory(this, _options.MemoryBlockSize, _options.Hooks?.PoisonReturnedMemory ?? false,
             _origin);
 
-        // Created here so setup errors reach the caller; started disabled so the loop thread becomes the single issuer.
+        // Created here so setup errors reach the caller; started disabled so the loop thread is the single issuer.
         _ring = Ring.Create(new RingOptions
         {
             SqEntries = (uint)_options.SubmissionQueueSize,
@@ -91,18 +88,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    /// <summary>The IORING_SETUP_* flags this loop's ring was set up with, after any fallback (R_DISABLED included: the
-    /// loop thread enabled it).</summary>
+    /// <summary>The IORING_SETUP_* flags of the ring, after any fallback (R_DISABLED included).</summary>
     public uint SetupFlags => _ring.SetupFlags;
 
     /// <summary>Whether io_uring_enter uses the registered ring fd.</summary>
     public bool IsRingFdRegistered => _ring.IsRingFdRegistered;
 
-    /// <summary>
-    /// Whether the loop's waits for completions pass IORING_ENTER_NO_IOWAIT, so that its sleep with requests in flight
-    /// counts as idle time rather than iowait: the kernel has it (6.15+) and
-    /// <see cref="EventLoopOptions.ReportIoWait"/> is false.
-    /// </summary>
+    /// <summary>Whether waits pass IORING_ENTER_NO_IOWAIT (kernel 6.15+, <see cref="EventLoopOptions.ReportIoWait"/>
+    /// false), so sleeping with requests in flight counts as idle, not iowait.</summary>
     public bool SuppressesIoWait => _ring.SuppressesIoWait;
 
     internal bool KnowsThreadStack => _stackSize != 0;
@@ -112,8 +105,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         get
         {
-            // Stacks never overlap: an address on the caller's stack inside the loop thread's stack means the loop
-            // thread. Cheaper than a thread-static read (a TLS lookup call on Linux).
+            // Stacks never overlap; cheaper than the thread-static (a TLS lookup call on Linux).
             nuint stackSize = _stackSize;
             if (stackSize != 0)
             {
@@ -124,11 +116,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
     }
 
-    /// <summary>Counters of this loop's work so far (read without synchronization: a close approximation while
-    /// running).</summary>
+    /// <summary>Counters of this loop's work so far; read without synchronization, so approximate while
+    /// running.</summary>
     public EventLoopCounters Counters => _counters with
     {
-        // the loop's own buffer ring's, and its UDP sockets' own rings' (counted as they happen)
         BufferRingExhaustions = _counters.BufferRingExhaustions + (_receiveBuffers?.Exhaustions ?? 0),
         ReceiveBuffersLost = _receiveBuffers?.LostBuffers ?? 0,
         MemoryPoolRentedBytes = _memory.RentedBytes,
@@ -141,18 +132,17 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         CallerSends = Interlocked.Read(ref _callerSends),
     };
 
-    /// <summary>The number of requests in flight on the ring (approximate when read off the loop thread).</summary>
+    /// <summary>Requests in flight on the ring; approximate off the loop thread.</summary>
     public int InFlight => Volatile.Read(ref _inFlight);
 
     internal Ring Ring => _ring;
 
     internal EventLoopOptions Options => _options;
-    /// <summary>The loop's provided buffers for receives (registered when the loop starts, before the constructor
-    /// returns; their memory is made at the first receive).</summary>
+    // Set before the constructor returns.
     internal ReceiveBuffers ReceiveBuffers => _receiveBuffers!;
     internal int RingSetupRefusals => _ring.RefusedSetupAttempts;
 
-    // Owners' own receive buffers (UDP sockets'), published with the loop's before each submit. Loop thread only.
+    // UDP sockets' own buffer rings.
     private readonly List<ReceiveBuffers> _ownerReceiveBuffers = [];
 
     internal void AddOwnerReceiveBuffers(ReceiveBuffers buffers)
@@ -168,7 +158,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         Debug.Assert(removed, "an owner's buffers are removed once, after they were added");
     }
 
-    /// <summary>Makes every buffer given back visible to the kernel: the loop's and its owners' own groups.</summary>
     private void PublishRecycledBuffers()
     {
         AssertOnLoopThread();
@@ -180,14 +169,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     }
     internal int CustomSlotsInUse => _customValues.InUse;
 
-    /// <summary>Owners whose GCHandle is allocated (the leak check of the tests: it returns to its baseline).</summary>
+    /// <summary>Owners whose GCHandle is allocated: the tests' leak check.</summary>
     internal int LiveOwners => Volatile.Read(ref _liveOwners);
 
     internal void OnOwnerCreated() => Interlocked.Increment(ref _liveOwners);
 
     internal void OnOwnerFreed() => Interlocked.Decrement(ref _liveOwners);
 
-    // ---- counting, for Counters: on the loop thread, except where Interlocked says any thread ----
+    // ---- counting ----
 
     internal void OnBytesReceived(int count) => Count().BytesReceived += count;
 
@@ -219,7 +208,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         _counters.UdpBytesReceived += bytes;
     }
 
-    /// <summary>Several datagrams: one segmented send.</summary>
     internal void OnDatagramsSent(int datagrams, int bytes)
     {
         Count().UdpDatagramsSent += datagrams;
@@ -228,15 +216,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void OnDatagramDropped() => Count().UdpDatagramsDropped++;
 
-    /// <summary>The loop copied a cut datagram into a waiting receive or batch.</summary>
+    /// <summary>Cut on the loop, into a waiting receive or batch.</summary>
     internal void OnDatagramTruncated() => Count().UdpDatagramsTruncated++;
 
-    /// <summary>A receive took a cut datagram from a UDP socket's queue, on the receiving caller's thread.</summary>
+    /// <summary>Cut, taken from a socket's queue on the receiving thread.</summary>
     internal void OnQueuedDatagramTruncated() => Interlocked.Increment(ref _queuedDatagramsTruncated);
 
     internal void OnSegmentOffload() => Count().UdpSegmentOffloads++;
 
-    /// <summary>A UDP socket's own buffer ring was empty (ENOBUFS): counted with the loop's.</summary>
     internal void OnOwnerBuffersExhausted() => Count().BufferRingExhaustions++;
 
     internal void OnCoalescedReceive() => Count().UdpCoalescedReceives++;
@@ -252,7 +239,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     internal void ReportUnhandled(Exception exception)
     {
-        // also called off the loop thread (posts after the stop, close signals)
+        // any thread (posts after the stop, close signals)
         Interlocked.Increment(ref _handlerExceptions);
         try
         {
@@ -260,7 +247,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         catch (Exception)
         {
-            // A faulty reporter must not kill the loop either.
+            // A throwing reporter must not kill the loop.
         }
     }
 
@@ -292,7 +279,7 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         finally
         {
-            // A thread started later may be given this stack's memory (libc caches stacks): it must not pass the test.
+            // libc reuses stacks: a later thread on this memory must not pass IsOnLoopThread.
             _stackSize = 0;
         }
     }
@@ -324,15 +311,14 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         }
         catch (Exception ex)
         {
-            // Only a broken ring gets here (enter failing with an unexpected errno, e.g. EBADR).
+            // Only a broken ring gets here (enter failed, e.g. EBADR).
             ReportUnhandled(ex);
             StopAfterFailure();
         }
-        // Pending notifications pin only send memory (their owners are never freed): the kernel may still send from it.
+        // Pending notifications count as drained: they pin only send memory, which _memory keeps.
         ReleaseResources(drained: _inFlight == _notificationsPending);
         _stopped.TrySetResult();
-        // Work that raced with the stop still runs (no continuation is lost); ring access in it throws, and is
-        // reported.
+        // Work that raced with the stop still runs; ring access in it throws and is reported.
         _posted.Run();
     }
 
@@ -340,8 +326,8 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     {
         if (_options.BatchScheduling)
         {
-            // sched_param.sched_priority is 0 for non-realtime policies. RESET_ON_FORK: threads started from the loop
-            // thread (the thread pool grows from it) keep the normal policy.
+            // sched_priority is 0 for non-realtime policies. RESET_ON_FORK: threads started from the loop thread
+            // (the thread pool grows from it) keep the normal policy.
             int param = 0;
             if (Libc.sched_setscheduler(0, Libc.SCHED_BATCH | Libc.SCHED_RESET_ON_FORK, &param) == 0)
             {
@@ -362,11 +348,10 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
     }
 
     /// <summary>Whether the loop thread runs under SCHED_BATCH (<see cref="EventLoopOptions.BatchScheduling"/>, and the
-    /// kernel allowed it). Set before the constructor returns.</summary>
+    /// kernel allowed it).</summary>
     public bool IsBatchScheduled { get; private set; }
 
-    /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under a seccomp filter), or
-    /// 0.</summary>
+    /// <summary>The errno with which the kernel refused SCHED_BATCH (e.g. EPERM under seccomp), or 0.</summary>
     public int BatchSchedulingError { get; private set; }
 
     private void RunOnce()
@@ -379,7 +364,6 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
             ArmWakeup();
         }
 
-        // Block for a completion unless stopping with nothing left to wait for.
         bool wait = (!_stopping || HasRequestsToWaitFor) && _posted.TryBeginSleep();
         PublishRecycledBuffers();
         SubmitAndWait(wait);
@@ -391,27 +375,22 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
 
     // ---- work from other threads ----
 
-    /// <summary>Runs <paramref name="action"/> on the loop thread. Safe from any thread; never runs it
-    /// inline.</summary>
-    /// <remarks>
-    /// Once the loop has stopped (<see cref="Stopped"/>) the action runs on the thread pool instead, without throwing
-    /// (pipes call this from the application's calls). Ring access from such an action throws, and is reported to
-    /// <see cref="EventLoopOptions.UnhandledException"/>.
-    /// </remarks>
+    /// <summary>Runs <paramref name="action"/> on the loop thread, never inline. Safe from any thread.</summary>
+    /// <remarks>Once the loop has stopped the action runs on the thread pool instead, without throwing; ring access
+    /// there throws and is reported to <see cref="EventLoopOptions.UnhandledException"/>.</remarks>
     public override void Schedule(Action<object?> action, object? state)
     {
         ArgumentNullException.ThrowIfNull(action);
         _posted.Post(action, state);
         if (_stopped.Task.IsCompleted)
         {
-            // Stopped, maybe after the loop's last look at its queue: run it elsewhere so nothing is lost.
+            // The loop may have looked at its queue for the last time: run it elsewhere.
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static loop => loop._posted.Run(), this, false);
         }
     }
 
-    /// <summary>As <see cref="Schedule"/>, for callers that must know the loop is gone rather than run the action
-    /// elsewhere.</summary>
-    /// <exception cref="ObjectDisposedException">The loop has stopped.</exception>
+    /// <summary>As <see cref="Schedule"/>, but throws <see cref="ObjectDisposedException"/> once the loop has
+    /// stopped.</summary>
     internal void Post(Action<object?> action, object? state)
     {
         if (_stopped.Task.IsCompleted)
@@ -421,16 +400,15 @@ public sealed unsafe partial class EventLoop : PipeScheduler, IDisposable
         Schedule(action, state);
     }
 
-    /// <summary>As <see cref="Post"/>, waking a sleeping loop at once even from a thread-pool thread: for a caller that
-    /// blocks until the work has run. An eventfd write each time: not for hot paths.</summary>
+    /// <summary>As <see cref="Post"/>, waking the loop at once even from a thread-pool thread, for a caller that
+    /// blocks on the work. Not for hot paths.</summary>
     internal void PostAndWake(Action<object?> action, object? state)
     {
         Post(action, state);
         _posted.Wake();
     }
 
-    /// <summary>Whether the loop announced it sleeps (a hint): work posted now costs a wake-up, so a poster that can do
-    /// it with one system call may prefer to.</summary>
+    /// <summary>A hint: work posted now costs a wake-up.</summary>
     internal bool IsSleeping => _posted.IsSleeping;
 
     private bool HasPostedWork => !_posted.IsEmpty;

@@ -3,8 +3,7 @@ using System.Runtime.Versioning;
 
 namespace IoUring.Loops;
 
-/// <summary>A loop's <see cref="FileRead"/>s, reused across <see cref="EventLoop.ReadAsync"/> calls (any thread; at
-/// most <see cref="MaxPooled"/> kept).</summary>
+/// <summary>A loop's reusable <see cref="FileRead"/>s; any thread.</summary>
 [SupportedOSPlatform("linux")]
 internal sealed class FileReadPool(EventLoop loop)
 {

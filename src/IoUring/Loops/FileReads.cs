@@ -6,12 +6,8 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// The loop's file reads (<see cref="EventLoop.ReadAsync"/>): one owner for all of them, each read in flight in a slot
-/// whose number is its user_data tag. Made at the loop's first read, released when the loop stops (the stop's
-/// cancel-all ends the reads in flight, which then fail with <see cref="ObjectDisposedException"/>).
-/// </summary>
-/// <remarks>Loop thread only.</remarks>
+/// <summary>The owner of the loop's file reads: each read in flight has a slot, its user_data tag. Loop thread
+/// only.</summary>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class FileReads : RingOwner
 {
@@ -25,8 +21,7 @@ internal sealed unsafe class FileReads : RingOwner
 
     public FileReads(EventLoop loop) : base(loop) => loop.Stopping += Release;
 
-    /// <summary>Submits <paramref name="read"/> on its loop (called there), or fails it if the loop is stopping or gone
-    /// (the action then runs elsewhere).</summary>
+    /// <summary>Fails the read if the loop is stopping or gone (the post then runs elsewhere).</summary>
     public static void Submit(FileRead read)
     {
         EventLoop loop = read.Loop;
@@ -38,8 +33,7 @@ internal sealed unsafe class FileReads : RingOwner
         loop.FileReadsOnLoop().SubmitOnLoop(read);
     }
 
-    /// <summary>The token of <paramref name="read"/> (at <paramref name="version"/>) was cancelled, on any thread: the
-    /// cancel is posted to the loop (once it stopped, its stop ended the read).</summary>
+    /// <summary>Any thread: posts the cancel to the loop.</summary>
     public static void RequestCancel(FileRead read, short version)
     {
         try
@@ -59,8 +53,6 @@ internal sealed unsafe class FileReads : RingOwner
         }
     }
 
-    /// <summary>Queues the read's SQE (READ, or READ_FIXED into a block of the loop's registered pool), or ends the
-    /// read when it cannot go to the kernel.</summary>
     private void SubmitOnLoop(FileRead read)
     {
         Loop.AssertOnLoopThread();
@@ -84,8 +76,7 @@ internal sealed unsafe class FileReads : RingOwner
         io_uring_sqe* sqe = Loop.TryNewSqe(this, KindRead, (uint)slot);
         if (sqe == null)
         {
-            // No SQE now: the iteration's submit makes room. Once the loop is gone the read, never in the kernel,
-            // fails and gives back its buffer and file.
+            // Retried after this iteration's submit; once the loop is gone the read, never in the kernel, fails.
             ReturnSlot(slot);
             Loop.RetryNextIteration(read, static r => Submit(r), static r => r.Complete(0, Stopped()));
             return;
@@ -106,9 +97,7 @@ internal sealed unsafe class FileReads : RingOwner
         sqe->off = (ulong)read.Offset;
     }
 
-    /// <summary>The token of <paramref name="read"/> (at <paramref name="version"/>) was cancelled: a read not
-    /// submitted yet is not submitted, one in flight is cancelled (a read the kernel already runs may still
-    /// complete).</summary>
+    /// <summary>A read not submitted yet is not submitted; one in flight gets an ASYNC_CANCEL.</summary>
     public void Cancel(FileRead read, short version)
     {
         if (read.Version != version || IsReleased)
@@ -123,7 +112,7 @@ internal sealed unsafe class FileReads : RingOwner
         io_uring_sqe* sqe = Loop.TryNewSqe(this, KindCancel);
         if (sqe == null)
         {
-            // Dropped once the loop is gone: its stop ended the read, or left it in the kernel (AbandonInFlight).
+            // Dropped once the loop is gone: its stop ended or abandoned the read.
             Loop.RetryNextIteration(this, reads => reads.Cancel(read, version));
             return;
         }
@@ -155,11 +144,8 @@ internal sealed unsafe class FileReads : RingOwner
     internal static ObjectDisposedException Stopped()
         => new(nameof(EventLoop), "The event loop stopped before the file read completed.");
 
-    /// <summary>
-    /// The loop leaves with reads still in the kernel (its stop's deadline passed): no completion of theirs will be
-    /// read, so their awaiters fail now. Each keeps its buffer pinned and its file referenced for good, as the kernel
-    /// may still write; their slots and this owner are never freed.
-    /// </summary>
+    /// <summary>The stop's deadline passed with reads in the kernel: their awaiters fail now
+    /// (<see cref="FileRead.Abandon"/>), and this owner is never freed.</summary>
     public void AbandonInFlight()
     {
         Loop.AssertOnLoopThread();

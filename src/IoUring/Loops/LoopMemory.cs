@@ -6,59 +6,45 @@ using IoUring.Rings;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// A loop's send memory: its pool of pinned blocks, whose regions it registers with the ring as fixed buffers (on the
-/// loop thread, the ring's single issuer), and the pool of 64 KiB blocks for large writes. Both pools are made at
-/// first use; any thread may rent.
-/// </summary>
+/// <summary>A loop's pinned pools, made at first use: the main one, whose regions it registers as fixed buffers on
+/// the loop thread, and the 64 KiB one for large writes. Any thread may rent.</summary>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool poisonReturnedBlocks, string? origin)
     : IRegionRegistrar
 {
-    /// <summary>Bytes per block of <see cref="LargePool"/>.</summary>
     public const int LargeBlockSize = 64 * 1024;
 
     private RegisteredBufferTable? _table; // loop thread: made at start, dropped at the ring's close
     private PinnedBlockMemoryPool? _pool;
     private PinnedBlockMemoryPool? _largePool;
 
-    /// <summary>The ring's registered-buffer table (null before start and after the stop).</summary>
     public RegisteredBufferTable? Table => _table;
 
     public PinnedBlockMemoryPool Pool => Volatile.Read(ref _pool) ?? Create(ref _pool, this, blockSize);
 
-    /// <summary>The pool, if anything used it yet.</summary>
     public PinnedBlockMemoryPool? PoolIfCreated => Volatile.Read(ref _pool);
 
-    /// <summary>
-    /// Blocks for writes larger than <see cref="Pool"/>'s blocks (SendFileAsync reads 64 KiB at a time): pinned and
-    /// trimmed like the main pool, not registered. ArrayPool's per-core store could not keep up with 64 connections
-    /// sending files, so every response allocated new arrays.
-    /// </summary>
+    /// <summary>Blocks for large writes (SendFileAsync reads 64 KiB at a time), not registered: ArrayPool's per-core
+    /// store did not keep up.</summary>
     public PinnedBlockMemoryPool LargePool
         => Volatile.Read(ref _largePool) ?? Create(ref _largePool, registrar: null, LargeBlockSize);
 
-    /// <summary>Bytes of both pools rented now.</summary>
     public long RentedBytes => Rented(_pool) + Rented(_largePool);
 
     public long RegisteredBytes => _table?.RegisteredBytes ?? 0;
 
-    /// <summary>Loop start, on the loop thread.</summary>
     public void OpenTable(Ring ring, int injectedErrno, int injectedUnregisterErrno)
     {
         loop.AssertOnLoopThread();
         _table = new RegisteredBufferTable(ring, injectedErrno, injectedUnregisterErrno);
     }
 
-    /// <summary>The block's registered-buffer index in the loop's ring, or -1 (the sender's hot path).</summary>
     public int RegisteredIndex(PinnedBlock block)
     {
         loop.AssertOnLoopThread();
         return block.Region.Pool == _pool ? block.Region.BufferIndex : -1;
     }
 
-    /// <summary>Whether <paramref name="memory"/> lies in a registered block of <see cref="Pool"/>, and its
-    /// index.</summary>
     public bool TryGetRegisteredIndex(ReadOnlyMemory<byte> memory, out ushort index)
     {
         if (MemoryMarshal.TryGetMemoryManager(memory, out PinnedBlock? block)
@@ -71,8 +57,8 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
         return false;
     }
 
-    /// <summary>The loop's ring closes (its table with it). Blocks the kernel may still pin
-    /// (<paramref name="kernelKeepsPins"/>: notifications pending, requests not drained) stay out for good.</summary>
+    /// <summary>The ring closes, its table with it. With <paramref name="kernelKeepsPins"/> the blocks still out stay
+    /// out for good.</summary>
     public void Shutdown(bool kernelKeepsPins)
     {
         _pool?.Shutdown(kernelKeepsPins);
@@ -127,8 +113,8 @@ internal sealed unsafe class LoopMemory(EventLoop loop, int blockSize, bool pois
 
     private void UnregisterNow(PinnedRegion region)
     {
-        // The pages go back only once no table holds them: an entry left in place (the ring's close empties it later,
-        // or the kernel refused) keeps them pinned; they then stay until the GC takes the array.
+        // The pages go back only once no table holds them; an entry left in place (refused, or emptied later by the
+        // ring's close) keeps them until the GC takes the array.
         bool held = region.BufferIndex >= 0;
         if (held && loop.IsOnLoopThread && !loop.IsStopping && _table is { } table)
         {

@@ -5,14 +5,11 @@ using IoUring.Rings;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// Work posted to a loop from other threads, and the eventfd that wakes the loop when it sleeps in io_uring_enter
-/// (the loop keeps a READ armed on it). A poster costs no system call while the loop is awake: the loop announces its
-/// sleep, then re-checks the queue (<see cref="TryBeginSleep"/>); a poster enqueues, then claims the wake
-/// (<see cref="Post"/>). Either the loop sees the item or the poster sees the sleep (both sides use full fences).
-/// </summary>
-/// <remarks>Also the thread-pool work item of a deferred wake: only the poster that claimed the sleep queues
-/// it.</remarks>
+/// <summary>Work posted to a loop from other threads, and the eventfd that wakes it from io_uring_enter. The loop
+/// announces its sleep, then re-checks the queue (<see cref="TryBeginSleep"/>); a poster enqueues, then claims the
+/// wake (<see cref="Post"/>). With full fences on both sides, either the loop sees the item or the poster sees the
+/// sleep.</summary>
+/// <remarks>Also the deferred wake's work item.</remarks>
 internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolWorkItem
 {
     private readonly System.Collections.Concurrent.ConcurrentQueue<(Action<object?> Action, object? State)> _queue
@@ -23,7 +20,6 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
     private int _writers;         // threads inside Wake: Close waits for them, so the fd number is not reused under one
     private long _wakes;
 
-    /// <summary>Opens the eventfd (loop start, on the loop thread).</summary>
     public void Open()
     {
         Debug.Assert(_eventFd < 0, "the wakeup is opened once");
@@ -37,22 +33,17 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
 
     public int FileDescriptor => _eventFd;
 
-    /// <summary>Where the armed READ writes the eventfd's counter.</summary>
     public ulong* ReadTarget => _readTarget;
 
-    /// <summary>eventfd writes so far, from any thread.</summary>
     public long Wakes => Interlocked.Read(ref _wakes);
 
-    /// <summary>Whether the loop announced it sleeps: a hint, stale as soon as read.</summary>
+    /// <summary>A hint, stale as soon as read.</summary>
     public bool IsSleeping => Volatile.Read(ref _sleeping) != 0;
 
     public bool IsEmpty => _queue.IsEmpty;
 
-    /// <summary>
-    /// Queues <paramref name="action"/> and wakes the loop if it sleeps: at once, or from a thread-pool thread after
-    /// the work already queued there (a thread flushing a batch of responses would otherwise wake the loop at its
-    /// first flush, and the loop would send them one by one).
-    /// </summary>
+    /// <summary>A thread-pool poster defers the wake behind its queued work, so a batch of flushes wakes the loop
+    /// once.</summary>
     public void Post(Action<object?> action, object? state)
     {
         _queue.Enqueue((action, state));
@@ -69,8 +60,7 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
         }
     }
 
-    /// <summary>Loop thread, before blocking: announces the sleep, then re-checks the queue; false (do not block) if
-    /// work came in meanwhile.</summary>
+    /// <summary>False (do not block) if work came in after the sleep was announced.</summary>
     public bool TryBeginSleep()
     {
         Interlocked.Exchange(ref _sleeping, 1);
@@ -82,11 +72,9 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
         return true;
     }
 
-    /// <summary>Loop thread: awake again.</summary>
     public void EndSleep() => Volatile.Write(ref _sleeping, 0);
 
-    /// <summary>Runs what was queued when it was called (a stream of posts must not starve completions); an exception
-    /// is reported and the rest still runs.</summary>
+    /// <summary>Runs only what was queued at the call, so a stream of posts cannot starve completions.</summary>
     public void Run()
     {
         int count = _queue.Count;
@@ -103,7 +91,7 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
         }
     }
 
-    /// <summary>Writes the eventfd (any thread); nothing once closed.</summary>
+    // Any thread; nothing once closed.
     public void Wake()
     {
         Interlocked.Increment(ref _writers);
@@ -119,8 +107,7 @@ internal sealed unsafe class PostedWork(Action<Exception> report) : IThreadPoolW
 
     void IThreadPoolWorkItem.Execute() => Wake();
 
-    /// <summary>Loop teardown: closes the eventfd once no writer is inside <see cref="Wake"/>; frees the READ's target
-    /// only if <paramref name="drained"/> (no request in flight may still write it).</summary>
+    /// <summary>Frees the READ's target only if <paramref name="drained"/>.</summary>
     public void Close(bool drained)
     {
         if (drained && _readTarget != null)

@@ -6,18 +6,13 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// The provided-buffer ring every internal receive of a loop selects from (IOSQE_BUFFER_SELECT, group of
-/// <see cref="UseGroup"/>): hands a completion's bytes to its owner, always takes the buffers back, publishes them
-/// before each submit and counts ENOBUFS. Owners never see a buffer id. Loop thread only; disposed after the loop's
-/// last completion.
-/// </summary>
+/// <summary>The provided-buffer ring a loop's internal receives select from: it hands a completion's bytes to its
+/// owner and takes the buffers back, so owners never see a buffer id. Loop thread only.</summary>
 /// <remarks>
-/// Receive bundles: a completion names only its first buffer; the others are the ring entries that followed it, found
-/// from the ring position each buffer was last handed over at. That holds while the kernel posts a ring's completions
-/// in the order it took the buffers (guaranteed only where <see cref="IoUringCapabilities.HasReceiveBundles"/>). It is
-/// checked, not trusted: an entry written again (<see cref="BufferRing.TryGetEntryAt"/>) fails that receive's owner
-/// instead of handing it another connection's bytes, and the buffer is counted in <see cref="LostBuffers"/>.
+/// Receive bundles: a completion names only its first buffer; the others are the ring entries after it. That holds
+/// while the kernel completes in the order it took the buffers (guaranteed only where
+/// <see cref="IoUringCapabilities.HasReceiveBundles"/>). It is checked: an entry written again fails that receive's
+/// owner instead of handing it another connection's bytes, and counts in <see cref="LostBuffers"/>.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class ReceiveBuffers : IDisposable
@@ -43,16 +38,13 @@ internal sealed class ReceiveBuffers : IDisposable
         }
     }
 
-    /// <summary>Bytes per buffer.</summary>
     public int BufferSize => _ring.BufferSize;
 
-    /// <summary>Where blocks taken with <see cref="Take"/> go back to, from any thread.</summary>
+    /// <summary>Where blocks taken with <see cref="Take"/> go back, from any thread.</summary>
     public ReceiveBlockPool Spares => _spares;
 
-    /// <summary>
-    /// Keeps buffer <paramref name="bid"/> of the completion being delivered: its memory becomes the caller's (back to
-    /// <see cref="Spares"/> when done), a spare block takes its place, and the id still goes back after delivery.
-    /// </summary>
+    /// <summary>Keeps buffer <paramref name="bid"/>'s memory (back to <see cref="Spares"/> when done); a spare block
+    /// takes its place in the ring.</summary>
     public ReceiveBlock Take(ushort bid)
     {
         ReceiveBlock spare = _spares.Rent();
@@ -71,26 +63,22 @@ internal sealed class ReceiveBuffers : IDisposable
         return _ring.GroupId;
     }
 
-    /// <summary>Bytes of buffer memory in the ring (0 until the first <see cref="UseGroup"/>).</summary>
     public long MemoryBytes => _ring.MemoryBytes;
 
-    /// <summary>Receives that found every buffer taken (ENOBUFS).</summary>
     public long Exhaustions { get; private set; }
 
-    /// <summary>Bundle buffers that could not be found to give back (see the remarks; expected 0).</summary>
+    /// <summary>Bundle buffers not found to give back (see the remarks).</summary>
     public int LostBuffers { get; private set; }
 
-    /// <summary>
-    /// A CQE carrying one of these buffers (IORING_CQE_F_BUFFER): hands its bytes to <paramref name="owner"/>, then
-    /// gives the buffers back, also when the owner throws (a lost buffer is lost to every receive of the loop).
-    /// </summary>
+    /// <summary>Gives the buffers back even if <paramref name="owner"/> throws: a lost buffer is lost to every
+    /// receive.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void Deliver(RingOwner owner, uint kind, int result, uint flags, ulong userData)
     {
         ushort bid = (ushort)(flags >> IORING_CQE_BUFFER_SHIFT);
         if (result <= 0)
         {
-            // No bytes (the kernel normally keeps the buffer then): give it back and report the result as it is.
+            // No bytes (the kernel normally keeps the buffer then): give it back anyway.
             _ring.Recycle(bid);
             owner.HandleCompletion(kind, result, flags, userData);
             return;
@@ -106,8 +94,8 @@ internal sealed class ReceiveBuffers : IDisposable
         }
     }
 
-    // Each entry is read right before its buffer is given back: giving back the earlier ones only writes slots of
-    // entries taken before this completion's (see the remarks).
+    // Each entry is read right before its buffer goes back: giving back the earlier ones only writes slots of entries
+    // taken before this completion's.
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void GiveBack(ushort firstBid, uint position, int bytes)
     {
@@ -133,10 +121,8 @@ internal sealed class ReceiveBuffers : IDisposable
         }
     }
 
-    /// <summary>
-    /// A receive failed with ENOBUFS: counts it; true if a buffer came back since this receiver's previous exhaustion
-    /// (<paramref name="mark"/>, -1 at first; updated), false if re-arming now would fail again (back off first).
-    /// </summary>
+    /// <summary>Counts an ENOBUFS; false if no buffer came back since this receiver's previous one
+    /// (<paramref name="mark"/>, -1 at first), so re-arming now would fail again.</summary>
     public bool OnExhausted(ref int mark)
     {
         Exhaustions++;
@@ -149,11 +135,10 @@ internal sealed class ReceiveBuffers : IDisposable
         return true;
     }
 
-    /// <summary>Makes the buffers given back visible to the kernel (before each submit).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public void PublishRecycled() => _ring.Publish();
 
-    /// <summary>Gives back a buffer taken by a <see cref="RingHandler"/>'s request (tests).</summary>
+    /// <summary>Tests: gives back a buffer a <see cref="RingHandler"/>'s request took.</summary>
     internal void Recycle(ushort bid) => _ring.Recycle(bid);
 
     public void Dispose()

@@ -4,16 +4,11 @@ using System.Runtime.Versioning;
 
 namespace IoUring.Loops;
 
-/// <summary>
-/// Anything that submits requests on a loop's ring and receives their completions: a connection, a listener, a
-/// <see cref="RingHandler"/>. Its GCHandle is freed only once the owner was released and its last request's final CQE
-/// arrived, so a handle value in flight in the kernel never names another owner.
-/// </summary>
-/// <remarks>
-/// <para>All members but the constructor run on the loop thread.</para>
-/// <para>Public only as <see cref="RingHandler"/>'s base; its constructor is internal, so only this library derives
-/// from it.</para>
-/// </remarks>
+/// <summary>Anything that submits requests on a loop's ring: a connection, a listener, a <see cref="RingHandler"/>.
+/// Its GCHandle is freed only once it is released and its last final CQE arrived, so a handle value in the kernel
+/// never names another owner.</summary>
+/// <remarks>Public only as <see cref="RingHandler"/>'s base; only this library derives from it. All members but the
+/// constructor run on the loop thread.</remarks>
 [SupportedOSPlatform("linux")]
 public abstract class RingOwner
 {
@@ -47,29 +42,24 @@ public abstract class RingOwner
 
     internal ulong HandleBits => _handleBits;
 
-    /// <summary>The buffers this owner's receives select from instead of the loop's (a UDP socket's own group, sized
-    /// for whole datagrams); their completions reach <see cref="HandleReceive"/> the same way.</summary>
+    /// <summary>A UDP socket's own buffer group, used instead of the loop's.</summary>
     internal ReceiveBuffers? OwnReceiveBuffers { get; set; }
 
     internal ulong UserDataOf(uint kind, uint tag = 0) => UserData.Encode(_handleBits, kind, tag);
 
-    /// <summary>Handles one CQE of a request this owner submitted.</summary>
     internal abstract void HandleCompletion(uint kind, int result, uint flags, ulong userData);
 
-    /// <summary>A CQE of a receive that selected buffers: <paramref name="data"/> is valid only during the call (the
-    /// buffers go back to the kernel right after).</summary>
+    /// <summary>A receive that selected buffers; <paramref name="data"/> is valid only during the call.</summary>
     internal virtual void HandleReceive(uint kind, ReceivedBytes data, uint flags)
         => throw new InvalidOperationException(
             $"{GetType().Name} selected a receive buffer (operation kind {kind}) but handles no received bytes.");
 
-    /// <summary>Called when a completion handler threw; the loop keeps running.</summary>
     internal virtual void HandleException(Exception exception) => Loop.ReportUnhandled(exception);
 
-    /// <summary>Called once the handle is freed: released, and no request in flight.</summary>
+    /// <summary>Called once the handle is freed: released, nothing in flight.</summary>
     internal virtual void OnFreed() { }
 
-    /// <summary>Called after each request's final CQE while the owner is not released (e.g. to close its fd once the
-    /// rest is done).</summary>
+    /// <summary>After each final CQE while not released (e.g. to close the fd once the rest is done).</summary>
     internal virtual void OnRequestFinished() { }
 
     internal void OnSubmitted()

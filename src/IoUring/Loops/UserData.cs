@@ -9,11 +9,9 @@ namespace IoUring.Loops;
 ///  63          48 47                                   3 2    0
 /// [     tag      ][ GCHandle of the owner (8-aligned)   ][ kind ]
 /// </code>
-/// The GCHandle is the owner's address in the runtime's handle table: pointer-aligned, so its low 3 bits are
-/// free for the operation kind, and a user-space address (below 2^47 on x86-64 and arm64 with 48-bit VAs), so its
-/// top 16 bits are free for a 16-bit tag the owner picks per request: for a custom operation, the slot of its 64-bit
-/// value in the loop's <see cref="CustomValueTable"/>; for a zero-copy send, which of the connection's pin sets it
-/// holds. <see cref="RingOwner"/> checks both assumptions for every handle it allocates.
+/// A GCHandle is pointer-aligned (low 3 bits free) and a user-space address below 2^47 with 48-bit VAs (top 16 bits
+/// free); <see cref="RingOwner"/> checks both. The tag is the owner's: a custom operation's
+/// <see cref="CustomValueTable"/> slot, or a zero-copy send's pin set.
 /// </summary>
 internal static class UserData
 {
@@ -42,6 +40,5 @@ internal static class UserData
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static uint Tag(ulong userData) => (uint)(userData >> TagShift);
 
-    /// <summary>Whether a GCHandle value leaves the kind and tag bits free.</summary>
     public static bool FitsHandle(nint handle) => ((ulong)handle & ~HandleMask) == 0 && handle != 0;
 }

@@ -17,14 +17,13 @@ namespace IoUring.AspNetCore;
 /// and lifetime as the connections <see cref="IoUringTransportFactory"/> accepts.
 /// </summary>
 /// <remarks>The loops start at the first connect and are shared with the <see cref="IoUringTransportFactory"/> of the
-/// same service provider, so a proxy's inbound and outbound connections run on the same loops; the last of the two to
-/// be disposed stops them.</remarks>
+/// same service provider, so a proxy's inbound and outbound connections run on the same loops.</remarks>
 public sealed class IoUringConnectionFactory : IConnectionFactory, IAsyncDisposable, IDisposable
 {
     private readonly LazyTransport _transport;
     private readonly ILogger _logger;
 
-    /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
+    /// <summary>Creates the factory; dependency injection supplies the optional services.</summary>
     /// <param name="options">The transport options (the listen-only ones are ignored).</param>
     /// <param name="loggerFactory">The logger factory.</param>
     /// <param name="memoryPoolFactory">Kestrel's memory pool factory

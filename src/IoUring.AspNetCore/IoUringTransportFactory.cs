@@ -13,7 +13,7 @@ namespace IoUring.AspNetCore;
 
 /// <summary>
 /// Kestrel's transport on io_uring: binds IP endpoints, Unix domain sockets and inherited listening sockets
-/// (<see cref="FileHandleEndPoint"/>) and serves their connections from io_uring event loops.
+/// (<see cref="FileHandleEndPoint"/>).
 /// </summary>
 /// <remarks>
 /// <para>Register it with <c>builder.WebHost.UseIoUring()</c>. The loops start at the first bind and are shared with
@@ -31,7 +31,7 @@ public sealed class IoUringTransportFactory
     private readonly LazyTransport _transport;
     private SocketTransportFactory? _fallback;
 
-    /// <summary>Creates the factory; the optional services come from dependency injection when present.</summary>
+    /// <summary>Creates the factory; dependency injection supplies the optional services.</summary>
     /// <param name="options">The transport options.</param>
     /// <param name="loggerFactory">The logger factory.</param>
     /// <param name="memoryPoolFactory">Kestrel's memory pool factory

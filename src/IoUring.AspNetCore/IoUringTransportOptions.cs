@@ -23,7 +23,7 @@ public sealed class IoUringTransportOptions
     public int LoopCount { get; set; } = s_defaults.LoopCount;
 
     /// <summary>The maximum length of the pending connection queue.</summary>
-    /// <remarks>Defaults to 512 pending connections.</remarks>
+    /// <remarks>Defaults to 512.</remarks>
     public int Backlog { get; set; } = s_defaults.Backlog;
 
     /// <summary>One multishot ACCEPT per loop (true), or a single-shot ACCEPT per connection.</summary>

@@ -9,10 +9,10 @@ public static class HttpClientBuilderIoUringExtensions
     /// <summary>
     /// The client's primary <see cref="SocketsHttpHandler"/> connects on the loops of the container's
     /// <see cref="IoUringConnectionFactory"/> (registered if missing), shared with a server's <c>UseIoUring()</c>.
-    /// Where io_uring is unavailable it connects through sockets and logs one warning
-    /// (<see cref="IoUringTransportOptions.ThrowIfUnavailable"/> does not apply).
-    /// <para>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler.</para>
+    /// Without io_uring it connects through sockets and logs one warning, whatever
+    /// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> says.
     /// </summary>
+    /// <remarks>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler.</remarks>
     /// <param name="builder">The client's builder from <c>AddHttpClient</c>.</param>
     /// <returns>The builder.</returns>
     /// <exception cref="InvalidOperationException">The primary handler is not a <see cref="SocketsHttpHandler"/>

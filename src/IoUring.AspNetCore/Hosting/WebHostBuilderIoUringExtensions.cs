@@ -32,8 +32,7 @@ public static class WebHostBuilderIoUringExtensions
         });
     }
 
-    /// <summary>Makes Kestrel serve through io_uring with the given options; see
-    /// <see cref="UseIoUring(IWebHostBuilder)"/>.</summary>
+    /// <summary>Makes Kestrel serve through io_uring with the given options.</summary>
     /// <param name="hostBuilder">The web host builder to configure.</param>
     /// <param name="configureOptions">Sets the transport's options.</param>
     /// <returns>The web host builder.</returns>

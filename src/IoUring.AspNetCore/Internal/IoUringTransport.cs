@@ -14,7 +14,7 @@ namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
 /// One <see cref="IoUringNetwork"/> as Kestrel uses it: Kestrel's memory pool and exception types, loop errors
-/// logged, the host's meter. A factory's listeners and outbound connections share it.
+/// logged, the host's meter.
 /// </summary>
 [SupportedOSPlatform("linux")]
 internal sealed class IoUringTransport : IAsyncDisposable

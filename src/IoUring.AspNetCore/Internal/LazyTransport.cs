@@ -12,8 +12,7 @@ namespace IoUring.AspNetCore.Internal;
 
 /// <summary>
 /// A factory's hold on the <see cref="SharedTransport"/> of its options object: a service provider's two factories get
-/// the same <c>IOptions&lt;IoUringTransportOptions&gt;.Value</c>, so a proxy's inbound and outbound connections share
-/// loops; another host's factories (other services) get their own. The loops start on first use.
+/// the same options object, so they share loops; another host's factories get their own.
 /// </summary>
 internal sealed class LazyTransport
 {
@@ -52,10 +51,8 @@ internal sealed class LazyTransport
     [SupportedOSPlatform("linux")]
     public IoUringTransport? Current => _shared.Current;
 
-    /// <summary>
-    /// The transport, started if needed. Where io_uring cannot be set up, <paramref name="onUnavailable"/> is called
-    /// once per holder and false returned; without it the error is thrown. True only on Linux (CA1416's guard).
-    /// </summary>
+    /// <summary>Where io_uring cannot be set up, <paramref name="onUnavailable"/> is called once per holder and false
+    /// returned; without it the error is thrown. True only on Linux (CA1416's guard).</summary>
     /// <exception cref="ObjectDisposedException">The factory (<c>owner</c>) was disposed.</exception>
     [SupportedOSPlatformGuard("linux")]
     public bool TryGetOrStart(Action<IoUringException>? onUnavailable,
@@ -83,7 +80,7 @@ internal sealed class LazyTransport
         }
     }
 
-    /// <summary>Lets go of the loops; the last holder stops them, aborting open connections.</summary>
+    /// <summary>The last holder stops the loops, aborting open connections.</summary>
     public ValueTask DisposeAsync()
     {
         lock (_lock)

@@ -7,8 +7,7 @@ using Microsoft.Extensions.Logging;
 
 namespace IoUring.AspNetCore.Internal;
 
-/// <summary>The transport of one options object and how many <see cref="LazyTransport"/>s hold it; the last to
-/// let go stops it.</summary>
+/// <summary>The transport of one options object, stopped when its last <see cref="LazyTransport"/> lets go.</summary>
 internal sealed class SharedTransport(IoUringTransportOptions options, ILoggerFactory loggerFactory,
     IMemoryPoolFactory<byte>? memoryPoolFactory, IMeterFactory? meterFactory)
 {

@@ -7,8 +7,8 @@ using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.AspNetCore.Internal.Files;
 
-// SendFileAsync reads on the loop straight into the writer's memory (the connection's output over plain HTTP/1.1:
-// no user-space copy; under HTTP/2 or TLS the gain is the thread-pool thread not held). Immutable: shared by requests.
+// SendFileAsync reads on the loop straight into the writer's memory: over plain HTTP/1.1, the connection's output.
+// Immutable: shared by requests.
 [SupportedOSPlatform("linux")]
 internal sealed class LoopResponseBodyFeature(IHttpResponseBodyFeature inner, EventLoop loop)
     : IHttpResponseBodyFeature

@@ -8,10 +8,10 @@ namespace IoUring.Net;
 /// </summary>
 internal static unsafe class ControlMessages
 {
-    /// <summary>UDP_GRO's segment size (an int), received.</summary>
+    /// <summary>UDP_GRO's segment size, received.</summary>
     public static readonly int SegmentSizeSpace = Space(sizeof(int));
 
-    /// <summary>UDP_SEGMENT (a u16), sent.</summary>
+    /// <summary>UDP_SEGMENT, sent.</summary>
     public static readonly int SegmentSpace = Space(sizeof(ushort));
 
     /// <summary>The larger of in_pktinfo and in6_pktinfo: a dual-mode socket gets either.</summary>

@@ -6,13 +6,10 @@ using System.Threading.Tasks.Sources;
 namespace IoUring.Net;
 
 /// <summary>
-/// One waiting receive (a datagram, or a batch): the source of its <see cref="ValueTask"/>, pooled by the
-/// <see cref="DatagramChannel"/> so that waiting allocates nothing.
+/// One waiting receive (a datagram or a batch), pooled by the <see cref="DatagramChannel"/>. Completed on the thread
+/// pool (this is the work item), so the loop thread never runs application code.
 /// </summary>
-/// <remarks>
-/// Completed on the thread pool (this is the work item), so the loop thread never runs application code. The public
-/// fields are guarded by the channel's lock while the operation waits.
-/// </remarks>
+/// <remarks>The channel's lock guards the public fields while the operation waits.</remarks>
 [SupportedOSPlatform("linux")]
 internal sealed class UdpReceiveOperation(DatagramChannel channel)
     : IValueTaskSource<DatagramResult>, IValueTaskSource<int>, IThreadPoolWorkItem

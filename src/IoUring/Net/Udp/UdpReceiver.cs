@@ -10,13 +10,12 @@ using static IoUring.Interop.IoUringConstants;
 namespace IoUring.Net;
 
 /// <summary>
-/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG selecting from the socket's own
-/// provided-buffer group. Each datagram goes to the <see cref="DatagramChannel"/>, its buffer back to the kernel at once.
+/// The receiving half of an <see cref="IoUringUdpSocket"/>: one multishot RECVMSG on the socket's own buffer group,
+/// each datagram handed to the <see cref="DatagramChannel"/>. Loop thread, except the counters and receive methods.
 /// </summary>
 /// <remarks>
-/// <para>Loop thread, except the counters and the receive methods.</para>
-/// <para>A full queue pauses the RECVMSG until receives have taken half of it; meanwhile the socket buffer holds
-/// datagrams and drops new ones when full, as for any UDP socket.</para>
+/// A full queue pauses the RECVMSG until receives have taken half of it; meanwhile the socket buffer holds datagrams
+/// and drops new ones when full, as for any UDP socket.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpReceiver

@@ -9,12 +9,12 @@ using IoUring.Interop;
 namespace IoUring.Net;
 
 /// <summary>
-/// One datagram on its way out: a copy of its bytes and addresses in native memory, which the kernel reads until the
-/// SENDMSG's CQE. Pooled by the <see cref="UdpSender"/>, so steady-state sends allocate nothing.
+/// One datagram on its way out: its bytes and addresses copied into native memory that the kernel reads until the
+/// SENDMSG's CQE. Pooled by the <see cref="UdpSender"/>.
 /// </summary>
 /// <remarks>
-/// A caller who waits for the kernel (<see cref="Awaited"/>) is completed on the thread pool (this is the work item).
-/// A chosen source comes first in the control data, so it stays when UDP_SEGMENT goes.
+/// An <see cref="Awaited"/> send completes on the thread pool (this is the work item). A chosen source comes first in
+/// the control data, so it stays when UDP_SEGMENT goes.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPoolWorkItem
@@ -79,9 +79,8 @@ internal sealed unsafe class UdpSendOperation : IValueTaskSource<int>, IThreadPo
 
     public short Version => _core.Version;
 
-    /// <summary>Copies the datagram (or pins <paramref name="lent"/>) and its addresses. A payload longer than
-    /// <paramref name="segmentSize"/> goes as datagrams of that size: with UDP_SEGMENT when
-    /// <paramref name="offload"/>, else one at a time.</summary>
+    /// <summary>A payload longer than <paramref name="segmentSize"/> goes as datagrams of that size: with UDP_SEGMENT
+    /// when <paramref name="offload"/>, else one at a time.</summary>
     public void Prepare(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from, bool awaited,
         int segmentSize = 0, bool offload = true, IMemoryOwner<byte>? lent = null)
     {

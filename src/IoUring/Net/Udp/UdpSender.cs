@@ -70,8 +70,8 @@ internal sealed unsafe partial class UdpSender
         }
     }
 
-    /// <summary>With <paramref name="lent"/> (the owner of the payload's memory) no copy is made: the send owns that
-    /// memory from this call on and disposes it once the kernel is done with it, or when the send is refused.</summary>
+    /// <summary>With <paramref name="lent"/> no copy is made: the send owns that memory from this call on and disposes
+    /// it when the kernel is done with it or the send is refused.</summary>
     public ValueTask<int> SendAsync(ReadOnlyMemory<byte> payload, SocketAddress? to, SocketAddress? from,
         CancellationToken cancellationToken, int segmentSize = 0, IMemoryOwner<byte>? lent = null)
     {

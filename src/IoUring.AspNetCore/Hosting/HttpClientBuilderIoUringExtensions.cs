@@ -12,7 +12,8 @@ public static class HttpClientBuilderIoUringExtensions
     /// Without io_uring it connects through sockets and logs one warning, whatever
     /// <see cref="IoUringTransportOptions.ThrowIfUnavailable"/> says.
     /// </summary>
-    /// <remarks>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary handler.</remarks>
+    /// <remarks>Call it after any <c>ConfigurePrimaryHttpMessageHandler</c> that replaces the primary
+    /// handler.</remarks>
     /// <param name="builder">The client's builder from <c>AddHttpClient</c>.</param>
     /// <returns>The builder.</returns>
     /// <exception cref="InvalidOperationException">The primary handler is not a <see cref="SocketsHttpHandler"/>

@@ -13,9 +13,8 @@ namespace IoUring.Net;
 /// <see cref="Input"/>, write what to send to <see cref="Output"/>.
 /// </summary>
 /// <remarks>
-/// The connection lives on one <see cref="EventLoop"/>. Completing <see cref="Output"/> sends FIN after the data; the
-/// peer's FIN completes <see cref="Input"/>, a peer reset fails its reads with an <see cref="IOException"/>.
-/// <see cref="Abort(Exception?)"/> resets the connection (RST).
+/// Completing <see cref="Output"/> sends FIN after the data; the peer's FIN completes <see cref="Input"/>, a reset
+/// fails its reads with an <see cref="IOException"/>. <see cref="Abort(Exception?)"/> sends RST.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
@@ -27,16 +26,15 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionOutput _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
-    // What _closedTokenSource holds once closed with no source made (shared, never disposed: nothing registered on it).
+    // _closedTokenSource once closed with none made: shared, never disposed (nothing registers on it).
     private static readonly CancellationTokenSource s_closedTokenSource = CreateCancelledSource();
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
-    private int _closedSignalled;   // 1 once closed: a first ConnectionClosed read from then on gets a cancelled token
-    // Completed only on the thread-pool item OnClosed queues, so awaiters continue there inline (one hop per close).
-    // Also the lock for _socket and _fdReleased.
+    private int _closedSignalled;   // 1 once closed: a later first ConnectionClosed read gets a cancelled token
+    // Completed on OnClosed's thread-pool item, so awaiters continue there inline. Also locks _socket, _fdReleased.
     private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
-    // Endpoints are made when first asked for; the addresses behind them are read at start (after close the fd number
-    // may belong to another socket, and a reset peer has no address). IPEndPoint is mutable: the listener's is copied.
+    // Addresses are read at start (later the fd number may be another socket's); endpoints are made when first asked
+    // for. IPEndPoint is mutable: the listener's is copied.
     private IPEndPoint? _listenerEndPoint;
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
@@ -46,7 +44,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private int _abortRequested;
     private bool _abortWithReset;
     private bool _abortiveClose;
-    // Peer-closed notification, registered from any thread without a post to the loop: 0, FIN (1) or reset (2).
+    // 0, FIN (1) or reset (2); see DeliverPeerClosed.
     private int _peerClosedKind;
     private Action<object?, bool>? _peerClosedCallback;
     private object? _peerClosedState;
@@ -55,7 +53,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>Links of the network's <see cref="ConnectionRegistry"/> (under its lock).</summary>
     internal IoUringConnection? RegistryPrevious, RegistryNext;
 
-    /// <summary>Closed has completed and ConnectionClosed's callbacks have run (under the registry's lock).</summary>
+    /// <summary>Closed completed and ConnectionClosed's callbacks ran (under the registry's lock).</summary>
     internal bool ClosedSignalEnded;
 
     internal ConnectionRegistry? Registry => _settings.Registry;
@@ -77,7 +75,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        // The loop's pool's blocks are registered with its ring: large sends from them go zero-copy from fixed buffers.
+        // the loop's pool is registered with its ring: zero-copy sends from it use fixed buffers
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
         // While sends go zero-copy, a flush sends from its own thread only below the threshold.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
@@ -93,11 +91,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     public PipeReader Input => _receiver.Input;
 
     /// <summary>What to send. Complete it to send FIN after the data.</summary>
-    /// <remarks>
-    /// A <c>WriteAsync</c> at least as large as <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/> is sent from the
-    /// caller's memory, not copied: leave that memory unchanged until the returned task completes (as with
-    /// <c>Stream.WriteAsync</c> or <c>Socket.SendAsync</c>; a <c>Pipe</c>'s writer copies before returning).
-    /// </remarks>
+    /// <remarks>A <c>WriteAsync</c> of at least <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/> bytes is sent
+    /// from the caller's memory: leave it unchanged until the task completes, as with
+    /// <c>Socket.SendAsync</c>.</remarks>
     public PipeWriter Output => _output;
 
     /// <summary>The loop this connection runs on.</summary>
@@ -129,22 +125,18 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         return Interlocked.CompareExchange(ref _remoteEndPoint, parsed, null) ?? parsed;
     }
 
-    /// <summary>
-    /// Cancelled (on the thread pool, once) when the connection has closed and its fd is released (and
-    /// <see cref="Socket"/>'s, if taken). Asked for after that, an already cancelled token.
-    /// </summary>
+    /// <summary>Cancelled on the thread pool once the connection has closed and its fd is released; already cancelled
+    /// if asked for after that.</summary>
     public CancellationToken ConnectionClosed
         => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token
             ?? new CancellationToken(canceled: true);
 
-    /// <summary>Completes when the connection has closed and its fd is released, on a thread-pool thread, just before
-    /// <see cref="ConnectionClosed"/> is cancelled there.</summary>
+    /// <summary>Completes on the thread pool when the connection has closed and its fd is released, just before
+    /// <see cref="ConnectionClosed"/> is cancelled.</summary>
     public Task Closed => _closed.Task;
 
-    /// <summary>
-    /// The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it. After close the number may
-    /// belong to another socket: for anything that may run late, use <see cref="Socket"/>.
-    /// </summary>
+    /// <summary>The socket's file descriptor, valid until <see cref="Closed"/>; do not close it. The number may be
+    /// reused after close: for anything that may run late, use <see cref="Socket"/>.</summary>
     public int FileDescriptor => _fd;
 
     /// <summary>Bytes received from the peer so far.</summary>
@@ -156,39 +148,31 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>Sends made with SEND_ZC/SENDMSG_ZC.</summary>
     public int ZeroCopySends => _sender.ZeroCopySends;
 
-    /// <summary>True once the connection went back to plain sends: the kernel copied a zero-copy send after all, or
-    /// refused one (EINVAL).</summary>
+    /// <summary>True once the connection went back to plain sends because the kernel copied or refused a zero-copy
+    /// send.</summary>
     public bool ZeroCopyReverted => _sender.ZeroCopyReverted;
 
     internal ConnectionReceiver Receiver => _receiver;
 
     internal ConnectionSender Sender => _sender;
 
-    /// <summary>The pool <see cref="Output"/> rents from: its loop's <see cref="EventLoop.MemoryPool"/>, unless the
-    /// network was given one.</summary>
+    /// <summary>The pool <see cref="Output"/> rents from: the network's, or else its loop's
+    /// <see cref="EventLoop.MemoryPool"/>.</summary>
     public MemoryPool<byte> MemoryPool { get; }
 
     internal ConnectionSettings Settings => _settings;
 
-    /// <summary>Closing has begun: no new receive or send is started.</summary>
     internal bool IsClosing => _state != ConnectionState.Open;
 
     /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the
     /// connection.</summary>
     public Stream AsStream() => new DuplexPipeStream(Input, Output);
 
-    /// <summary>
-    /// A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/> disposing it also closes the
-    /// connection without waiting, as a NetworkStream that owns its socket does: gracefully (the rest of the output,
-    /// then FIN), or with RST if the peer has not taken it within 5 seconds, so its fd and buffers are released.
-    /// </summary>
+    /// <summary>A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/>, disposing it also
+    /// closes the connection without waiting: gracefully, or with RST if the peer has not taken the rest of the output
+    /// within 5 seconds.</summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
-    /// <param name="noDelayInherited">Accepted from a listener with TCP_NODELAY set (inherited).</param>
-    /// <param name="receive">Start receiving now; else when the application takes it (<see cref="StartReceiving"/>).
-    /// </param>
-    /// <param name="listenerEndPoint">The listener's single bound endpoint (shared, copied when first asked for), or
-    /// null to read it.</param>
     internal void Start(bool noDelayInherited = false, bool receive = true, IPEndPoint? listenerEndPoint = null)
     {
         _owner.Loop.AssertOnLoopThread();
@@ -204,13 +188,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         {
             _receiver.Start();
         }
-        // also before the application takes the connection, so a reset then is noticed
+        // also while not receiving, so a reset is noticed
         _receiver.ArmHangUpPoll();
         _sender.Start();
     }
 
-    /// <summary>Starts receiving once the application accepted the connection: until then its bytes wait in the kernel,
-    /// costing no receive memory.</summary>
+    /// <summary>Until the application takes the connection, its bytes wait in the kernel, costing no memory.</summary>
     internal void StartReceiving() => ScheduleOnLoop(static c => ((IoUringConnection)c!)._receiver.Start());
 
     private void ScheduleOnLoop(Action<object?> action)
@@ -226,17 +209,14 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         catch (ObjectDisposedException)
         {
-            // The loop stopped: it closed every connection on its way out.
+            // the loop stopped, closing every connection
         }
     }
 
 
-    /// <summary>
-    /// Calls <paramref name="callback"/> once when the peer's FIN or reset is received (true for a reset), also while
-    /// the application is not reading: on the loop thread, or at once if that already happened. For transports that
-    /// must tell their server the client has gone (Kestrel's ConnectionClosed). Register once.
-    /// </summary>
-    /// <param name="callback">Called with <paramref name="state"/> and whether the peer reset. It must not block or
+    /// <summary>Calls <paramref name="callback"/> once when the peer's FIN or reset arrives, even while the application
+    /// is not reading: on the loop thread, or at once if it already happened. Register once.</summary>
+    /// <param name="callback">Gets <paramref name="state"/> and whether the peer reset; must not block or
     /// throw.</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
     public void OnPeerClosed(Action<object?, bool> callback, object? state)
@@ -246,11 +226,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         DeliverPeerClosed();
     }
 
-    /// <summary>
-    /// Calls <paramref name="callback"/> on the loop thread whenever receiving pauses for backpressure (true: the input
-    /// pipe is full) and resumes (false), e.g. to log it. Register once.
-    /// </summary>
-    /// <param name="callback">Called with <paramref name="state"/> and whether receiving paused. It must not block or
+    /// <summary>Calls <paramref name="callback"/> on the loop thread whenever receiving pauses because the input pipe
+    /// is full, and when it resumes. Register once.</summary>
+    /// <param name="callback">Gets <paramref name="state"/> and whether receiving paused; must not block or
     /// throw.</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
     public void OnBackpressure(Action<object?, bool> callback, object? state)
@@ -278,11 +256,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
     }
 
-    /// <summary>
-    /// On the thread pool, once closed: completes <see cref="Closed"/> (awaiters continue here), then cancels
-    /// <see cref="ConnectionClosed"/> (callbacks run here, and may block on Closed). The network's disposal waits for
-    /// this (<see cref="ConnectionRegistry.WhenClosedSignalled"/>).
-    /// </summary>
+    /// <summary>Thread pool, once closed: completes <see cref="Closed"/> before cancelling
+    /// <see cref="ConnectionClosed"/>, whose callbacks may block on it.</summary>
     internal void SignalClosed()
     {
         Debug.Assert(_state == ConnectionState.Closed && Volatile.Read(ref _closedSignalled) == 1,
@@ -292,7 +267,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         try
         {
             _closed.TrySetResult();
-            // The stand-in or a racing reader's source wins the exchange: every source made is cancelled here.
+            // the stand-in or a racing reader's source wins: every source made is cancelled here
             if (Interlocked.CompareExchange(ref _closedTokenSource, s_closedTokenSource, null) is { } source)
             {
                 CancelClosedToken(source);
@@ -312,15 +287,13 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         }
         catch (Exception ex)
         {
-            // A callback threw (the others ran first): reported, never thrown at the thread pool.
+            // a callback threw (the others ran): report it, never throw at the thread pool
             _owner.Loop.ReportUnhandled(ex);
         }
     }
 
-    /// <summary>
-    /// The first <see cref="ConnectionClosed"/> read: the new source, or null once closed (a cancelled token then). It
-    /// races <see cref="SignalClosed"/>'s stand-in in one exchange: the winner is what every reader gets.
-    /// </summary>
+    /// <summary>Null once closed. Races <see cref="SignalClosed"/>'s stand-in in one exchange: every reader gets the
+    /// winner.</summary>
     private CancellationTokenSource? CreateClosedTokenSource()
     {
         if (Volatile.Read(ref _closedSignalled) != 0)

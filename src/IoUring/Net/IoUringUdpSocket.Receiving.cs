@@ -4,18 +4,14 @@ using System.Runtime.CompilerServices;
 
 namespace IoUring.Net;
 
-// Receiving: one datagram with its source (and local address), or a batch of them.
 public sealed partial class IoUringUdpSocket
 {
-    /// <summary>
-    /// Receives one datagram into <paramref name="buffer"/> and its source into <paramref name="remoteAddress"/> (which
-    /// you can pass to <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to answer).
-    /// </summary>
+    /// <summary>Receives one datagram into <paramref name="buffer"/> and its source into
+    /// <paramref name="remoteAddress"/>.</summary>
     /// <param name="buffer">Where the datagram goes; a longer one is cut and reported
     /// (<see cref="DatagramResult.Truncated"/>).</param>
-    /// <param name="remoteAddress">Filled with the source address; its buffer must hold this socket's family's
-    /// addresses (<see cref="SocketAddress.GetMaximumAddressSize"/>; on a dual-mode socket IPv4 sources come as
-    /// IPv4-mapped IPv6).</param>
+    /// <param name="remoteAddress">Filled with the source address; it must have room for this socket's family
+    /// (<see cref="SocketAddress.GetMaximumAddressSize"/>). A dual-mode socket gives IPv4 sources IPv4-mapped.</param>
     /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
     /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g.
     /// <see cref="SocketError.ConnectionRefused"/>), or <see cref="SocketError.OperationAborted"/>: the socket was
@@ -28,18 +24,14 @@ public sealed partial class IoUringUdpSocket
         return _receiver.ReceiveAsync(buffer, remoteAddress, null, cancellationToken);
     }
 
-    /// <summary>
-    /// As <see cref="ReceiveFromAsync"/>, and the local address the datagram was sent to into
-    /// <paramref name="localAddress"/>: for a socket bound to a wildcard address on a host with several, the address
-    /// the peer used, to answer from (<see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, SocketAddress,
-    /// CancellationToken)"/>). The interface it came in on is <see cref="DatagramResult.InterfaceIndex"/>.
-    /// </summary>
+    /// <summary>As <see cref="ReceiveFromAsync"/>, also filling <paramref name="localAddress"/> with the address the
+    /// datagram was sent to, to answer from it (<see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress,
+    /// SocketAddress, CancellationToken)"/>) on a multi-homed host.</summary>
     /// <param name="buffer">Where the datagram goes; a longer one is cut and reported.</param>
     /// <param name="remoteAddress">Filled with the source address, as with <see cref="ReceiveFromAsync"/>.</param>
-    /// <param name="localAddress">Filled with the datagram's destination address and the socket's port, of the socket's
-    /// family: on a dual-mode socket IPv4 ones come IPv4-mapped; an IPv6 link-local one names its interface in its
-    /// scope id. For a broadcast or multicast datagram it is the broadcast or group address: answer those without a
-    /// local address.</param>
+    /// <param name="localAddress">Filled with the destination address and the socket's port (IPv4-mapped on a
+    /// dual-mode socket; an IPv6 link-local one has its interface as scope id). For broadcast or multicast it is that
+    /// address: answer those without a local address.</param>
     /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
     /// <exception cref="InvalidOperationException">The socket does not report local addresses: set
     /// <see cref="IoUringUdpOptions.ReceiveLocalAddress"/>.</exception>
@@ -74,11 +66,8 @@ public sealed partial class IoUringUdpSocket
     public ValueTask<DatagramResult> ReceiveAsync(Memory<byte> buffer, CancellationToken cancellationToken = default)
         => _receiver.ReceiveAsync(buffer, null, null, cancellationToken);
 
-    /// <summary>
-    /// Waits for at least one datagram, then fills <paramref name="batch"/> with as many as are there (up to its
-    /// capacity): those queued, and those arriving until the continuation runs. Returns how many (also
-    /// <see cref="UdpDatagramBatch.Count"/>).
-    /// </summary>
+    /// <summary>Waits for at least one datagram, then fills <paramref name="batch"/> with as many as have arrived, up
+    /// to its capacity. Returns how many (<see cref="UdpDatagramBatch.Count"/>).</summary>
     /// <inheritdoc cref="ReceiveFromAsync" path="/exception"/>
     public ValueTask<int> ReceiveBatchAsync(UdpDatagramBatch batch, CancellationToken cancellationToken = default)
     {

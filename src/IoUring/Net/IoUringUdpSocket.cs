@@ -7,24 +7,17 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A UDP socket driven by an io_uring loop (<see cref="IoUringNetwork.BindUdp"/>): receive datagrams with their source
-/// address, send datagrams to any address, or <see cref="Connect"/> it to one peer. Receiving and sending allocate
-/// nothing per datagram once warmed up: sources go into a <see cref="SocketAddress"/> of yours, waiting operations are
-/// pooled, and <see cref="ReceiveBatchAsync"/> hands over several datagrams per call.
+/// A UDP socket on an io_uring loop (<see cref="IoUringNetwork.BindUdp"/>): receive datagrams with their source, send
+/// to any address, or <see cref="Connect"/> to one peer. Once warm it allocates nothing per datagram;
+/// <see cref="ReceiveBatchAsync"/> takes several per call.
 /// </summary>
 /// <remarks>
-/// <para>The socket lives on one <see cref="EventLoop"/>. Receiving is one multishot RECVMSG that fills the socket's
-/// own buffer ring (one whole datagram per buffer, up to <see cref="IoUringUdpOptions.MaxDatagramSize"/>); each
-/// datagram is copied into the oldest waiting receive's buffer, or kept in a bounded queue
-/// (<see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>). A datagram longer than the buffer it lands in is cut and
-/// reported (<see cref="DatagramResult.Truncated"/>).</para>
-/// <para>Sending copies the datagram and completes at once (see <see cref="IoUringUdpOptions.MaxPendingSends"/>); the
-/// loop sends all datagrams queued in an iteration with one io_uring_enter.</para>
-/// <para>Errors the network reports later (ICMP: <see cref="SocketError.ConnectionRefused"/> on a connected socket
-/// whose peer has no socket on that port) fail the next receive or send with a <see cref="SocketException"/>; the
-/// socket stays usable. Waiting receives fail with <see cref="SocketError.OperationAborted"/> when the socket is
-/// disposed.</para>
-/// <para>Receive and send from any thread; continuations run on the thread pool, never on the loop.</para>
+/// <para>Datagrams arriving while no receive waits are queued, up to
+/// <see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>. Sends copy the datagram and complete at once (see
+/// <see cref="IoUringUdpOptions.MaxPendingSends"/>).</para>
+/// <para>Errors the network reports later (ICMP, e.g. <see cref="SocketError.ConnectionRefused"/>) fail the next
+/// receive or send with a <see cref="SocketException"/>; the socket stays usable.</para>
+/// <para>Use it from any thread; continuations run on the thread pool, never on the loop.</para>
 /// </remarks>
 /// <example>
 /// <code>
@@ -42,7 +35,7 @@ namespace IoUring.Net;
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringUdpSocket : IAsyncDisposable
 {
-    private readonly Socket _socket; // owns the fd: disposed (closed) only after the last request on it ended
+    private readonly Socket _socket; // owns the fd: closed only after the last request on it ended
     private readonly UdpRingOwner _owner;
     private readonly UdpReceiver _receiver;
     private readonly UdpSender _sender;
@@ -56,8 +49,6 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     private bool _released;         // loop thread
     private EndPoint? _remoteEndPoint;
 
-    /// <summary>Takes over the bound <paramref name="socket"/>, to receive on <paramref name="loop"/> once
-    /// <see cref="Start()"/> has run.</summary>
     internal IoUringUdpSocket(EventLoop loop, Socket socket, IoUringUdpOptions options,
         Action<IoUringUdpSocket>? onClosed)
     {
@@ -87,19 +78,18 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     /// <summary>Datagrams taken from the kernel so far (handed to receives, queued, or dropped).</summary>
     public long DatagramsReceived => _receiver.Received;
 
-    /// <summary>Datagrams dropped because the receive queue was full (see
-    /// <see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>). The kernel's own drops (its socket buffer full) are not
-    /// in this count.</summary>
+    /// <summary>Datagrams dropped because the receive queue was full
+    /// (<see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>); the kernel's own drops are not counted.</summary>
     public long DatagramsDropped => _receiver.Dropped;
 
     /// <summary>Datagrams the kernel has sent so far.</summary>
     public long DatagramsSent => _sender.Sent;
 
-    /// <summary>Receives that held a coalesced burst (UDP_GRO, <see cref="IoUringUdpOptions.ReceiveCoalesced"/>),
-    /// split back into its datagrams (each counted in <see cref="DatagramsReceived"/>).</summary>
+    /// <summary>Receives that held a coalesced burst (<see cref="IoUringUdpOptions.ReceiveCoalesced"/>), split back
+    /// into datagrams.</summary>
     public long CoalescedReceives => _receiver.CoalescedReceives;
 
-    /// <summary>Completes when the socket is closed: every request on it ended and its fd released.</summary>
+    /// <summary>Completes when every request on the socket has ended and its fd is closed.</summary>
     public Task Closed => _closed.Task;
 
     internal UdpReceiver Receiver => _receiver;
@@ -108,28 +98,24 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
 
     internal bool IsDisposing => Volatile.Read(ref _disposing) != 0;
 
-    /// <summary>Times the RECVMSG found every buffer of its group taken (ENOBUFS). Exact on the loop.</summary>
+    /// <summary>Times the RECVMSG found every buffer taken (ENOBUFS).</summary>
     internal long ReceiveExhaustions => _receiver.Exhaustions;
 
-    /// <summary>
-    /// Connects the socket to <paramref name="remoteEndPoint"/>: from then on it receives only that peer's datagrams,
-    /// <see cref="SendAsync"/> sends to it, and the kernel reports ICMP errors for it (a refused port fails the next
-    /// operation with <see cref="SocketError.ConnectionRefused"/>). Connecting again changes the peer.
-    /// </summary>
+    /// <summary>Connects the socket to <paramref name="remoteEndPoint"/>: it then receives only that peer's datagrams,
+    /// <see cref="SendAsync"/> sends to it, and a refused port fails the next operation with
+    /// <see cref="SocketError.ConnectionRefused"/>. Connecting again changes the peer.</summary>
     /// <exception cref="SocketException">The kernel refused the address.</exception>
     public void Connect(EndPoint remoteEndPoint)
     {
         ArgumentNullException.ThrowIfNull(remoteEndPoint);
         ObjectDisposedException.ThrowIf(IsDisposing, this);
-        _socket.Connect(remoteEndPoint); // connect(2) of a datagram socket only records the peer: nothing goes out
-        // From the kernel: Socket.RemoteEndPoint keeps the first peer of a socket connected again.
+        _socket.Connect(remoteEndPoint); // only records the peer: nothing is sent
+        // Read back: Socket.RemoteEndPoint keeps the first peer of a socket connected again.
         Volatile.Write(ref _remoteEndPoint, SocketAddresses.GetRemote(FileDescriptor));
     }
 
-    /// <summary>
-    /// Closes the socket: waiting receives fail, the RECVMSG is cancelled, sends already queued still go out; completes
-    /// when every request on the socket has ended and its fd is closed.
-    /// </summary>
+    /// <summary>Closes the socket: waiting receives fail, queued sends still go out. Completes when every request has
+    /// ended and the fd is closed.</summary>
     public ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposing, 1) == 0)
@@ -146,7 +132,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
                 }
                 catch (ObjectDisposedException)
                 {
-                    // The loop stopped: it closed this socket on its way out.
+                    // the loop stopped, closing this socket
                 }
             }
         }
@@ -158,9 +144,8 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     internal SocketException? TakePendingError()
         => Volatile.Read(ref _pendingError) is null ? null : Interlocked.Exchange(ref _pendingError, null);
 
-    /// <summary>Starts receiving on the loop and waits for it; if the loop has stopped or is stopping, or the socket
-    /// was closed first (the network's dispose), closes the socket and throws <see cref="ObjectDisposedException"/>.
-    /// </summary>
+    /// <summary>Starts receiving on the loop and waits; if the loop is stopping or the socket was already closed,
+    /// closes it and throws <see cref="ObjectDisposedException"/>.</summary>
     internal void Start()
     {
         if (Loop.IsOnLoopThread)
@@ -179,7 +164,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         }
         catch (ObjectDisposedException)
         {
-            // The loop has stopped: nothing of this socket reached it, nothing is in flight.
+            // the loop has stopped: nothing is in flight
             Volatile.Write(ref _disposing, 1);
             ReleaseAndClose();
             throw;
@@ -187,13 +172,12 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         started.Task.GetAwaiter().GetResult();
     }
 
-    /// <summary>Arms the receive; on failure closes the socket (nothing is in flight yet). Loop thread.</summary>
     private void Start(TaskCompletionSource? done)
     {
         Debug.Assert(Loop.IsOnLoopThread, "the receive is started on the loop thread");
         try
         {
-            // Closed before it started: the network's dispose (or the loop's stop) found it registered.
+            // the network's dispose or the loop's stop closed it first
             ObjectDisposedException.ThrowIf(_closing, this);
             if (Loop.IsStopping)
             {
@@ -214,8 +198,6 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         done?.SetResult();
     }
 
-    /// <summary>Stops receiving and sending, then (<see cref="CheckCloseProgress"/>) waits for the last final CQE.
-    /// </summary>
     internal void BeginClose()
     {
         Debug.Assert(Loop.IsOnLoopThread, "the close runs on the loop thread");
@@ -230,7 +212,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         CheckCloseProgress();
     }
 
-    /// <summary>After each final CQE: once closing and nothing is in flight, releases everything.</summary>
+    /// <summary>Called after each final CQE.</summary>
     internal void CheckCloseProgress()
     {
         Debug.Assert(Loop.IsOnLoopThread, "final CQEs run on the loop thread");
@@ -241,15 +223,14 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
         ReleaseAndClose();
     }
 
-    /// <summary>Nothing is in flight: frees the receive and send state, closes the fd, tells the network and the
-    /// awaiters (the loop thread, or the starting thread when the loop had stopped).</summary>
+    // On the loop thread, or on Start's thread when the loop had stopped.
     private void ReleaseAndClose()
     {
         Debug.Assert(!_released && _owner.InFlight == 0, "released twice, or with requests in flight");
         _released = true;
         _receiver.Release();
         _sender.Release();
-        _socket.Dispose(); // no request on the fd can run any more: its number may be reused from here on
+        _socket.Dispose(); // no request on the fd can still run: its number may be reused from here on
         _owner.Release();
         _onClosed?.Invoke(this);
         _closed.TrySetResult();

@@ -5,21 +5,19 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Ending the connection: Abort and DisposeAsync (any thread), then on the loop thread ConnectionState's steps: cancel
-// what is in flight, wait for the final CQEs, close the fd through the ring. Also the Socket handed to applications
-// (Kestrel's IConnectionSocketFeature), which wraps a duplicate fd so its number stays its own while a call runs.
+// Closing (ConnectionState's steps, on the loop), and the Socket handed to applications: it wraps a duplicate fd, so
+// its number stays its own while a call through it runs.
 public sealed partial class IoUringConnection
 {
     private Socket? _socket;        // under the _closed lock
     private bool _fdReleased;       // under the _closed lock: no new Socket
 
-    /// <summary>
-    /// Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is dropped and
-    /// the peer gets RST (unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false). The first reason wins.
-    /// </summary>
+    /// <summary>Closes the connection abortively: pending reads fail with <paramref name="reason"/>, unsent data is
+    /// dropped, and the peer gets RST unless <see cref="IoUringNetworkOptions.AbortWithReset"/> is false. The first
+    /// reason wins.</summary>
     public void Abort(Exception? reason) => Abort(reason, _settings.AbortWithReset);
 
-    /// <summary>Abort was called: nothing more is sent, even what was flushed before the loop closes.</summary>
+    /// <summary>Nothing more is sent, even what was flushed before the loop closes.</summary>
     internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
     /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an
@@ -39,11 +37,9 @@ public sealed partial class IoUringConnection
         ScheduleOnLoop(static c => ((IoUringConnection)c!).BeginAbortiveClose());
     }
 
-    /// <summary>
-    /// Ends the connection gracefully and waits until its fd is released: completes <see cref="Input"/> and
-    /// <see cref="Output"/> if the application has not, sends what is left of the output followed by FIN, then closes.
-    /// A peer that never reads keeps it waiting: use <see cref="Abort(Exception?)"/> to cut it off.
-    /// </summary>
+    /// <summary>Closes gracefully and waits until the fd is released: completes <see cref="Input"/> and
+    /// <see cref="Output"/>, sends the rest of the output and FIN, then closes. A peer that never reads keeps it
+    /// waiting: <see cref="Abort(Exception?)"/> cuts it off.</summary>
     public ValueTask DisposeAsync()
     {
         try
@@ -69,12 +65,11 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>Receiving or sending failed: close abortively, so the peer cannot take the stream for whole.</summary>
+    /// <summary>Abortive, so the peer cannot take a cut stream for whole.</summary>
     internal void Fail(Exception? reason) => BeginClose(reason, abortive: true);
 
-    // Cancel each request in flight, wait for each final CQE, then close through the ring, so the fd number cannot be
-    // reused while a request on it may still run. Zero-copy notifications may come much later (the peer has not
-    // acknowledged): only the memory waits for them, freed after the last one.
+    // Cancel each request in flight and wait for its final CQE, then CLOSE through the ring, so the fd number is not
+    // reused while a request may still use it. Zero-copy notifications may come much later: only the memory waits.
     private unsafe void BeginClose(Exception? reason, bool abortive)
     {
         _owner.Loop.AssertOnLoopThread();
@@ -103,8 +98,7 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>After each final completion: close the fd once only notifications remain; finish once it is closed.
-    /// </summary>
+    /// <summary>Called after each final completion.</summary>
     internal void CheckCloseProgress()
     {
         if (_state == ConnectionState.Cancelling && _owner.InFlight == _sender.NotificationsPending)
@@ -119,8 +113,8 @@ public sealed partial class IoUringConnection
         }
     }
 
-    // A cancel with no SQE (the SQ full) is retried next iteration, or the close would wait for ever; a second cancel
-    // finds nothing. Once the loop is gone the retry is dropped and the fd stays open: its requests may still use it.
+    // A cancel with no SQE is retried next iteration, or the close would wait for ever. Once the loop is gone the retry
+    // is dropped and the fd stays open: its requests may still use it.
     private void CancelForClose()
     {
         Debug.Assert(_state == ConnectionState.Cancelling, $"cancelling for close in state {_state}");
@@ -152,8 +146,7 @@ public sealed partial class IoUringConnection
 
     private void RetryOnLoop(Action<IoUringConnection> retry) => _owner.Loop.RetryNextIteration(this, retry);
 
-    /// <summary>The loop went with the CLOSE still waiting for an SQE: no request on the fd runs any more
-    /// (notifications hold memory, not the fd), so it is closed here as the CLOSE would have. Any thread.</summary>
+    /// <summary>The loop ended before the CLOSE got an SQE: no request on the fd can still run. Any thread.</summary>
     private void CloseWithoutRing()
     {
         Debug.Assert(_state == ConnectionState.ClosingFd, $"closing the fd directly in state {_state}");
@@ -164,7 +157,7 @@ public sealed partial class IoUringConnection
 
     internal void OnFdClosed() => MoveTo(ConnectionState.FdClosed);
 
-    /// <summary>Cancels this connection's request by its user_data; false when the loop had no SQE for it.</summary>
+    /// <summary>False when the loop had no SQE for the cancel.</summary>
     internal unsafe bool CancelRequest(ulong userData)
     {
         _owner.Loop.AssertOnLoopThread();
@@ -182,7 +175,7 @@ public sealed partial class IoUringConnection
     {
         _settings.Registry?.Remove(this);
         _receiver.Input.CompleteWriter(null);
-        // Before Closed completes: whoever saw Closed complete and asks for ConnectionClosed gets a cancelled token.
+        // Before Closed completes: whoever saw it complete and asks for ConnectionClosed gets a cancelled token.
         Volatile.Write(ref _closedSignalled, 1);
         // the owner runs SignalClosed (no work item allocated per close)
         ThreadPool.UnsafeQueueUserWorkItem(_owner, preferLocal: false);
@@ -194,11 +187,9 @@ public sealed partial class IoUringConnection
         _state = next;
     }
 
-    /// <summary>
-    /// A <see cref="System.Net.Sockets.Socket"/> for socket options and addresses, made on first use over a duplicate
-    /// of <see cref="FileDescriptor"/>, and disposed when the connection closes. Disposing it does not close the
-    /// connection; reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.
-    /// </summary>
+    /// <summary>A <see cref="System.Net.Sockets.Socket"/> for options and addresses, over a duplicate of
+    /// <see cref="FileDescriptor"/>, disposed when the connection closes. Disposing it does not close the connection;
+    /// reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.</summary>
     /// <exception cref="ObjectDisposedException">The connection has closed.</exception>
     public Socket Socket
     {
@@ -214,7 +205,7 @@ public sealed partial class IoUringConnection
                     {
                         throw SocketErrors.FromErrno(Libc.GetLastErrno());
                     }
-                    // The handle owns the duplicate now: disposing it is the one close (a close(fd) too would let its
+                    // The handle owns the duplicate: disposing it is the one close (a close(fd) too would let its
                     // finalizer close the number again, by then perhaps another socket's).
                     var handle = new SafeSocketHandle(fd, ownsHandle: true);
                     try
@@ -232,8 +223,7 @@ public sealed partial class IoUringConnection
         }
     }
 
-    /// <summary>Before the fd is closed: no new Socket; the one handed out is disposed, closing its duplicate once no
-    /// call through it is in progress.</summary>
+    /// <summary>Disposes the Socket handed out: its handle closes the duplicate once no call through it runs.</summary>
     private void ReleaseSocket()
     {
         Debug.Assert(_state == ConnectionState.ClosingFd, $"Socket released in state {_state}");
@@ -251,7 +241,7 @@ public sealed partial class IoUringConnection
         {
             if (!_abortiveClose)
             {
-                // FIN was sent: telling the Socket keeps its close graceful (no RST) if it interrupts a call.
+                // FIN was sent: telling the Socket keeps its close graceful if it interrupts a call.
                 socket.Shutdown(SocketShutdown.Send);
             }
         }
@@ -269,7 +259,7 @@ public sealed partial class IoUringConnection
         }
         catch (Exception ex)
         {
-            // The loop goes on closing the connection whatever the Socket's teardown throws.
+            // the close goes on whatever the Socket's teardown throws
             _owner.Loop.ReportUnhandled(ex);
         }
     }

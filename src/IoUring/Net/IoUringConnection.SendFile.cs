@@ -2,39 +2,30 @@ using Microsoft.Win32.SafeHandles;
 
 namespace IoUring.Net;
 
-// Sending a file with no user-space copy: the public calls and the hand-off to the output (FileSender sends).
 public sealed partial class IoUringConnection
 {
     /// <summary>
-    /// Sends <paramref name="count"/> bytes of <paramref name="file"/> from <paramref name="offset"/> on, after
-    /// everything written to <see cref="Output"/> before the call, without copying them through user space where the
-    /// kernel can (io_uring SPLICE from the file through a pipe to the socket; else READ into the connection's memory
-    /// and SEND). Completes when the socket has taken the last byte.
+    /// Sends <paramref name="count"/> bytes of <paramref name="file"/> from <paramref name="offset"/>, after what was
+    /// written to <see cref="Output"/> before the call, without a user-space copy where the kernel can (SPLICE through
+    /// a pipe, else READ and SEND). Completes when the socket has taken the last byte.
     /// </summary>
     /// <remarks>
-    /// <para>Order: the call commits what was written to <see cref="Output"/> as a flush does (without waiting for
-    /// backpressure), so those bytes go first; bytes flushed after the call returned go after the file. It is a write
-    /// of <see cref="Output"/>: with another <c>SendFileAsync</c> or a flush not yet completed, or <see cref="Output"/>
-    /// completed, it throws <see cref="InvalidOperationException"/>. Flushes made while it runs are kept for after
-    /// it.</para>
-    /// <para>The file must be seekable: the range is read at its offsets, leaving the file's position alone. Dispose
-    /// the handle only once the returned task completes.</para>
-    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> and sends nothing; a file
-    /// that shrinks while sent fails the same way after the bytes before its end went. Cancelling stops the send where
-    /// it got to (<see cref="OperationCanceledException"/>). In these cases, and when reading the file fails
+    /// <para>The call commits what was written to <see cref="Output"/> as a flush does, so those bytes go first;
+    /// flushes made while it runs go after the file. The file must be seekable (its position is left alone); dispose
+    /// it only once the task completes.</para>
+    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> before sending; a file that
+    /// shrinks meanwhile fails the same way partway. Then, and after a cancel or a read error
     /// (<see cref="IOException"/>), the connection stays open though the peer got part of the range:
-    /// <see cref="Abort(Exception?)"/> it unless its protocol can tell. A socket error fails the connection as a failed
-    /// flush does; a connection closed before the range was sent fails the call with an <see cref="IOException"/>.
-    /// </para>
-    /// <para>Each call uses a pipe of its own (two fds) and, while a splice waits for the peer, an io_uring worker
-    /// thread.</para>
+    /// <see cref="Abort(Exception?)"/> it unless the protocol can tell. A socket error fails the connection as a failed
+    /// flush does; a connection closed first fails the call with an <see cref="IOException"/>.</para>
+    /// <para>Each call uses a pipe (two fds) and, while a splice waits for the peer, an io_uring worker thread.</para>
     /// </remarks>
     /// <param name="file">The file, open for reading.</param>
     /// <param name="offset">Where in the file the range starts.</param>
     /// <param name="count">How many bytes to send; 0 sends nothing.</param>
-    /// <param name="cancellationToken">Stops the send (see the remarks).</param>
-    /// <exception cref="InvalidOperationException">Another file send, or a flush, of this connection has not completed,
-    /// or <see cref="Output"/> was completed.</exception>
+    /// <param name="cancellationToken">Stops the send where it got to.</param>
+    /// <exception cref="InvalidOperationException">Another file send or a flush has not completed, or
+    /// <see cref="Output"/> was completed.</exception>
     /// <exception cref="NotSupportedException">The file cannot seek (a pipe, a socket).</exception>
     public Task SendFileAsync(SafeFileHandle file, long offset, long count, CancellationToken cancellationToken)
     {
@@ -72,12 +63,8 @@ public sealed partial class IoUringConnection
         };
     }
 
-    /// <summary>
-    /// Sends the file at <paramref name="path"/> (opened for reading, closed when the call ends) from
-    /// <paramref name="offset"/> on: <paramref name="count"/> bytes, or the rest of the file when null. As
-    /// <see cref="SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/>, which says what order, failures and
-    /// cancellation mean.
-    /// </summary>
+    /// <summary>As <see cref="SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/> with the file at
+    /// <paramref name="path"/>, opened for reading and closed when the call ends.</summary>
     /// <param name="path">The file's path.</param>
     /// <param name="offset">Where in the file to start.</param>
     /// <param name="count">How many bytes to send; null for the rest of the file.</param>

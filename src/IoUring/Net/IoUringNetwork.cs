@@ -9,8 +9,8 @@ using IoUring.Rings;
 namespace IoUring.Net;
 
 /// <summary>
-/// The entry point for plain .NET code: a set of io_uring event loops (one thread and ring each) on which you
-/// listen, accept and connect, getting <see cref="IoUringConnection"/>s (pipes, or a <see cref="Stream"/>).
+/// The entry point: io_uring event loops (one thread and ring each) on which you listen, accept and connect, getting
+/// <see cref="IoUringConnection"/>s (pipes, or a <see cref="Stream"/>).
 /// </summary>
 /// <example>
 /// <code>
@@ -49,10 +49,10 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         IoUringCapabilities capabilities = IoUringCapabilities.For(_options.Loop.Hooks);
         capabilities.EnsureSupported();
 
-        // no pool given: each loop's own, registered with its ring
+        // no pool given: each loop uses its own
         Settings = ConnectionSettings.From(_options, _options.MemoryPool, _registry, capabilities);
 
-        // before the loops: a factory's Create may throw, and no loop may be left running
+        // before the loops: it may throw, and no loop may be left running
         _metrics = IoUringMetrics.For(_options.MeterFactory);
         _loops = new EventLoop[_options.LoopCount];
         try
@@ -86,33 +86,23 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     internal ConnectionSettings Settings { get; }
 
-    /// <summary>
-    /// One line naming the kernel, the loop count and each io_uring feature the loops and connections use, "on" or
-    /// "off (reason)": for a start log, or to paste into an issue.
-    /// </summary>
-    /// <example><c>kernel 6.18.44, 2 loops; DEFER_TASKRUN on; NO_SQARRAY on; registered ring fd on; ...; NO_IOWAIT off
-    /// (option ReportIoWait); SCHED_BATCH on</c></example>
+    /// <summary>One line naming the kernel, the loop count and each io_uring feature in use, "on" or "off (reason)":
+    /// for a start log or an issue.</summary>
+    /// <example><c>kernel 6.18.44, 2 loops; DEFER_TASKRUN on; ...; NO_IOWAIT off (option ReportIoWait)</c></example>
     public string DescribeFeatures() => FeatureSummary.For(this).ToString();
 
-    /// <summary>
-    /// The memory pool of the connections' pipes: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first
-    /// loop's own (each loop's connections use their loop's <see cref="EventLoop.MemoryPool"/>; it lives as long as
-    /// that loop, and disposing it does nothing).
-    /// </summary>
+    /// <summary>The connections' memory pool: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first loop's
+    /// (each connection uses its loop's <see cref="EventLoop.MemoryPool"/>, which disposing does not free).</summary>
     public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 
-    /// <summary>Blocks rented from the loops' own pools and not returned (zero-copy pins included), or -1 with a pool
-    /// of the user's.</summary>
+    /// <summary>Blocks out of the loops' own pools (zero-copy pins included); -1 with the user's pool.</summary>
     internal int RentedMemoryBlocks
         => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
 
-    /// <summary>Free blocks the loops' own pools keep for reuse.</summary>
     internal int RetainedMemoryBlocks => _loops.Sum(l => l.MemoryPoolIfCreated?.RetainedBlocks ?? 0);
 
-    /// <summary>
-    /// Binds and listens on <paramref name="endPoint"/> (IPv4, IPv6 — dual mode for <see cref="IPAddress.IPv6Any"/> —
-    /// or a <see cref="UnixDomainSocketEndPoint"/>) and starts accepting on every loop.
-    /// </summary>
+    /// <summary>Binds and listens on <paramref name="endPoint"/> (an <see cref="IPEndPoint"/>, dual mode for
+    /// <see cref="IPAddress.IPv6Any"/>, or a <see cref="UnixDomainSocketEndPoint"/>) and accepts on every loop.</summary>
     /// <exception cref="NotSupportedException">The endpoint type is not supported.</exception>
     /// <exception cref="SocketException">Binding failed (e.g.
     /// <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
@@ -124,15 +114,12 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         return new IoUringListener(socket, _loops, Settings, _options.Backlog);
     }
 
-    /// <summary>
-    /// Starts accepting on every loop from a socket that is already bound and listening (one made with options this
-    /// type does not set, or one inherited from systemd socket activation or a parent process).
-    /// </summary>
-    /// <param name="listeningSocket">A bound, listening stream socket. Disposing the listener disposes it: pass one
-    /// over a handle that does not own the fd (<see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c>) to keep it
-    /// open.</param>
+    /// <summary>Starts accepting on every loop from a socket already bound and listening (e.g. from systemd socket
+    /// activation).</summary>
+    /// <param name="listeningSocket">A bound, listening stream socket. Disposing the listener disposes it; over a
+    /// <see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c> the fd stays open.</param>
     /// <param name="backlog">How many accepted connections may wait for <see cref="IoUringListener.AcceptAsync"/>
-    /// before the listener stops taking more from the kernel.</param>
+    /// before the listener stops taking more.</param>
     public IoUringListener Listen(Socket listeningSocket, int backlog)
     {
         ArgumentNullException.ThrowIfNull(listeningSocket);
@@ -168,16 +155,14 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>
-    /// Connects to <paramref name="endPoint"/> with IORING_OP_CONNECT on one of the loops (round robin): an
-    /// <see cref="IPEndPoint"/>, a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (its
-    /// addresses tried in the order the resolver gives them, as <see cref="Socket.ConnectAsync(EndPoint)"/> does).
-    /// </summary>
+    /// <summary>Connects to <paramref name="endPoint"/> on one of the loops, round robin: an <see cref="IPEndPoint"/>,
+    /// a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (its addresses tried in turn, as
+    /// <see cref="Socket.ConnectAsync(EndPoint)"/> does).</summary>
     /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>); for a
     /// <see cref="DnsEndPoint"/>, the last address's error, or <see cref="SocketError.HostNotFound"/>.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
-    /// <exception cref="ObjectDisposedException">The network (or the loop the connect was given to) is stopping or has
-    /// stopped, as a disposed <see cref="Socket"/> reports it; no socket is left open.</exception>
+    /// <exception cref="ObjectDisposedException">The network or the connect's loop is stopping or stopped; no socket is
+    /// left open.</exception>
     public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint,
         CancellationToken cancellationToken = default)
     {
@@ -221,16 +206,13 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         throw last ?? new SocketException((int)SocketError.HostNotFound);
     }
 
-    /// <summary>
-    /// Binds a UDP socket to <paramref name="localEndPoint"/> (IPv4, or IPv6: dual mode for
-    /// <see cref="IPAddress.IPv6Any"/>) on one of the loops (round robin) and starts receiving.
-    /// </summary>
+    /// <summary>Binds a UDP socket to <paramref name="localEndPoint"/> (dual mode for
+    /// <see cref="IPAddress.IPv6Any"/>) on one of the loops, round robin, and starts receiving.</summary>
     /// <exception cref="NotSupportedException">The endpoint is not an <see cref="IPEndPoint"/>.</exception>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
     /// <exception cref="SocketException">Binding failed (e.g.
     /// <see cref="SocketError.AddressAlreadyInUse"/>).</exception>
-    /// <exception cref="ObjectDisposedException">The network is disposed or being disposed (no socket is left
-    /// open).</exception>
+    /// <exception cref="ObjectDisposedException">The network is disposed or being disposed.</exception>
     public IoUringUdpSocket BindUdp(EndPoint localEndPoint, IoUringUdpOptions? options = null)
     {
         ArgumentNullException.ThrowIfNull(localEndPoint);
@@ -257,31 +239,31 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
             throw;
         }
         IoUringUdpSocket udp = new(NextLoop(), socket, options, s => _udpSockets.TryRemove(s, out _));
-        // Registered before it starts, so a racing dispose of the network (or stop of the loop) finds and closes it.
+        // registered before it starts, so a racing dispose or loop stop finds and closes it
         _udpSockets.TryAdd(udp, 0);
-        udp.Start(); // on failure it closed itself (and left the set)
+        udp.Start(); // on failure it closed itself and left the set
         return udp;
     }
 
     private EventLoop NextLoop()
         => _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
 
-    /// <summary>Aborts every open connection, closes every UDP socket, then stops the loops (closing every fd they
-    /// opened).</summary>
+    /// <summary>Aborts every connection, closes every UDP socket, then stops the loops, closing every fd they
+    /// opened.</summary>
     public async ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
         {
             return;
         }
-        // Before the first await: a dispose from a connection's Closed continuation or ConnectionClosed callback
-        // must not wait for that connection's own signal to end.
+        // Before the first await: a dispose from a connection's Closed continuation or ConnectionClosed callback must
+        // not wait for that connection's own signal (LifetimeTests).
         IoUringConnection? signalling = ConnectionRegistry.SignallingOnThisThread;
         foreach (IoUringConnection connection in _registry.Snapshot())
         {
             connection.Abort();
         }
-        // whatever throws, the loops stop and the meter lets the network go (it would keep it alive for good)
+        // whatever throws, the loops stop and the meter lets the network go
         try
         {
             try
@@ -308,11 +290,11 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
                 _metrics.Retire(this); // the loops' counts are final: they stay in the meter
             }
         }
-        // Every fd is closed now; return once each connection has told its application (on the thread pool).
+        // every fd is closed; return once each connection has told its application
         await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);
     }
 
-    /// <summary>A stopping loop closes its connections, so that no fd outlives it.</summary>
+    // A stopping loop closes its connections and sockets, so that no fd outlives it.
     private void CloseConnectionsOf(EventLoop loop)
     {
         loop.AssertOnLoopThread();

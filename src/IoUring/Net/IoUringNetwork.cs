@@ -102,7 +102,8 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     internal int RetainedMemoryBlocks => _loops.Sum(l => l.MemoryPoolIfCreated?.RetainedBlocks ?? 0);
 
     /// <summary>Binds and listens on <paramref name="endPoint"/> (an <see cref="IPEndPoint"/>, dual mode for
-    /// <see cref="IPAddress.IPv6Any"/>, or a <see cref="UnixDomainSocketEndPoint"/>) and accepts on every loop.</summary>
+    /// <see cref="IPAddress.IPv6Any"/>, or a <see cref="UnixDomainSocketEndPoint"/>) and accepts on every
+    /// loop.</summary>
     /// <exception cref="NotSupportedException">The endpoint type is not supported.</exception>
     /// <exception cref="SocketException">Binding failed (e.g.
     /// <see cref="SocketError.AddressAlreadyInUse"/>).</exception>

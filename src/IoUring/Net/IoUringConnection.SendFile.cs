@@ -13,17 +13,13 @@ public sealed partial class IoUringConnection
     /// <para>The call commits what was written to <see cref="Output"/> as a flush does, so those bytes go first;
     /// flushes made while it runs go after the file. The file must be seekable (its position is left alone); dispose
     /// it only once the task completes.</para>
-    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> before sending; a file that
-    /// shrinks meanwhile fails the same way partway. Then, and after a cancel or a read error
+    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> before sending; a file
+    /// that shrinks meanwhile fails the same way partway. Then, and after a cancel or a read error
     /// (<see cref="IOException"/>), the connection stays open though the peer got part of the range:
     /// <see cref="Abort(Exception?)"/> it unless the protocol can tell. A socket error fails the connection as a failed
     /// flush does; a connection closed first fails the call with an <see cref="IOException"/>.</para>
     /// <para>Each call uses a pipe (two fds) and, while a splice waits for the peer, an io_uring worker thread.</para>
     /// </remarks>
-    /// <param name="file">The file, open for reading.</param>
-    /// <param name="offset">Where in the file the range starts.</param>
-    /// <param name="count">How many bytes to send; 0 sends nothing.</param>
-    /// <param name="cancellationToken">Stops the send where it got to.</param>
     /// <exception cref="InvalidOperationException">Another file send or a flush has not completed, or
     /// <see cref="Output"/> was completed.</exception>
     /// <exception cref="NotSupportedException">The file cannot seek (a pipe, a socket).</exception>
@@ -64,11 +60,8 @@ public sealed partial class IoUringConnection
     }
 
     /// <summary>As <see cref="SendFileAsync(SafeFileHandle, long, long, CancellationToken)"/> with the file at
-    /// <paramref name="path"/>, opened for reading and closed when the call ends.</summary>
-    /// <param name="path">The file's path.</param>
-    /// <param name="offset">Where in the file to start.</param>
-    /// <param name="count">How many bytes to send; null for the rest of the file.</param>
-    /// <param name="cancellationToken">Stops the send.</param>
+    /// <paramref name="path"/>, opened for reading and closed when the call ends; a null <paramref name="count"/>
+    /// sends the rest of the file.</summary>
     public async Task SendFileAsync(string path, long offset, long? count, CancellationToken cancellationToken)
     {
         ArgumentException.ThrowIfNullOrEmpty(path);

@@ -12,10 +12,6 @@ namespace IoUring.Net;
 /// A connected socket driven by an io_uring loop, exposed as a pair of pipes: read what the peer sent from
 /// <see cref="Input"/>, write what to send to <see cref="Output"/>.
 /// </summary>
-/// <remarks>
-/// Completing <see cref="Output"/> sends FIN after the data; the peer's FIN completes <see cref="Input"/>, a reset
-/// fails its reads with an <see cref="IOException"/>. <see cref="Abort(Exception?)"/> sends RST.
-/// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 {
@@ -33,8 +29,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     // Completed on OnClosed's thread-pool item, so awaiters continue there inline. Also locks _socket, _fdReleased.
     private readonly TaskCompletionSource _closed = new();
     private ConnectionState _state; // loop thread
-    // Addresses are read at start (later the fd number may be another socket's); endpoints are made when first asked
-    // for. IPEndPoint is mutable: the listener's is copied.
+    // Read at start: later the fd number may be another socket's. IPEndPoint is mutable: the listener's is copied.
     private IPEndPoint? _listenerEndPoint;
     private EndPoint? _localEndPoint;
     private EndPoint? _remoteEndPoint;
@@ -50,7 +45,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private object? _peerClosedState;
     private int _peerClosedDelivered;
 
-    /// <summary>Links of the network's <see cref="ConnectionRegistry"/> (under its lock).</summary>
+    // ConnectionRegistry's links, under its lock
     internal IoUringConnection? RegistryPrevious, RegistryNext;
 
     /// <summary>Closed completed and ConnectionClosed's callbacks ran (under the registry's lock).</summary>
@@ -87,7 +82,8 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _output.SetSender(_sender, _receiver.Input);
     }
 
-    /// <summary>What the peer sent. Completes at the peer's FIN; fails on reset or abort.</summary>
+    /// <summary>What the peer sent. Completes at the peer's FIN; reads fail with an <see cref="IOException"/> on reset
+    /// or abort.</summary>
     public PipeReader Input => _receiver.Input;
 
     /// <summary>What to send. Complete it to send FIN after the data.</summary>
@@ -214,11 +210,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
 
-    /// <summary>Calls <paramref name="callback"/> once when the peer's FIN or reset arrives, even while the application
-    /// is not reading: on the loop thread, or at once if it already happened. Register once.</summary>
-    /// <param name="callback">Gets <paramref name="state"/> and whether the peer reset; must not block or
-    /// throw.</param>
-    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    /// <summary>Calls <paramref name="callback"/> with <paramref name="state"/> and whether the peer reset, once, when
+    /// the peer's FIN or reset arrives, even while the application is not reading: on the loop thread, or at once if
+    /// it already happened. It must not block or throw. Register once.</summary>
     public void OnPeerClosed(Action<object?, bool> callback, object? state)
     {
         _peerClosedState = state;
@@ -226,11 +220,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         DeliverPeerClosed();
     }
 
-    /// <summary>Calls <paramref name="callback"/> on the loop thread whenever receiving pauses because the input pipe
-    /// is full, and when it resumes. Register once.</summary>
-    /// <param name="callback">Gets <paramref name="state"/> and whether receiving paused; must not block or
-    /// throw.</param>
-    /// <param name="state">Passed to <paramref name="callback"/>.</param>
+    /// <summary>Calls <paramref name="callback"/> on the loop thread with <paramref name="state"/> and true when
+    /// receiving pauses because the input pipe is full, false when it resumes. It must not block or throw. Register
+    /// once.</summary>
     public void OnBackpressure(Action<object?, bool> callback, object? state)
         => ScheduleOnLoop(_ => _receiver.SetBackpressureCallback(callback, state));
 

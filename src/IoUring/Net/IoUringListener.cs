@@ -7,14 +7,12 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listening socket whose connections are accepted by a multishot ACCEPT on every loop of the network and dealt
-/// to the loops in turn (a connection then lives on its loop). <see cref="AcceptAsync"/> hands them out.
+/// A listening socket accepting on every loop of the network, dealing connections to the loops in turn;
+/// <see cref="AcceptAsync"/> hands them out.
 /// </summary>
 /// <remarks>
-/// Connections not accepted yet are held to about <see cref="IoUringNetworkOptions.Backlog"/>: when that many wait, the
-/// loops stop taking connections from the kernel (whose backlog then holds further clients) until the application has
-/// taken half of them. A multishot accept takes all the kernel has queued at once, so up to one kernel backlog per loop
-/// more may be taken first. Nothing is received for a connection until <see cref="AcceptAsync"/> hands it out.
+/// When about <see cref="IoUringNetworkOptions.Backlog"/> connections wait for <see cref="AcceptAsync"/>, the loops
+/// stop taking more from the kernel until half are taken. Nothing is received for a connection until it is handed out.
 /// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed class IoUringListener : IAsyncDisposable
@@ -24,7 +22,7 @@ public sealed class IoUringListener : IAsyncDisposable
     private readonly Queue<IoUringConnection> _accepted = new();           // under _lock
     private readonly List<TaskCompletionSource<IoUringConnection?>> _waiters = []; // waiting AcceptAsync; under _lock
     private readonly int _capacity;
-    // accepted from the kernel and not yet handed out (queued, or on their way to their loop)
+    // accepted and not yet handed out (queued, or on the way to their loop)
     private int _pending;
     private bool _closed;       // unbound: AcceptAsync returns null; under _lock
     private int _acceptErrno;   // the listening socket broke: AcceptAsync fails; under _lock
@@ -41,7 +39,7 @@ public sealed class IoUringListener : IAsyncDisposable
         int fd = (int)socket.Handle;
         if (settings.NoDelay && socket.AddressFamily != AddressFamily.Unix)
         {
-            // Linux copies TCP_NODELAY to accepted sockets: one setsockopt here instead of one per connection.
+            // accepted sockets inherit TCP_NODELAY: one setsockopt instead of one per connection
             socket.NoDelay = true;
         }
         _acceptors = new Acceptor[loops.Count];
@@ -51,7 +49,7 @@ public sealed class IoUringListener : IAsyncDisposable
             settings.BeforeAcceptorCreated?.Invoke(i);
             _acceptors[i] = new Acceptor(loops[i], this, fd, socket.AddressFamily != AddressFamily.Unix, settings);
         }
-        // Started once all exist: a loop that accepts at once (clients already queued) hands connections to others.
+        // started once all exist: a loop that accepts at once hands connections to the others
         foreach (Acceptor acceptor in _acceptors)
         {
             acceptor.Loop.Post(static a => ((Acceptor)a!).Start(), acceptor);
@@ -61,21 +59,19 @@ public sealed class IoUringListener : IAsyncDisposable
     /// <summary>The bound endpoint (with the port the kernel chose when asked for port 0).</summary>
     public EndPoint LocalEndPoint { get; }
 
-    /// <summary>Every accepted connection's local endpoint when bound to one IP address (no getsockname per
-    /// connection); null for a wildcard address, where it is the address each client reached.</summary>
+    /// <summary>Every connection's local endpoint when bound to one address (no getsockname each); null for a
+    /// wildcard.</summary>
     internal IPEndPoint? AcceptedLocalEndPoint => LocalEndPoint is IPEndPoint ip
         && !ip.Address.Equals(IPAddress.Any) && !ip.Address.Equals(IPAddress.IPv6Any) ? ip : null;
 
-    /// <summary>Fds that accept could not get (EMFILE/ENFILE), summed over the loops.</summary>
+    /// <summary>Accepts that found no fd free (EMFILE/ENFILE), over all loops.</summary>
     public int FdExhaustions => _acceptors.Sum(a => a.FdExhaustions);
 
-    /// <summary>ACCEPT requests submitted, summed over the loops (tests).</summary>
     internal int AcceptRequests => _acceptors.Sum(a => a.AcceptRequests);
 
     /// <summary>The next accepted connection, or null once the listener is unbound or disposed.</summary>
-    /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>:
-    /// it no longer listens); connections accepted before are still handed out first. Accepting has
-    /// stopped.</exception>
+    /// <exception cref="SocketException">The listening socket failed (e.g. <see cref="SocketError.InvalidArgument"/>)
+    /// and accepting stopped; connections accepted before are handed out first.</exception>
     public async ValueTask<IoUringConnection?> AcceptAsync(CancellationToken cancellationToken = default)
     {
         IoUringConnection? queued;
@@ -120,10 +116,8 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>
-    /// Stops accepting and closes the listening socket (new connects are refused); <see cref="AcceptAsync"/> returns
-    /// null from now on. Accepted connections stay open.
-    /// </summary>
+    /// <summary>Stops accepting and closes the listening socket; <see cref="AcceptAsync"/> returns null from now on.
+    /// Accepted connections stay open.</summary>
     public async ValueTask UnbindAsync()
     {
         if (Interlocked.Exchange(ref _unbound, 1) == 0)
@@ -146,7 +140,7 @@ public sealed class IoUringListener : IAsyncDisposable
             {
                 waiter.TrySetResult(null);
             }
-            // Connections accepted but never handed out belong to nobody: close them.
+            // accepted but never handed out: nobody owns them
             foreach (IoUringConnection orphan in orphans)
             {
                 orphan.Abort();
@@ -162,7 +156,6 @@ public sealed class IoUringListener : IAsyncDisposable
 
     private int _nextAcceptor;
 
-    /// <summary>The acceptor (and so the loop) the next accepted connection goes to: round robin.</summary>
     internal Acceptor NextAcceptor()
         => _acceptors[(int)((uint)Interlocked.Increment(ref _nextAcceptor) % (uint)_acceptors.Length)];
 
@@ -178,22 +171,19 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>An acceptor took a connection from the kernel. True when the queue is now full: the acceptor
-    /// pauses.</summary>
+    /// <summary>True when full: the acceptor pauses.</summary>
     internal bool OnAccepted() => Interlocked.Increment(ref _pending) >= _capacity;
 
-    /// <summary>A connection accepted from the kernel was closed before anyone could take it.</summary>
+    /// <summary>An accepted connection closed before anyone took it.</summary>
     internal void OnDropped()
     {
         Interlocked.Decrement(ref _pending);
         ResumeAcceptorsIfRoom(); // else acceptors paused at capacity could wait for a take that never comes
     }
 
-    /// <summary>Few enough connections wait that paused acceptors may take more (half the backlog: not one per
-    /// take).</summary>
+    /// <summary>At half the backlog, so paused acceptors do not resume after every take.</summary>
     internal bool HasRoomToResume() => Volatile.Read(ref _pending) <= _capacity / 2;
 
-    /// <summary>A connection is ready on its loop: to a waiting AcceptAsync, else into the queue.</summary>
     internal void Enqueue(IoUringConnection connection)
     {
         connection.Loop.AssertOnLoopThread();
@@ -214,13 +204,11 @@ public sealed class IoUringListener : IAsyncDisposable
             waiter = _waiters[0];
             _waiters.RemoveAt(0);
         }
-        // The application is waiting (Kestrel always is): start receiving right here on the connection's loop.
+        // on the connection's own loop: receiving starts without a post
         HandOut(connection);
         waiter.TrySetResult(connection);
     }
 
-    /// <summary>The application takes <paramref name="connection"/>: it starts receiving, and paused acceptors may
-    /// resume.</summary>
     private void HandOut(IoUringConnection connection)
     {
         connection.StartReceiving(); // a post to its loop unless on it: only for connections that waited in the queue
@@ -240,10 +228,8 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>
-    /// An acceptor found the listening socket broken (<paramref name="errno"/>): stop accepting on every loop;
-    /// AcceptAsync hands out what was accepted, then fails with the error.
-    /// </summary>
+    /// <summary>The listening socket broke: every loop stops accepting; AcceptAsync hands out what was accepted, then
+    /// fails.</summary>
     internal void OnAcceptFailed(int errno)
     {
         List<TaskCompletionSource<IoUringConnection?>> waiters;

@@ -40,8 +40,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     /// <summary>Starts <see cref="IoUringNetworkOptions.LoopCount"/> loops.</summary>
     /// <exception cref="ArgumentException">An option is invalid.</exception>
-    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here; the message names the
-    /// cause.</exception>
+    /// <exception cref="IoUringUnavailableException">io_uring cannot be used here.</exception>
     public IoUringNetwork(IoUringNetworkOptions? options = null)
     {
         _options = options ?? new IoUringNetworkOptions();

@@ -5,64 +5,43 @@ namespace IoUring.Net;
 /// <summary>Options of one <see cref="IoUringUdpSocket"/> (<see cref="IoUringNetwork.BindUdp"/>).</summary>
 public sealed class IoUringUdpOptions
 {
-    /// <summary>The largest UDP payload: 65,535 bytes less the 8-byte UDP header (IPv6 without jumbograms; IPv4:
-    /// 65,507).</summary>
+    /// <summary>The largest UDP payload over IPv6 without jumbograms (IPv4: 65,507).</summary>
     public const int LargestDatagram = 65_527;
 
-    /// <summary>
-    /// The largest datagram received whole. Each of the socket's receive buffers holds one datagram of this size (plus
-    /// 48 bytes of header and source address); a longer one is received cut, with
-    /// <see cref="DatagramResult.Truncated"/>.
+    /// <summary>The largest datagram received whole; a longer one is cut (<see cref="DatagramResult.Truncated"/>).
     /// </summary>
-    /// <remarks>Defaults to <see cref="LargestDatagram"/>. A protocol with a known limit (DNS: 1,232 or 4,096) saves
-    /// memory with it: the socket's receive memory is <see cref="ReceiveBufferCount"/> times this.</remarks>
+    /// <remarks>Defaults to <see cref="LargestDatagram"/>. Receive memory is <see cref="ReceiveBufferCount"/> times
+    /// this (plus 48 bytes each), so a protocol with a known limit saves memory with it.</remarks>
     public int MaxDatagramSize { get; set; } = LargestDatagram;
 
-    /// <summary>
-    /// The number of buffers of the socket's own provided-buffer ring, which its multishot RECVMSG fills. A power of
-    /// two. When all are taken before the loop handles them, the kernel's socket buffer holds further datagrams (and
-    /// drops them when it is full, as for any UDP socket).
-    /// </summary>
+    /// <summary>Buffers in the socket's provided-buffer ring, a power of two. While all are taken, the kernel's socket
+    /// buffer holds further datagrams.</summary>
     /// <remarks>Defaults to 32.</remarks>
     public int ReceiveBufferCount { get; set; } = 32;
 
-    /// <summary>
-    /// Datagrams kept (copied) while no receive waits for them. When the queue is full the socket stops taking
-    /// datagrams from the kernel (its socket buffer holds them, and drops new ones when full) until receives have taken
-    /// half of the queue; the few already on their way then are dropped and counted in
-    /// <see cref="IoUringUdpSocket.DatagramsDropped"/>.
-    /// </summary>
+    /// <summary>Datagrams kept while no receive waits. When full, the socket stops taking datagrams from the kernel
+    /// until receives take half; the few already on their way are dropped
+    /// (<see cref="IoUringUdpSocket.DatagramsDropped"/>).</summary>
     /// <remarks>Defaults to 256.</remarks>
     public int ReceiveQueueCapacity { get; set; } = 256;
 
-    /// <summary>
-    /// Datagrams that may be in the kernel's hands while their callers went on: a send copies the datagram and
-    /// completes at once, and an error the kernel reports for it surfaces on the socket's next operation (as ICMP
-    /// errors do). Past this many, a send completes only when the kernel is done with it. A segmented send counts its
-    /// datagrams.
-    /// </summary>
+    /// <summary>Datagrams that may be in the kernel's hands after their sends completed; an error for one surfaces on
+    /// the socket's next operation. Past this many, a send waits for the kernel. A segmented send counts its
+    /// datagrams.</summary>
     /// <remarks>Defaults to 1,024.</remarks>
     public int MaxPendingSends { get; set; } = 1024;
 
-    /// <summary>
-    /// Ask the kernel for coalesced receives (UDP_GRO): a burst of equal-size datagrams from one source (a peer's
-    /// segmented send, or a network card's receive offload) arrives in one buffer, which the socket splits back into
-    /// the datagrams, each with its source address, so receives and batches see exactly what was sent.
-    /// </summary>
-    /// <remarks>Defaults to false. When true, each receive buffer holds a whole coalesced burst (64 KiB) whatever
-    /// <see cref="MaxDatagramSize"/> says; datagrams longer than <see cref="MaxDatagramSize"/> are still cut and
-    /// reported.</remarks>
+    /// <summary>Ask for coalesced receives (UDP_GRO): a burst of equal-size datagrams from one source arrives in one
+    /// buffer, which the socket splits back into the datagrams sent.</summary>
+    /// <remarks>Defaults to false. Each receive buffer then holds 64 KiB; datagrams longer than
+    /// <see cref="MaxDatagramSize"/> are still cut.</remarks>
     public bool ReceiveCoalesced { get; set; }
 
-    /// <summary>
-    /// Ask the kernel for each datagram's local address (IP_PKTINFO, IPV6_RECVPKTINFO) and interface: a socket bound to
-    /// a wildcard address on a multi-homed host answers from the address the peer used
-    /// (<see cref="IoUringUdpSocket.ReceiveMessageFromAsync"/>, <see cref="UdpDatagramBatch.GetLocalAddress"/>, then
-    /// <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, System.Net.SocketAddress,
-    /// System.Net.SocketAddress, CancellationToken)"/>).
-    /// </summary>
-    /// <remarks>Defaults to false. Each receive buffer then takes 40 bytes more, for the control data. Sending from a
-    /// chosen local address needs no option.</remarks>
+    /// <summary>Ask for each datagram's local address and interface (IP_PKTINFO), so a socket bound to a wildcard
+    /// address can answer from the address the peer used (<see cref="IoUringUdpSocket.ReceiveMessageFromAsync"/>,
+    /// <see cref="UdpDatagramBatch.GetLocalAddress"/>).</summary>
+    /// <remarks>Defaults to false. Each receive buffer takes 40 bytes more. Sending from a chosen address needs no
+    /// option.</remarks>
     public bool ReceiveLocalAddress { get; set; }
 
     internal void Validate()

@@ -9,9 +9,9 @@ public sealed partial class IoUringUdpSocket
     /// <summary>Sends <paramref name="buffer"/> as one datagram to <paramref name="remoteAddress"/>. The bytes are
     /// copied: the buffer is free when this returns.</summary>
     /// <returns>The datagram's length.</returns>
-    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g.
-    /// <see cref="SocketError.ConnectionRefused"/>), this one's error if the send waited (see
-    /// <see cref="IoUringUdpOptions.MaxPendingSends"/>), or <see cref="SocketError.MessageSize"/>.</exception>
+    /// <exception cref="SocketException">An error reported for an earlier datagram (e.g.
+    /// <see cref="SocketError.ConnectionRefused"/>), for this one if the send waited, or
+    /// <see cref="SocketError.MessageSize"/>.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
     // RS0026: the overloads differ in the destination's type or add a source address: no call is ambiguous.
 #pragma warning disable RS0026
@@ -23,15 +23,10 @@ public sealed partial class IoUringUdpSocket
     }
 
     /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>, from
-    /// <paramref name="localAddress"/> (IP_PKTINFO) instead of the one routing picks: to answer a datagram from the
-    /// address it was sent to (<see cref="ReceiveMessageFromAsync"/>).</summary>
-    /// <param name="buffer">The datagram.</param>
-    /// <param name="remoteAddress">Where it goes.</param>
-    /// <param name="localAddress">One of this host's addresses, of the socket's family (IPv4-mapped on a dual-mode
-    /// socket); its port is ignored, an IPv6 scope id picks the interface, and 0.0.0.0 or :: lets routing choose. An
-    /// address the host lacks fails this send only (IPv4: <see cref="SocketError.NetworkUnreachable"/>, IPv6:
-    /// <see cref="SocketError.InvalidArgument"/>), reported to the socket's next send if this one did not wait.</param>
-    /// <param name="cancellationToken">Cancels a send that waits for room.</param>
+    /// <paramref name="localAddress"/> instead of the address routing picks: to answer from the address a datagram was
+    /// sent to (<see cref="ReceiveMessageFromAsync"/>).</summary>
+    /// <remarks>The local address's port is ignored; 0.0.0.0 or :: lets routing choose. An address the host lacks fails
+    /// this send, or the next one if this did not wait.</remarks>
     /// <exception cref="ArgumentException"><paramref name="localAddress"/> is not of the socket's family.</exception>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
     public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress,
@@ -57,8 +52,8 @@ public sealed partial class IoUringUdpSocket
         }
     }
 
-    /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>; the endpoint is
-    /// serialized on each call, so prefer a <see cref="SocketAddress"/> on hot paths.</summary>
+    /// <summary>As <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>, serializing the
+    /// endpoint on each call.</summary>
     /// <inheritdoc cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)" path="/exception"/>
     public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, EndPoint remoteEndPoint,
         CancellationToken cancellationToken = default)
@@ -80,18 +75,11 @@ public sealed partial class IoUringUdpSocket
     /// <summary>The most datagrams one segmented send makes: UDP_MAX_SEGMENTS as older kernels have it.</summary>
     public const int MaxSegments = 64;
 
-    /// <summary>
-    /// Sends <paramref name="buffer"/> to <paramref name="remoteAddress"/> as datagrams of
-    /// <paramref name="segmentSize"/> bytes (the last may be shorter) in one SENDMSG with UDP_SEGMENT, which the kernel
-    /// or the network card splits (GSO). The bytes are copied, as with
-    /// <see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/>.
-    /// </summary>
-    /// <remarks>
-    /// <para>Where the kernel refuses to segment, the datagrams go one SENDMSG each and later sends skip the refused
-    /// attempt; the peer receives the same datagrams. <see cref="SegmentOffloads"/> counts the segmented sends.</para>
-    /// <para>One send carries at most 65,507 bytes over IPv4 (IPv6: 65,527); more fails with
-    /// <see cref="SocketError.MessageSize"/> and nothing is sent.</para>
-    /// </remarks>
+    /// <summary>Sends <paramref name="buffer"/> to <paramref name="remoteAddress"/> as datagrams of
+    /// <paramref name="segmentSize"/> bytes (the last may be shorter) in one SENDMSG with UDP_SEGMENT (GSO). The bytes
+    /// are copied.</summary>
+    /// <remarks>Where the kernel refuses to segment, the datagrams go one SENDMSG each; the peer sees no difference.
+    /// More than 65,507 bytes over IPv4 (IPv6: 65,527) fails with <see cref="SocketError.MessageSize"/>.</remarks>
     /// <returns>The bytes sent: the buffer's length, or fewer if a one-by-one send failed partway and the caller waited
     /// (as with sendmmsg(2)).</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to
@@ -124,10 +112,8 @@ public sealed partial class IoUringUdpSocket
 
     /// <summary>
     /// As <see cref="SendSegmentsToAsync(ReadOnlyMemory{byte}, int, SocketAddress, CancellationToken)"/> with the first
-    /// <paramref name="length"/> bytes of <paramref name="buffer"/>, sent from its memory without the copy the other
-    /// overloads make. The socket owns <paramref name="buffer"/> from this call on, even if it throws, and disposes it
-    /// when the kernel is done: rent it (e.g. from <see cref="MemoryPool{T}.Shared"/>), fill it, and do not touch it
-    /// again.
+    /// <paramref name="length"/> bytes of <paramref name="buffer"/>, not copied. The socket owns the buffer from this
+    /// call on, even if it throws, and disposes it when the kernel is done: do not touch it again.
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="length"/> is negative or longer than the
     /// buffer.</exception>
@@ -166,8 +152,7 @@ public sealed partial class IoUringUdpSocket
         return _sender.SendAsync(buffer, null, null, cancellationToken, segmentSize);
     }
 
-    /// <summary>Segmented sends the kernel took whole with UDP_SEGMENT; the others went one datagram per
-    /// SENDMSG.</summary>
+    /// <summary>Segmented sends the kernel took whole with UDP_SEGMENT.</summary>
     public long SegmentOffloads => _sender.SegmentOffloads;
 
     private static void CheckSegments(int length, int segmentSize)

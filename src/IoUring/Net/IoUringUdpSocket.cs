@@ -11,14 +11,8 @@ namespace IoUring.Net;
 /// to any address, or <see cref="Connect"/> to one peer. Once warm it allocates nothing per datagram;
 /// <see cref="ReceiveBatchAsync"/> takes several per call.
 /// </summary>
-/// <remarks>
-/// <para>Datagrams arriving while no receive waits are queued, up to
-/// <see cref="IoUringUdpOptions.ReceiveQueueCapacity"/>. Sends copy the datagram and complete at once (see
-/// <see cref="IoUringUdpOptions.MaxPendingSends"/>).</para>
-/// <para>Errors the network reports later (ICMP, e.g. <see cref="SocketError.ConnectionRefused"/>) fail the next
-/// receive or send with a <see cref="SocketException"/>; the socket stays usable.</para>
-/// <para>Use it from any thread; continuations run on the thread pool, never on the loop.</para>
-/// </remarks>
+/// <remarks>Errors the network reports later (ICMP) fail the next receive or send; the socket stays usable. Use it from
+/// any thread; continuations run on the thread pool.</remarks>
 /// <example>
 /// <code>
 /// await using var network = new IoUringNetwork();

@@ -7,14 +7,11 @@ namespace IoUring.Net;
 public static class SocketsHttpHandlerExtensions
 {
     /// <summary>
-    /// Sets the handler's <see cref="SocketsHttpHandler.ConnectCallback"/> so that every connection it opens is an
-    /// io_uring connection on <paramref name="network"/>'s loops: host names are resolved and their addresses tried in
-    /// turn, TLS (SslStream) and HTTP/1.1, HTTP/2 run on top as on a socket, and a connection the handler disposes is
-    /// closed gracefully (aborted if the peer has not taken the rest of the output within 5 seconds; see
-    /// <see cref="IoUringConnection.AsStream(bool)"/>). The network must outlive the handler.
+    /// Sets the handler's <see cref="SocketsHttpHandler.ConnectCallback"/> so its connections run on
+    /// <paramref name="network"/>'s loops, TLS and HTTP on top as on a socket; a connection the handler disposes is
+    /// closed as <see cref="IoUringConnection.AsStream(bool)"/> says. Call it before the first request; the network
+    /// must outlive the handler.
     /// </summary>
-    /// <param name="handler">The handler to configure (before its first request).</param>
-    /// <param name="network">The loops the connections run on.</param>
     /// <returns>The handler.</returns>
     /// <example>
     /// <code>

@@ -5,8 +5,8 @@ using System.Net.Sockets;
 namespace IoUring.Net;
 
 /// <summary>
-/// Room for several datagrams, filled by <see cref="IoUringUdpSocket.ReceiveBatchAsync"/>: each slot has its own buffer
-/// and source address. Make one per receiving loop and reuse it: receiving into it allocates nothing.
+/// Slots for several datagrams, each with its own buffer and source address, filled by
+/// <see cref="IoUringUdpSocket.ReceiveBatchAsync"/>. Reuse one per receiving loop: receiving allocates nothing.
 /// </summary>
 /// <example>
 /// <code>
@@ -56,23 +56,20 @@ public sealed class UdpDatagramBatch
     /// <summary>The datagrams the last receive put in the batch (slots 0 to Count - 1).</summary>
     public int Count { get; private set; }
 
-    /// <summary>Slot <paramref name="index"/>'s datagram: its bytes received and its length.</summary>
+    /// <summary>Slot <paramref name="index"/>'s bytes received and datagram length.</summary>
     public DatagramResult GetResult(int index) => _results[CheckIndex(index)];
 
     /// <summary>Slot <paramref name="index"/>'s bytes received.</summary>
     public Memory<byte> GetPayload(int index)
         => _memory.AsMemory(CheckIndex(index) * BufferSize, _results[index].BytesReceived);
 
-    /// <summary>Slot <paramref name="index"/>'s source address (pass it to
-    /// <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, CancellationToken)"/> to
-    /// answer).</summary>
+    /// <summary>Slot <paramref name="index"/>'s source address.</summary>
     public SocketAddress GetAddress(int index) => _addresses[CheckIndex(index)];
 
-    /// <summary>Slot <paramref name="index"/>'s local address: the one its datagram was sent to, with the socket's
-    /// port (pass it to <see cref="IoUringUdpSocket.SendToAsync(ReadOnlyMemory{byte}, SocketAddress, SocketAddress,
-    /// CancellationToken)"/> to answer from it).</summary>
-    /// <exception cref="InvalidOperationException">The socket does not report local addresses (see
-    /// <see cref="IoUringUdpOptions.ReceiveLocalAddress"/>).</exception>
+    /// <summary>Slot <paramref name="index"/>'s local address: where its datagram was sent, with the socket's
+    /// port.</summary>
+    /// <exception cref="InvalidOperationException">The socket does not report local addresses
+    /// (<see cref="IoUringUdpOptions.ReceiveLocalAddress"/>).</exception>
     public SocketAddress GetLocalAddress(int index)
     {
         SocketAddress local = _localAddresses[CheckIndex(index)];
@@ -87,14 +84,13 @@ public sealed class UdpDatagramBatch
 
     internal bool IsFull => Count == Capacity;
 
-    /// <summary>Empties the batch for a receive from a socket that does or does not report local addresses.</summary>
     internal void Clear(bool localAddresses)
     {
         Count = 0;
         _hasLocalAddresses = localAddresses;
     }
 
-    /// <summary>The next free slot's buffer and address; <see cref="Commit"/> makes it count.</summary>
+    /// <summary>The next free slot's buffer; <see cref="Commit"/> makes it count.</summary>
     internal Span<byte> NextBuffer => _memory.AsSpan(Count * BufferSize, BufferSize);
 
     internal SocketAddress NextAddress => _addresses[Count];

@@ -5,8 +5,6 @@ using static IoUring.Interop.IoUringConstants;
 
 namespace IoUring.Net;
 
-// Closing (ConnectionState's steps, on the loop), and the Socket handed to applications: it wraps a duplicate fd, so
-// its number stays its own while a call through it runs.
 public sealed partial class IoUringConnection
 {
     private Socket? _socket;        // under the _closed lock
@@ -20,12 +18,10 @@ public sealed partial class IoUringConnection
     /// <summary>Nothing more is sent, even what was flushed before the loop closes.</summary>
     internal bool AbortRequested => Volatile.Read(ref _abortRequested) != 0;
 
-    /// <summary>As <see cref="Abort(Exception?)"/> with the default reason (reads fail with an
-    /// <see cref="IOException"/>).</summary>
+    /// <summary>As <see cref="Abort(Exception?)"/>; reads fail with an <see cref="IOException"/>.</summary>
     public void Abort() => Abort(null, _settings.AbortWithReset);
 
-    /// <summary>As <see cref="Abort(Exception?)"/>, choosing per call whether the peer gets RST
-    /// (<paramref name="reset"/>) or FIN.</summary>
+    /// <summary>As <see cref="Abort(Exception?)"/>; the peer gets RST if <paramref name="reset"/>, else FIN.</summary>
     public void Abort(Exception? reason, bool reset)
     {
         if (Interlocked.Exchange(ref _abortRequested, 1) != 0)
@@ -188,8 +184,8 @@ public sealed partial class IoUringConnection
     }
 
     /// <summary>A <see cref="System.Net.Sockets.Socket"/> for options and addresses, over a duplicate of
-    /// <see cref="FileDescriptor"/>, disposed when the connection closes. Disposing it does not close the connection;
-    /// reading or writing through it bypasses <see cref="Input"/> and <see cref="Output"/>.</summary>
+    /// <see cref="FileDescriptor"/>, disposed when the connection closes. Disposing it keeps the connection; reading or
+    /// writing through it bypasses the pipes.</summary>
     /// <exception cref="ObjectDisposedException">The connection has closed.</exception>
     public Socket Socket
     {
@@ -200,6 +196,7 @@ public sealed partial class IoUringConnection
                 ObjectDisposedException.ThrowIf(_fdReleased, this);
                 if (_socket is null)
                 {
+                    // a duplicate, so its number stays the Socket's own while a call through it runs
                     int fd = Libc.fcntl(_fd, Libc.F_DUPFD_CLOEXEC, 0);
                     if (fd < 0)
                     {

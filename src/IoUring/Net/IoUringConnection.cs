@@ -9,8 +9,8 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A connected socket driven by an io_uring loop, exposed as a pair of pipes: read what the peer sent from
-/// <see cref="Input"/>, write what to send to <see cref="Output"/>.
+/// A connected socket on an io_uring loop, as a pair of pipes: read what the peer sent from <see cref="Input"/>, write
+/// what to send to <see cref="Output"/>.
 /// </summary>
 [SupportedOSPlatform("linux")]
 public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
@@ -22,7 +22,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     private readonly ConnectionOutput _output;
     private readonly ConnectionReceiver _receiver;
     private readonly ConnectionSender _sender;
-    // _closedTokenSource once closed with none made: shared, never disposed (nothing registers on it).
+    // _closedTokenSource once closed with none made; shared, as nothing registers on it
     private static readonly CancellationTokenSource s_closedTokenSource = CreateCancelledSource();
     private CancellationTokenSource? _closedTokenSource; // made when ConnectionClosed is first asked for
     private int _closedSignalled;   // 1 once closed: a later first ConnectionClosed read gets a cancelled token
@@ -70,7 +70,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        // the loop's pool is registered with its ring: zero-copy sends from it use fixed buffers
+        // registered with the loop's ring: zero-copy sends use fixed buffers
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
         // While sends go zero-copy, a flush sends from its own thread only below the threshold.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
@@ -86,7 +86,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// or abort.</summary>
     public PipeReader Input => _receiver.Input;
 
-    /// <summary>What to send. Complete it to send FIN after the data.</summary>
+    /// <summary>What to send. Completing it sends FIN after the data.</summary>
     /// <remarks>A <c>WriteAsync</c> of at least <see cref="IoUringNetworkOptions.MaxWriteBufferSize"/> bytes is sent
     /// from the caller's memory: leave it unchanged until the task completes, as with
     /// <c>Socket.SendAsync</c>.</remarks>
@@ -95,10 +95,10 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     /// <summary>The loop this connection runs on.</summary>
     public EventLoop Loop => _owner.Loop;
 
-    /// <summary>The local endpoint (read when the connection started).</summary>
+    /// <summary>The local endpoint, read at start.</summary>
     public EndPoint? LocalEndPoint => Volatile.Read(ref _localEndPoint) ?? CopyListenerEndPoint();
 
-    /// <summary>The peer's endpoint (read when the connection started).</summary>
+    /// <summary>The peer's endpoint, read at start.</summary>
     public EndPoint? RemoteEndPoint => Volatile.Read(ref _remoteEndPoint) ?? ParseRemoteAddress();
 
     private EndPoint? CopyListenerEndPoint()
@@ -152,21 +152,19 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     internal ConnectionSender Sender => _sender;
 
-    /// <summary>The pool <see cref="Output"/> rents from: the network's, or else its loop's
-    /// <see cref="EventLoop.MemoryPool"/>.</summary>
+    /// <summary>The pool <see cref="Output"/> rents from.</summary>
     public MemoryPool<byte> MemoryPool { get; }
 
     internal ConnectionSettings Settings => _settings;
 
     internal bool IsClosing => _state != ConnectionState.Open;
 
-    /// <summary>A <see cref="Stream"/> over the two pipes. Disposing it completes them but does not close the
-    /// connection.</summary>
+    /// <summary>A <see cref="Stream"/> over the pipes; disposing it completes them but keeps the connection.</summary>
     public Stream AsStream() => new DuplexPipeStream(Input, Output);
 
-    /// <summary>A <see cref="Stream"/> over the two pipes. With <paramref name="ownsConnection"/>, disposing it also
-    /// closes the connection without waiting: gracefully, or with RST if the peer has not taken the rest of the output
-    /// within 5 seconds.</summary>
+    /// <summary>A <see cref="Stream"/> over the pipes. With <paramref name="ownsConnection"/>, disposing it also closes
+    /// the connection without waiting: gracefully, or with RST if the peer has not taken the rest within 5
+    /// seconds.</summary>
     public Stream AsStream(bool ownsConnection) => new DuplexPipeStream(Input, Output, ownsConnection ? this : null);
 
     internal void Start(bool noDelayInherited = false, bool receive = true, IPEndPoint? listenerEndPoint = null)

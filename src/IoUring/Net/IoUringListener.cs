@@ -56,11 +56,10 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>The bound endpoint (with the port the kernel chose when asked for port 0).</summary>
+    /// <summary>The bound endpoint, port 0 resolved.</summary>
     public EndPoint LocalEndPoint { get; }
 
-    /// <summary>Every connection's local endpoint when bound to one address (no getsockname each); null for a
-    /// wildcard.</summary>
+    /// <summary>Every connection's local endpoint (saves a getsockname each); null for a wildcard address.</summary>
     internal IPEndPoint? AcceptedLocalEndPoint => LocalEndPoint is IPEndPoint ip
         && !ip.Address.Equals(IPAddress.Any) && !ip.Address.Equals(IPAddress.IPv6Any) ? ip : null;
 

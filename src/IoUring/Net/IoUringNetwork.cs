@@ -85,16 +85,15 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
 
     internal ConnectionSettings Settings { get; }
 
-    /// <summary>One line naming the kernel, the loop count and each io_uring feature in use, "on" or "off (reason)":
-    /// for a start log or an issue.</summary>
-    /// <example><c>kernel 6.18.44, 2 loops; DEFER_TASKRUN on; ...; NO_IOWAIT off (option ReportIoWait)</c></example>
+    /// <summary>One line naming the kernel, the loop count and each io_uring feature, "on" or "off (reason)": for a
+    /// start log or an issue.</summary>
     public string DescribeFeatures() => FeatureSummary.For(this).ToString();
 
-    /// <summary>The connections' memory pool: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first loop's
-    /// (each connection uses its loop's <see cref="EventLoop.MemoryPool"/>, which disposing does not free).</summary>
+    /// <summary>The connections' pool: <see cref="IoUringNetworkOptions.MemoryPool"/>, or else the first loop's (each
+    /// connection uses its own loop's).</summary>
     public MemoryPool<byte> MemoryPool => Settings.MemoryPool ?? _loops[0].MemoryPool;
 
-    /// <summary>Blocks out of the loops' own pools (zero-copy pins included); -1 with the user's pool.</summary>
+    /// <summary>Blocks out of the loops' own pools, zero-copy pins included; -1 with the user's pool.</summary>
     internal int RentedMemoryBlocks
         => Settings.MemoryPool is null ? _loops.Sum(l => l.MemoryPoolIfCreated?.RentedBlocks ?? 0) : -1;
 
@@ -114,10 +113,9 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         return new IoUringListener(socket, _loops, Settings, _options.Backlog);
     }
 
-    /// <summary>Starts accepting on every loop from a socket already bound and listening (e.g. from systemd socket
-    /// activation).</summary>
-    /// <param name="listeningSocket">A bound, listening stream socket. Disposing the listener disposes it; over a
-    /// <see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c> the fd stays open.</param>
+    /// <summary>Accepts on every loop from a socket already bound and listening (e.g. systemd's).</summary>
+    /// <param name="listeningSocket">Disposed with the listener; over a <see cref="SafeSocketHandle"/> with
+    /// <c>ownsHandle: false</c> the fd stays open.</param>
     /// <param name="backlog">How many accepted connections may wait for <see cref="IoUringListener.AcceptAsync"/>
     /// before the listener stops taking more.</param>
     public IoUringListener Listen(Socket listeningSocket, int backlog)
@@ -248,8 +246,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     private EventLoop NextLoop()
         => _loops[(int)((uint)Interlocked.Increment(ref _nextConnectLoop) % (uint)_loops.Length)];
 
-    /// <summary>Aborts every connection, closes every UDP socket, then stops the loops, closing every fd they
-    /// opened.</summary>
+    /// <summary>Aborts every connection, closes every UDP socket, then stops the loops.</summary>
     public async ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
@@ -290,7 +287,7 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
                 _metrics.Retire(this); // the loops' counts are final: they stay in the meter
             }
         }
-        // every fd is closed; return once each connection has told its application
+        // return once each connection has told its application
         await _registry.WhenClosedSignalled(signalling).ConfigureAwait(false);
     }
 

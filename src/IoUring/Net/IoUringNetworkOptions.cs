@@ -38,7 +38,7 @@ public sealed class IoUringNetworkOptions
     /// <remarks>Defaults to false.</remarks>
     public bool UnsafePreferInlineScheduling { get; set; }
 
-    /// <summary>Abort sends RST (SO_LINGER 0) rather than FIN, as Kestrel's Sockets transport does.</summary>
+    /// <summary>Abort sends RST (SO_LINGER 0) rather than FIN.</summary>
     /// <remarks>Defaults to true.</remarks>
     public bool AbortWithReset { get; set; } = true;
 
@@ -51,9 +51,9 @@ public sealed class IoUringNetworkOptions
     internal static long DefaultZeroCopySendThreshold { get; } =
         Environment.OSVersion.Version >= new Version(6, 10) ? 16 * 1024 : 64 * 1024;
 
-    /// <summary>The memory pool of every connection's pipes, or null for each loop's own pool.</summary>
-    /// <remarks>Defaults to null: each connection uses its loop's <see cref="Loops.EventLoop.MemoryPool"/>, registered
-    /// with the loop's ring; zero-copy sends need it. The network does not dispose a pool given here.</remarks>
+    /// <summary>The pool of every connection's pipes, or null for each loop's own.</summary>
+    /// <remarks>Defaults to null: the loop's <see cref="Loops.EventLoop.MemoryPool"/>, which zero-copy sends need. The
+    /// network does not dispose a pool given here.</remarks>
     public System.Buffers.MemoryPool<byte>? MemoryPool { get; set; }
 
     /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with when the peer

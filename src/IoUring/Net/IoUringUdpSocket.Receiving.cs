@@ -6,14 +6,10 @@ namespace IoUring.Net;
 
 public sealed partial class IoUringUdpSocket
 {
-    /// <summary>Receives one datagram into <paramref name="buffer"/> and its source into
-    /// <paramref name="remoteAddress"/>.</summary>
-    /// <param name="buffer">Where the datagram goes; a longer one is cut and reported
-    /// (<see cref="DatagramResult.Truncated"/>).</param>
-    /// <param name="remoteAddress">Filled with the source address; it must have room for this socket's family
-    /// (<see cref="SocketAddress.GetMaximumAddressSize"/>). A dual-mode socket gives IPv4 sources IPv4-mapped.</param>
-    /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
-    /// <exception cref="SocketException">An error the network reported for an earlier datagram (e.g.
+    /// <summary>Receives one datagram into <paramref name="buffer"/>, cut if longer
+    /// (<see cref="DatagramResult.Truncated"/>), and its source into <paramref name="remoteAddress"/>, which must have
+    /// room for this socket's family (IPv4-mapped on a dual-mode socket).</summary>
+    /// <exception cref="SocketException">An error reported for an earlier datagram (e.g.
     /// <see cref="SocketError.ConnectionRefused"/>), or <see cref="SocketError.OperationAborted"/>: the socket was
     /// disposed while waiting.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
@@ -25,14 +21,10 @@ public sealed partial class IoUringUdpSocket
     }
 
     /// <summary>As <see cref="ReceiveFromAsync"/>, also filling <paramref name="localAddress"/> with the address the
-    /// datagram was sent to, to answer from it (<see cref="SendToAsync(ReadOnlyMemory{byte}, SocketAddress,
-    /// SocketAddress, CancellationToken)"/>) on a multi-homed host.</summary>
-    /// <param name="buffer">Where the datagram goes; a longer one is cut and reported.</param>
-    /// <param name="remoteAddress">Filled with the source address, as with <see cref="ReceiveFromAsync"/>.</param>
-    /// <param name="localAddress">Filled with the destination address and the socket's port (IPv4-mapped on a
-    /// dual-mode socket; an IPv6 link-local one has its interface as scope id). For broadcast or multicast it is that
-    /// address: answer those without a local address.</param>
-    /// <param name="cancellationToken">Cancels a wait for a datagram.</param>
+    /// datagram was sent to and the socket's port, to answer from it (<see cref="SendToAsync(ReadOnlyMemory{byte},
+    /// SocketAddress, SocketAddress, CancellationToken)"/>).</summary>
+    /// <remarks>For broadcast or multicast that is the broadcast or group address: answer those without a local
+    /// address.</remarks>
     /// <exception cref="InvalidOperationException">The socket does not report local addresses: set
     /// <see cref="IoUringUdpOptions.ReceiveLocalAddress"/>.</exception>
     /// <inheritdoc cref="ReceiveFromAsync" path="/exception"/>

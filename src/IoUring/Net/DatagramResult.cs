@@ -1,14 +1,12 @@
 namespace IoUring.Net;
 
-/// <summary>
-/// One datagram received by <see cref="IoUringUdpSocket"/>. One longer than the buffer (or than
-/// <see cref="IoUringUdpOptions.MaxDatagramSize"/>) is cut, as with MSG_TRUNC, and <see cref="Truncated"/> says so.
-/// </summary>
+/// <summary>One datagram received by <see cref="IoUringUdpSocket"/>.</summary>
 /// <param name="BytesReceived">The bytes copied into the buffer.</param>
 /// <param name="DatagramLength">The datagram's length as sent.</param>
 public readonly record struct DatagramResult(int BytesReceived, int DatagramLength)
 {
-    /// <summary>The datagram was cut: longer than what was received of it.</summary>
+    /// <summary>The datagram was cut (MSG_TRUNC): longer than the buffer or
+    /// <see cref="IoUringUdpOptions.MaxDatagramSize"/>.</summary>
     public bool Truncated => BytesReceived < DatagramLength;
 
     /// <summary>The interface index the datagram came in on when the socket reports local addresses

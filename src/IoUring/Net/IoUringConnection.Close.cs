@@ -33,9 +33,8 @@ public sealed partial class IoUringConnection
         ScheduleOnLoop(static c => ((IoUringConnection)c!).BeginAbortiveClose());
     }
 
-    /// <summary>Closes gracefully and waits until the fd is released: completes <see cref="Input"/> and
-    /// <see cref="Output"/>, sends the rest of the output and FIN, then closes. A peer that never reads keeps it
-    /// waiting: <see cref="Abort(Exception?)"/> cuts it off.</summary>
+    /// <summary>Closes gracefully: completes the pipes, sends the rest of the output and FIN, and waits until the fd
+    /// is released. A peer that never reads keeps it waiting: <see cref="Abort(Exception?)"/> cuts it off.</summary>
     public ValueTask DisposeAsync()
     {
         try
@@ -77,7 +76,7 @@ public sealed partial class IoUringConnection
         _abortiveClose = abortive;
         if (abortive && (_abortRequested != 0 ? _abortWithReset : _settings.AbortWithReset))
         {
-            // SO_LINGER {on, 0}: close sends RST and drops unsent data, as Kestrel's Sockets transport does on abort.
+            // SO_LINGER {on, 0}: the close sends RST and drops unsent data
             Libc.linger linger = new() { l_onoff = 1, l_linger = 0 };
             _ = Libc.setsockopt(_fd, Libc.SOL_SOCKET, Libc.SO_LINGER, &linger, (uint)sizeof(Libc.linger));
         }

@@ -6,18 +6,16 @@ public sealed partial class IoUringConnection
 {
     /// <summary>
     /// Sends <paramref name="count"/> bytes of <paramref name="file"/> from <paramref name="offset"/>, after what was
-    /// written to <see cref="Output"/> before the call, without a user-space copy where the kernel can (SPLICE through
-    /// a pipe, else READ and SEND). Completes when the socket has taken the last byte.
+    /// written to <see cref="Output"/> before the call, without a user-space copy where the kernel can (SPLICE).
+    /// Completes when the socket has taken the last byte.
     /// </summary>
     /// <remarks>
-    /// <para>The call commits what was written to <see cref="Output"/> as a flush does, so those bytes go first;
-    /// flushes made while it runs go after the file. The file must be seekable (its position is left alone); dispose
-    /// it only once the task completes.</para>
-    /// <para>A range past the end of the file fails with <see cref="EndOfStreamException"/> before sending; a file
-    /// that shrinks meanwhile fails the same way partway. Then, and after a cancel or a read error
-    /// (<see cref="IOException"/>), the connection stays open though the peer got part of the range:
-    /// <see cref="Abort(Exception?)"/> it unless the protocol can tell. A socket error fails the connection as a failed
-    /// flush does; a connection closed first fails the call with an <see cref="IOException"/>.</para>
+    /// <para>Flushes made while it runs go after the file. Dispose the file only once the task completes.</para>
+    /// <para>A range past the end fails with <see cref="EndOfStreamException"/> before sending, a file that shrinks
+    /// meanwhile partway. Then, and after a cancel or a read error (<see cref="IOException"/>), the connection stays
+    /// open though the peer got part of the range: <see cref="Abort(Exception?)"/> it unless the protocol can tell. A
+    /// socket error fails the connection; a connection closed first fails the call with an
+    /// <see cref="IOException"/>.</para>
     /// <para>Each call uses a pipe (two fds) and, while a splice waits for the peer, an io_uring worker thread.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">Another file send or a flush has not completed, or

@@ -53,8 +53,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
 
     internal ConnectionRegistry? Registry => _settings.Registry;
 
-    // The lifecycle, each step only to the next (MoveTo asserts it). The fd number stays this connection's until
-    // FdClosed, when no request on it can still run.
+    // Each step only to the next (MoveTo asserts it); see BeginClose.
     private enum ConnectionState
     {
         Open,       // receiving and sending, each until its own end
@@ -70,7 +69,7 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         _isTcp = isTcp;
         _settings = settings;
         _owner = new ConnectionRingOwner(loop, this);
-        // registered with the loop's ring: zero-copy sends use fixed buffers
+        // the loop's pool is registered with its ring: zero-copy sends use fixed buffers
         MemoryPool = settings.MemoryPool ?? loop.MemoryPool;
         // While sends go zero-copy, a flush sends from its own thread only below the threshold.
         long callerSendLimit = settings.CallerSends ? settings.ZeroCopySendThreshold - 1 : 0;
@@ -121,13 +120,12 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
         return Interlocked.CompareExchange(ref _remoteEndPoint, parsed, null) ?? parsed;
     }
 
-    /// <summary>Cancelled on the thread pool once the connection has closed and its fd is released; already cancelled
-    /// if asked for after that.</summary>
+    /// <summary>Cancelled on the thread pool once the connection has closed and its fd is released.</summary>
     public CancellationToken ConnectionClosed
         => (Volatile.Read(ref _closedTokenSource) ?? CreateClosedTokenSource())?.Token
             ?? new CancellationToken(canceled: true);
 
-    /// <summary>Completes on the thread pool when the connection has closed and its fd is released, just before
+    /// <summary>Completes on the thread pool when the connection has closed and its fd is released, before
     /// <see cref="ConnectionClosed"/> is cancelled.</summary>
     public Task Closed => _closed.Task;
 
@@ -208,9 +206,9 @@ public sealed partial class IoUringConnection : IDuplexPipe, IAsyncDisposable
     }
 
 
-    /// <summary>Calls <paramref name="callback"/> with <paramref name="state"/> and whether the peer reset, once, when
-    /// the peer's FIN or reset arrives, even while the application is not reading: on the loop thread, or at once if
-    /// it already happened. It must not block or throw. Register once.</summary>
+    /// <summary>Calls <paramref name="callback"/> with <paramref name="state"/> and whether the peer reset, once the
+    /// peer's FIN or reset arrives, even while nothing reads: on the loop thread, or at once. It must not block or
+    /// throw. Register once.</summary>
     public void OnPeerClosed(Action<object?, bool> callback, object? state)
     {
         _peerClosedState = state;

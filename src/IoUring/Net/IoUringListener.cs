@@ -7,13 +7,9 @@ using IoUring.Loops;
 namespace IoUring.Net;
 
 /// <summary>
-/// A listening socket accepting on every loop of the network, dealing connections to the loops in turn;
-/// <see cref="AcceptAsync"/> hands them out.
+/// A listening socket accepting on every loop, dealing connections to the loops in turn; <see cref="AcceptAsync"/>
+/// hands them out, and only then does receiving start.
 /// </summary>
-/// <remarks>
-/// When about <see cref="IoUringNetworkOptions.Backlog"/> connections wait for <see cref="AcceptAsync"/>, the loops
-/// stop taking more from the kernel until half are taken. Nothing is received for a connection until it is handed out.
-/// </remarks>
 [SupportedOSPlatform("linux")]
 public sealed class IoUringListener : IAsyncDisposable
 {
@@ -227,8 +223,7 @@ public sealed class IoUringListener : IAsyncDisposable
         }
     }
 
-    /// <summary>The listening socket broke: every loop stops accepting; AcceptAsync hands out what was accepted, then
-    /// fails.</summary>
+    /// <summary>Every loop stops accepting; AcceptAsync hands out what was accepted, then fails.</summary>
     internal void OnAcceptFailed(int errno)
     {
         List<TaskCompletionSource<IoUringConnection?>> waiters;

@@ -9,8 +9,7 @@ using IoUring.Rings;
 namespace IoUring.Net;
 
 /// <summary>
-/// The entry point: io_uring event loops (one thread and ring each) on which you listen, accept and connect, getting
-/// <see cref="IoUringConnection"/>s (pipes, or a <see cref="Stream"/>).
+/// The entry point for plain .NET code: io_uring event loops, one thread and ring each, on which to listen and connect.
 /// </summary>
 /// <example>
 /// <code>
@@ -22,7 +21,6 @@ namespace IoUring.Net;
 ///     {
 ///         await using var _ = connection;
 ///         await connection.Input.CopyToAsync(connection.Output); // echo until the peer's FIN
-///         await connection.Output.CompleteAsync();
 ///     });
 /// }
 /// </code>
@@ -113,11 +111,10 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
         return new IoUringListener(socket, _loops, Settings, _options.Backlog);
     }
 
-    /// <summary>Accepts on every loop from a socket already bound and listening (e.g. systemd's).</summary>
-    /// <param name="listeningSocket">Disposed with the listener; over a <see cref="SafeSocketHandle"/> with
-    /// <c>ownsHandle: false</c> the fd stays open.</param>
-    /// <param name="backlog">How many accepted connections may wait for <see cref="IoUringListener.AcceptAsync"/>
-    /// before the listener stops taking more.</param>
+    /// <summary>Accepts on every loop from <paramref name="listeningSocket"/>, already bound and listening (e.g.
+    /// systemd's), holding up to <paramref name="backlog"/> connections for <see cref="IoUringListener.AcceptAsync"/>.
+    /// The listener disposes the socket (over a <see cref="SafeSocketHandle"/> with <c>ownsHandle: false</c> the fd
+    /// stays open).</summary>
     public IoUringListener Listen(Socket listeningSocket, int backlog)
     {
         ArgumentNullException.ThrowIfNull(listeningSocket);
@@ -154,13 +151,12 @@ public sealed class IoUringNetwork : IAsyncDisposable, IDisposable
     }
 
     /// <summary>Connects to <paramref name="endPoint"/> on one of the loops, round robin: an <see cref="IPEndPoint"/>,
-    /// a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (its addresses tried in turn, as
-    /// <see cref="Socket.ConnectAsync(EndPoint)"/> does).</summary>
+    /// a <see cref="UnixDomainSocketEndPoint"/>, or a <see cref="DnsEndPoint"/> (its addresses tried in
+    /// turn).</summary>
     /// <exception cref="SocketException">The connect failed (e.g. <see cref="SocketError.ConnectionRefused"/>); for a
     /// <see cref="DnsEndPoint"/>, the last address's error, or <see cref="SocketError.HostNotFound"/>.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
-    /// <exception cref="ObjectDisposedException">The network or the connect's loop is stopping or stopped; no socket is
-    /// left open.</exception>
+    /// <exception cref="ObjectDisposedException">The network or the connect's loop is stopping or stopped.</exception>
     public async ValueTask<IoUringConnection> ConnectAsync(EndPoint endPoint,
         CancellationToken cancellationToken = default)
     {

@@ -13,7 +13,8 @@ public sealed class IoUringNetworkOptions
     /// <summary>Settings of each loop; its thread name gets the loop's index appended.</summary>
     public EventLoopOptions Loop { get; set; } = new();
 
-    /// <summary>The listen backlog.</summary>
+    /// <summary>The listen backlog; when about this many accepted connections wait for
+    /// <see cref="IoUringListener.AcceptAsync"/>, the loops stop accepting until half are taken.</summary>
     /// <remarks>Defaults to 512.</remarks>
     public int Backlog { get; set; } = 512;
 
@@ -43,7 +44,7 @@ public sealed class IoUringNetworkOptions
     public bool AbortWithReset { get; set; } = true;
 
     /// <summary>Sends of at least this many bytes use zero-copy SEND_ZC, or null for never. A connection whose
-    /// zero-copy send the kernel copied anyway (always on loopback) goes back to plain sends.</summary>
+    /// zero-copy send the kernel copied anyway goes back to plain sends.</summary>
     /// <remarks>Defaults to 16 KiB on Linux 6.10 and later (cheaper small zero-copy sends), else 64 KiB. Zero-copy
     /// bytes count against <see cref="MaxWriteBufferSize"/> until the peer acknowledged them.</remarks>
     public long? ZeroCopySendThreshold { get; set; } = DefaultZeroCopySendThreshold;
@@ -58,16 +59,14 @@ public sealed class IoUringNetworkOptions
 
     /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with when the peer
     /// resets.</summary>
-    /// <remarks>Defaults to null: an <see cref="IOException"/> wrapping a
-    /// <see cref="System.Net.Sockets.SocketException"/>
-    /// (<see cref="System.Net.Sockets.SocketError.ConnectionReset"/>).</remarks>
+    /// <remarks>Defaults to null: an <see cref="IOException"/> wrapping a ConnectionReset
+    /// <see cref="System.Net.Sockets.SocketException"/>.</remarks>
     public Func<string, Exception>? CreateResetException { get; set; }
 
     /// <summary>Makes the exception <see cref="IoUringConnection.Input"/>'s reads fail with after
     /// <see cref="IoUringConnection.Abort()"/> without a reason.</summary>
-    /// <remarks>Defaults to null: an <see cref="IOException"/> wrapping a
-    /// <see cref="System.Net.Sockets.SocketException"/>
-    /// (<see cref="System.Net.Sockets.SocketError.OperationAborted"/>).</remarks>
+    /// <remarks>Defaults to null: an <see cref="IOException"/> wrapping an OperationAborted
+    /// <see cref="System.Net.Sockets.SocketException"/>.</remarks>
     public Func<string, Exception>? CreateAbortedException { get; set; }
 
     /// <summary>Makes the "IoUring" meter the loops publish to (docs/metrics.md), or null for the process-wide

@@ -8,14 +8,12 @@ public sealed class IoUringUdpOptions
     /// <summary>The largest UDP payload over IPv6 without jumbograms (IPv4: 65,507).</summary>
     public const int LargestDatagram = 65_527;
 
-    /// <summary>The largest datagram received whole; a longer one is cut (<see cref="DatagramResult.Truncated"/>).
-    /// </summary>
+    /// <summary>The largest datagram received whole; longer ones are cut.</summary>
     /// <remarks>Defaults to <see cref="LargestDatagram"/>. Receive memory is <see cref="ReceiveBufferCount"/> times
-    /// this (plus 48 bytes each), so a protocol with a known limit saves memory with it.</remarks>
+    /// this.</remarks>
     public int MaxDatagramSize { get; set; } = LargestDatagram;
 
-    /// <summary>Buffers in the socket's provided-buffer ring, a power of two. While all are taken, the kernel's socket
-    /// buffer holds further datagrams.</summary>
+    /// <summary>Buffers in the socket's receive ring, a power of two.</summary>
     /// <remarks>Defaults to 32.</remarks>
     public int ReceiveBufferCount { get; set; } = 32;
 
@@ -31,8 +29,7 @@ public sealed class IoUringUdpOptions
     /// <remarks>Defaults to 1,024.</remarks>
     public int MaxPendingSends { get; set; } = 1024;
 
-    /// <summary>Ask for coalesced receives (UDP_GRO): a burst of equal-size datagrams from one source arrives in one
-    /// buffer, which the socket splits back into the datagrams sent.</summary>
+    /// <summary>Ask for coalesced receives (UDP_GRO), which the socket splits back into the datagrams sent.</summary>
     /// <remarks>Defaults to false. Each receive buffer then holds 64 KiB; datagrams longer than
     /// <see cref="MaxDatagramSize"/> are still cut.</remarks>
     public bool ReceiveCoalesced { get; set; }
@@ -40,8 +37,7 @@ public sealed class IoUringUdpOptions
     /// <summary>Ask for each datagram's local address and interface (IP_PKTINFO), so a socket bound to a wildcard
     /// address can answer from the address the peer used (<see cref="IoUringUdpSocket.ReceiveMessageFromAsync"/>,
     /// <see cref="UdpDatagramBatch.GetLocalAddress"/>).</summary>
-    /// <remarks>Defaults to false. Each receive buffer takes 40 bytes more. Sending from a chosen address needs no
-    /// option.</remarks>
+    /// <remarks>Defaults to false. Sending from a chosen address needs no option.</remarks>
     public bool ReceiveLocalAddress { get; set; }
 
     internal void Validate()

@@ -13,7 +13,7 @@ public sealed partial class IoUringUdpSocket
     /// <see cref="SocketError.ConnectionRefused"/>), for this one if the send waited, or
     /// <see cref="SocketError.MessageSize"/>.</exception>
     /// <exception cref="ObjectDisposedException">The socket is disposed.</exception>
-    // RS0026: the overloads differ in the destination's type or add a source address: no call is ambiguous.
+    // RS0026: the overloads differ in their parameters' types: no call is ambiguous.
 #pragma warning disable RS0026
     public ValueTask<int> SendToAsync(ReadOnlyMemory<byte> buffer, SocketAddress remoteAddress,
         CancellationToken cancellationToken = default)
@@ -80,8 +80,8 @@ public sealed partial class IoUringUdpSocket
     /// are copied.</summary>
     /// <remarks>Where the kernel refuses to segment, the datagrams go one SENDMSG each; the peer sees no difference.
     /// More than 65,507 bytes over IPv4 (IPv6: 65,527) fails with <see cref="SocketError.MessageSize"/>.</remarks>
-    /// <returns>The bytes sent: the buffer's length, or fewer if a one-by-one send failed partway and the caller waited
-    /// (as with sendmmsg(2)).</returns>
+    /// <returns>The bytes sent: fewer than the buffer's length only if a one-by-one send failed partway and the
+    /// caller waited.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="segmentSize"/> is not 1 to
     /// <see cref="IoUringUdpOptions.LargestDatagram"/>, or the buffer makes more than <see cref="MaxSegments"/>
     /// datagrams.</exception>

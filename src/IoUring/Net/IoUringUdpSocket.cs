@@ -8,22 +8,14 @@ namespace IoUring.Net;
 
 /// <summary>
 /// A UDP socket on an io_uring loop (<see cref="IoUringNetwork.BindUdp"/>): receive datagrams with their source, send
-/// to any address, or <see cref="Connect"/> to one peer. Once warm it allocates nothing per datagram;
-/// <see cref="ReceiveBatchAsync"/> takes several per call.
+/// to any address, or <see cref="Connect"/> to one peer. Once warm it allocates nothing per datagram.
 /// </summary>
-/// <remarks>Errors the network reports later (ICMP) fail the next receive or send; the socket stays usable. Use it from
-/// any thread; continuations run on the thread pool.</remarks>
+/// <remarks>Use it from any thread; continuations run on the thread pool.</remarks>
 /// <example>
 /// <code>
-/// await using var network = new IoUringNetwork();
-/// await using IoUringUdpSocket socket = network.BindUdp(new IPEndPoint(IPAddress.Any, 5353));
-/// var buffer = new byte[2048];
-/// var from = new SocketAddress(AddressFamily.InterNetwork);
-/// while (true)
-/// {
-///     DatagramResult received = await socket.ReceiveFromAsync(buffer, from);
-///     await socket.SendToAsync(buffer.AsMemory(0, received.BytesReceived), from); // echo
-/// }
+/// var from = new SocketAddress(AddressFamily.InterNetwork); // reuse it: no allocation per datagram
+/// DatagramResult received = await socket.ReceiveFromAsync(buffer, from);
+/// await socket.SendToAsync(buffer.AsMemory(0, received.BytesReceived), from);
 /// </code>
 /// </example>
 [SupportedOSPlatform("linux")]
@@ -69,7 +61,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     /// <summary>The socket's file descriptor, valid until <see cref="Closed"/>. Do not close it.</summary>
     public int FileDescriptor { get; }
 
-    /// <summary>Datagrams taken from the kernel so far (handed to receives, queued, or dropped).</summary>
+    /// <summary>Datagrams taken from the kernel so far.</summary>
     public long DatagramsReceived => _receiver.Received;
 
     /// <summary>Datagrams dropped because the receive queue was full
@@ -96,8 +88,7 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     internal long ReceiveExhaustions => _receiver.Exhaustions;
 
     /// <summary>Connects the socket to <paramref name="remoteEndPoint"/>: it then receives only that peer's datagrams,
-    /// <see cref="SendAsync"/> sends to it, and a refused port fails the next operation with
-    /// <see cref="SocketError.ConnectionRefused"/>. Connecting again changes the peer.</summary>
+    /// and <see cref="SendAsync"/> sends to it. Connecting again changes the peer.</summary>
     /// <exception cref="SocketException">The kernel refused the address.</exception>
     public void Connect(EndPoint remoteEndPoint)
     {
@@ -138,8 +129,8 @@ public sealed partial class IoUringUdpSocket : IAsyncDisposable
     internal SocketException? TakePendingError()
         => Volatile.Read(ref _pendingError) is null ? null : Interlocked.Exchange(ref _pendingError, null);
 
-    /// <summary>Starts receiving on the loop and waits; if the loop is stopping or the socket was already closed,
-    /// closes it and throws <see cref="ObjectDisposedException"/>.</summary>
+    /// <summary>Throws <see cref="ObjectDisposedException"/>, having closed the socket, if the loop is stopping or the
+    /// socket was already closed.</summary>
     internal void Start()
     {
         if (Loop.IsOnLoopThread)

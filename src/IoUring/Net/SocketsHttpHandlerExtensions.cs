@@ -8,9 +8,8 @@ public static class SocketsHttpHandlerExtensions
 {
     /// <summary>
     /// Sets the handler's <see cref="SocketsHttpHandler.ConnectCallback"/> so its connections run on
-    /// <paramref name="network"/>'s loops, TLS and HTTP on top as on a socket; a connection the handler disposes is
-    /// closed as <see cref="IoUringConnection.AsStream(bool)"/> says. Call it before the first request; the network
-    /// must outlive the handler.
+    /// <paramref name="network"/>'s loops, closed as <see cref="IoUringConnection.AsStream(bool)"/> says when the
+    /// handler disposes them. Call it before the first request; the network must outlive the handler.
     /// </summary>
     /// <returns>The handler.</returns>
     /// <example>

@@ -8,19 +8,6 @@ namespace IoUring.Net;
 /// Slots for several datagrams, each with its own buffer and source address, filled by
 /// <see cref="IoUringUdpSocket.ReceiveBatchAsync"/>. Reuse one per receiving loop: receiving allocates nothing.
 /// </summary>
-/// <example>
-/// <code>
-/// var batch = new UdpDatagramBatch(capacity: 32, bufferSize: 1500);
-/// while (true)
-/// {
-///     int count = await socket.ReceiveBatchAsync(batch);
-///     for (int i = 0; i &lt; count; i++)
-///     {
-///         await socket.SendToAsync(batch.GetPayload(i), batch.GetAddress(i)); // echo
-///     }
-/// }
-/// </code>
-/// </example>
 public sealed class UdpDatagramBatch
 {
     private readonly byte[] _memory;
@@ -53,7 +40,7 @@ public sealed class UdpDatagramBatch
     /// <summary>The size of each slot's buffer.</summary>
     public int BufferSize { get; }
 
-    /// <summary>The datagrams the last receive put in the batch (slots 0 to Count - 1).</summary>
+    /// <summary>Datagrams the last receive put in slots 0 to Count - 1.</summary>
     public int Count { get; private set; }
 
     /// <summary>Slot <paramref name="index"/>'s bytes received and datagram length.</summary>

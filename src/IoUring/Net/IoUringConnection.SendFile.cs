@@ -12,9 +12,9 @@ public sealed partial class IoUringConnection
     /// <remarks>
     /// <para>Flushes made while it runs go after the file. Dispose the file only once the task completes.</para>
     /// <para>A range past the end fails with <see cref="EndOfStreamException"/> before sending, a file that shrinks
-    /// meanwhile partway. Then, and after a cancel or a read error (<see cref="IOException"/>), the connection stays
-    /// open though the peer got part of the range: <see cref="Abort(Exception?)"/> it unless the protocol can tell. A
-    /// socket error fails the connection; a connection closed first fails the call with an
+    /// meanwhile partway. In these cases, and after a cancel or a read error (<see cref="IOException"/>), the
+    /// connection stays open though the peer got part of the range: <see cref="Abort(Exception?)"/> it unless the
+    /// protocol can tell. A socket error fails the connection; a connection closed first fails the call with an
     /// <see cref="IOException"/>.</para>
     /// <para>Each call uses a pipe (two fds) and, while a splice waits for the peer, an io_uring worker thread.</para>
     /// </remarks>

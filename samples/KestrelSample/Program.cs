@@ -125,6 +125,7 @@ if (string.IsNullOrEmpty(builder.Configuration["urls"]))
 }
 builder.Logging.SetMinimumLevel(LogLevel.Warning);
 builder.Logging.AddFilter("Microsoft.Hosting.Lifetime", LogLevel.Information);
+builder.Logging.AddFilter("IoUring.AspNetCore.Transport", LogLevel.Information); // the start line: what is on
 // A failed start is reported once, below or as the unhandled exception, not also as a logged stack trace first.
 builder.Logging.AddFilter("Microsoft.Extensions.Hosting.Internal.Host", LogLevel.Critical);
 builder.Services.ConfigureHttpJsonOptions(o => o.SerializerOptions.TypeInfoResolverChain.Insert(0, SampleJsonContext.Default));

@@ -31,6 +31,10 @@ internal sealed class IoUringTransport : IAsyncDisposable
         Logger = logger;
         Metrics = metrics;
         IoUringTransportLog.TransportStarted(logger, DescribeFeatures(network, options, ownedPool is not null));
+        if (ThreadPoolSpinning.CostsHere())
+        {
+            IoUringTransportLog.ThreadPoolSpinsOnOneCpu(logger);
+        }
         if (network.Loops[0].BatchSchedulingError != 0)
         {
             IoUringTransportLog.BatchSchedulingRefused(logger, network.Loops[0].BatchSchedulingError);

@@ -116,6 +116,13 @@ internal static partial class IoUringTransportLog
         EventName = "BatchSchedulingRefused")]
     public static partial void BatchSchedulingRefused(ILogger logger, int errno);
 
+    [LoggerMessage(106, LogLevel.Information,
+        "This process runs on one CPU, where idle .NET thread-pool workers spin and take turns with the io_uring " +
+        "loop; where requests wait (e.g. on a database) DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0 saves much of " +
+        "that CPU (see the IoUring docs, deployment.md).",
+        EventName = "ThreadPoolSpinsOnOneCpu")]
+    public static partial void ThreadPoolSpinsOnOneCpu(ILogger logger);
+
     [LoggerMessage(103, LogLevel.Debug, "io_uring transport listening on {EndPoint}.", EventName = "ListenerBound")]
     public static partial void ListenerBound(ILogger logger, string endPoint);
 }

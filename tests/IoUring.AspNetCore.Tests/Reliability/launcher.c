@@ -1,6 +1,6 @@
 /*
  * launcher [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring | --kill-on-io-uring] [--lifetime SECONDS]
- *          -- PROGRAM [ARGS...]
+ *          [--cpu N] -- PROGRAM [ARGS...]
  *
  * Sets up the process the reliability tests need, then execs PROGRAM (same pid, so the test reads
  * /proc/<pid> of PROGRAM itself):
@@ -18,12 +18,15 @@
  *                    normally made none (what "no native call" tests observe).
  *   --lifetime S     SIGALRM after S seconds (an alarm survives execve): PROGRAM cannot outlive a test run
  *                    that died before it could kill it.
+ *   --cpu N          PROGRAM may run on CPU N only (its affinity, inherited by its threads): a one-CPU server, as
+ *                    .NET sees it (Environment.ProcessorCount 1).
  *
  * Exit codes of its own: 2 usage, 125 a setting could not be applied, 126 the seccomp filter did not take
  * effect, 127 PROGRAM could not be executed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +136,14 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--lifetime") == 0 && i + 1 < argc) {
             alarm((unsigned)strtoul(argv[++i], NULL, 10));
+        } else if (strcmp(argv[i], "--cpu") == 0 && i + 1 < argc) {
+            cpu_set_t cpus;
+            CPU_ZERO(&cpus);
+            CPU_SET((int)strtoul(argv[++i], NULL, 10), &cpus);
+            if (sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+                fprintf(stderr, "launcher: CPU %s: %s\n", argv[i], strerror(errno));
+                return 125;
+            }
         } else {
             fprintf(stderr, "launcher: unknown option %s\n", argv[i]);
             return 2;
@@ -140,7 +151,7 @@ int main(int argc, char **argv)
     }
     if (i + 1 >= argc) {
         fprintf(stderr, "usage: %s [--nofile N] [--memlock BYTES] [--user UID] [--no-io-uring | --kill-on-io-uring] "
-                        "[--lifetime SECONDS] -- PROGRAM [ARGS...]\n", argv[0]);
+                        "[--lifetime SECONDS] [--cpu N] -- PROGRAM [ARGS...]\n", argv[0]);
         return 2;
     }
     execvp(argv[i + 1], argv + i + 1);

@@ -30,15 +30,7 @@ if [[ -x $BASE && -f $BASE ]]; then
 else
     sha=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "compare.sh: '$BASE' is neither a revision nor a binary"; exit 2; }
     label="$BASE ($sha)"
-    dir=/tmp/iouring-compare/$sha
-    BASE_SAMPLE=$dir/samples/KestrelSample/bin/Release/net10.0/KestrelSample
-    if [[ ! -x $BASE_SAMPLE ]]; then
-        echo "building $BASE's KestrelSample in $dir"
-        rm -rf "$dir" && mkdir -p "$dir"
-        git -C "$ROOT" archive "$sha" | tar -x -C "$dir"
-        dotnet build -c Release -nologo -v q "$dir/samples/KestrelSample/KestrelSample.csproj" >"$dir.build.log" 2>&1 ||
-            { tail -20 "$dir.build.log"; echo "compare.sh: $BASE's sample did not build (log: $dir.build.log)"; exit 1; }
-    fi
+    BASE_SAMPLE=$("$ROOT/benchmarks/build-revision.sh" "$sha")/samples/KestrelSample/bin/Release/net10.0/KestrelSample
 fi
 export BASE_SAMPLE
 if [[ -n ${SLOWDOWN:-} ]]; then

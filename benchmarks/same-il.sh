@@ -2,8 +2,8 @@
 # Does the working tree's library run the same code as BASE's? For changes to comments and docs only, this is the
 # before/after check (identical IL cannot change speed); any code change fails it, and then benchmarks/compare.sh is.
 #
-#   benchmarks/same-il.sh BASE     BASE: a git revision (exported and built once in /tmp/iouring-compare/SHA, as
-#                                  benchmarks/compare.sh does) or a directory holding IoUring.dll and IoUring.AspNetCore.dll
+#   benchmarks/same-il.sh BASE     BASE: a git revision (built once by benchmarks/build-revision.sh) or a directory
+#                                  holding IoUring.dll and IoUring.AspNetCore.dll
 # Exit code 0 when both assemblies' IL, signatures and fields are equal member by member.
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,16 +11,7 @@ BASE=${1:?usage: benchmarks/same-il.sh BASE (a git revision or a directory with 
 if [[ -d $BASE ]]; then
     base_dir=$BASE
 else
-    sha=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "same-il.sh: '$BASE' is neither a revision nor a directory"; exit 2; }
-    dir=/tmp/iouring-compare/$sha
-    base_dir=$dir/src/IoUring.AspNetCore/bin/Release/net10.0
-    if [[ ! -f $base_dir/IoUring.AspNetCore.dll ]]; then
-        echo "building $BASE's libraries in $dir"
-        rm -rf "$dir" && mkdir -p "$dir"
-        git -C "$ROOT" archive "$sha" | tar -x -C "$dir"
-        dotnet build -c Release -nologo -v q "$dir/src/IoUring.AspNetCore/IoUring.AspNetCore.csproj" >"$dir.build.log" 2>&1 ||
-            { tail -20 "$dir.build.log"; echo "same-il.sh: $BASE did not build (log: $dir.build.log)"; exit 1; }
-    fi
+    base_dir=$("$ROOT/benchmarks/build-revision.sh" "$BASE")/src/IoUring.AspNetCore/bin/Release/net10.0
 fi
 dotnet build -c Release -nologo -v q "$ROOT/src/IoUring.AspNetCore/IoUring.AspNetCore.csproj" >/dev/null
 dotnet build -c Release -nologo -v q "$ROOT/benchmarks/ILCompare/ILCompare.csproj" >/dev/null

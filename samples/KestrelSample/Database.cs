@@ -46,76 +46,85 @@ internal static class Database
         app.MapGet("/db", async () => Results.Json(await ReadRowAsync(dataSource), DatabaseJsonContext.Default.World));
 
         app.MapGet("/queries", async (HttpContext context) =>
-        {
-            int count = Count(context);
-            var worlds = new World[count];
-            await using NpgsqlConnection connection = await dataSource.OpenConnectionAsync();
-            for (int i = 0; i < count; i++)
-            {
-                worlds[i] = await ReadRowAsync(connection, Random.Shared.Next(1, 10001));
-            }
-            return Results.Json(worlds, DatabaseJsonContext.Default.WorldArray);
-        });
+            Results.Json(await QueriesAsync(dataSource, Count(context)), DatabaseJsonContext.Default.WorldArray));
 
         app.MapGet("/fortunes", async () =>
-        {
-            var fortunes = new List<Fortune>(16);
-            await using (NpgsqlCommand command = dataSource.CreateCommand("SELECT id, message FROM fortune"))
-            await using (NpgsqlDataReader reader = await command.ExecuteReaderAsync())
-            {
-                while (await reader.ReadAsync())
-                {
-                    fortunes.Add(new Fortune(reader.GetInt32(0), reader.GetString(1)));
-                }
-            }
-            fortunes.Add(new Fortune(0, AddedFortune));
-            fortunes.Sort((a, b) => string.CompareOrdinal(a.Message, b.Message));
-            var html = new StringBuilder("<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>");
-            foreach (Fortune fortune in fortunes)
-            {
-                html.Append("<tr><td>").Append(fortune.Id.ToString(CultureInfo.InvariantCulture)).Append("</td><td>")
-                    .Append(s_html.Encode(fortune.Message)).Append("</td></tr>");
-            }
-            html.Append("</table></body></html>");
-            return Results.Text(html.ToString(), "text/html; charset=utf-8");
-        });
+            Results.Text(await FortunesHtmlAsync(dataSource), "text/html; charset=utf-8"));
 
         app.MapGet("/updates", async (HttpContext context) =>
-        {
-            int count = Count(context);
-            // Distinct rows, updated in id order: two requests' updates then lock rows in the same order, never
-            // deadlocking, and each returned number is what the row holds afterwards.
-            var ids = new HashSet<int>(count);
-            while (ids.Count < count)
-            {
-                ids.Add(Random.Shared.Next(1, 10001));
-            }
-            var worlds = new World[count];
-            await using NpgsqlConnection connection = await dataSource.OpenConnectionAsync();
-            int i = 0;
-            foreach (int id in ids)
-            {
-                World world = await ReadRowAsync(connection, id);
-                int number = Random.Shared.Next(1, 10000);
-                world.RandomNumber = number >= world.RandomNumber ? number + 1 : number; // never the number it had
-                worlds[i++] = world;
-            }
-            World[] sorted = [.. worlds.OrderBy(w => w.Id)];
-            await using NpgsqlCommand update = new(
-                "UPDATE world SET randomnumber = u.r FROM unnest($1::integer[], $2::integer[]) AS u(id, r) WHERE world.id = u.id", connection);
-            update.Parameters.Add(new NpgsqlParameter<int[]> { TypedValue = [.. sorted.Select(w => w.Id)] });
-            update.Parameters.Add(new NpgsqlParameter<int[]> { TypedValue = [.. sorted.Select(w => w.RandomNumber)] });
-            await update.ExecuteNonQueryAsync();
-            return Results.Json(worlds, DatabaseJsonContext.Default.WorldArray);
-        });
+            Results.Json(await UpdatesAsync(dataSource, Count(context)), DatabaseJsonContext.Default.WorldArray));
         return null;
+    }
+
+    // The endpoints' work without HTTP: benchmarks/DbFloor runs these to measure what the application costs alone.
+
+    internal static async Task<World[]> QueriesAsync(NpgsqlDataSource dataSource, int count)
+    {
+        var worlds = new World[count];
+        await using NpgsqlConnection connection = await dataSource.OpenConnectionAsync();
+        for (int i = 0; i < count; i++)
+        {
+            worlds[i] = await ReadRowAsync(connection, Random.Shared.Next(1, 10001));
+        }
+        return worlds;
+    }
+
+    internal static async Task<string> FortunesHtmlAsync(NpgsqlDataSource dataSource)
+    {
+        var fortunes = new List<Fortune>(16);
+        await using (NpgsqlCommand command = dataSource.CreateCommand("SELECT id, message FROM fortune"))
+        await using (NpgsqlDataReader reader = await command.ExecuteReaderAsync())
+        {
+            while (await reader.ReadAsync())
+            {
+                fortunes.Add(new Fortune(reader.GetInt32(0), reader.GetString(1)));
+            }
+        }
+        fortunes.Add(new Fortune(0, AddedFortune));
+        fortunes.Sort((a, b) => string.CompareOrdinal(a.Message, b.Message));
+        var html = new StringBuilder("<!DOCTYPE html><html><head><title>Fortunes</title></head><body><table><tr><th>id</th><th>message</th></tr>");
+        foreach (Fortune fortune in fortunes)
+        {
+            html.Append("<tr><td>").Append(fortune.Id.ToString(CultureInfo.InvariantCulture)).Append("</td><td>")
+                .Append(s_html.Encode(fortune.Message)).Append("</td></tr>");
+        }
+        html.Append("</table></body></html>");
+        return html.ToString();
+    }
+
+    internal static async Task<World[]> UpdatesAsync(NpgsqlDataSource dataSource, int count)
+    {
+        // Distinct rows, updated in id order: two requests' updates then lock rows in the same order, never
+        // deadlocking, and each returned number is what the row holds afterwards.
+        var ids = new HashSet<int>(count);
+        while (ids.Count < count)
+        {
+            ids.Add(Random.Shared.Next(1, 10001));
+        }
+        var worlds = new World[count];
+        await using NpgsqlConnection connection = await dataSource.OpenConnectionAsync();
+        int i = 0;
+        foreach (int id in ids)
+        {
+            World world = await ReadRowAsync(connection, id);
+            int number = Random.Shared.Next(1, 10000);
+            world.RandomNumber = number >= world.RandomNumber ? number + 1 : number; // never the number it had
+            worlds[i++] = world;
+        }
+        World[] sorted = [.. worlds.OrderBy(w => w.Id)];
+        await using NpgsqlCommand update = new(
+            "UPDATE world SET randomnumber = u.r FROM unnest($1::integer[], $2::integer[]) AS u(id, r) WHERE world.id = u.id", connection);
+        update.Parameters.Add(new NpgsqlParameter<int[]> { TypedValue = [.. sorted.Select(w => w.Id)] });
+        update.Parameters.Add(new NpgsqlParameter<int[]> { TypedValue = [.. sorted.Select(w => w.RandomNumber)] });
+        await update.ExecuteNonQueryAsync();
+        return worlds;
     }
 
     /// <summary>TechEmpower's queries parameter: 1 to 500, 1 when absent or not a number.</summary>
     private static int Count(HttpContext context) =>
         int.TryParse(context.Request.Query["queries"], NumberStyles.Integer, CultureInfo.InvariantCulture, out int n) ? Math.Clamp(n, 1, 500) : 1;
 
-    private static async Task<World> ReadRowAsync(NpgsqlDataSource dataSource)
+    internal static async Task<World> ReadRowAsync(NpgsqlDataSource dataSource)
     {
         await using NpgsqlConnection connection = await dataSource.OpenConnectionAsync();
         return await ReadRowAsync(connection, Random.Shared.Next(1, 10001));

@@ -10,7 +10,8 @@
 #
 # Environment: SCENARIO (db, queries, fortunes, updates), ROUNDS, WINDOW and WARMUP (s), SPIN_LIMIT (the thread pool's
 # DOTNET_ThreadPool_UnfairSemaphoreSpinLimit for all three; default 0: see docs/benchmarks.md, "Database scenarios"),
-# OUT (default a new temp dir). Needs wrk (apt-get install wrk) and what benchmarks/db/postgres.sh installs.
+# PERF (1: perf record -g of each process in the last round's windows, OUT/perf-NAME.data, with the JIT's perf maps),
+# IOURING_ARGS (more options for the io_uring server, e.g. --inline), OUT (default a new temp dir). Needs wrk (apt-get install wrk) and what benchmarks/db/postgres.sh installs.
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SCENARIO=${SCENARIO:-fortunes} ROUNDS=${ROUNDS:-8} WINDOW=${WINDOW:-8} WARMUP=${WARMUP:-45}
@@ -22,6 +23,9 @@ case $SCENARIO in
 esac
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 export DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=${SPIN_LIMIT:-0}
+if [[ ${PERF:-0} == 1 ]]; then
+    export DOTNET_PerfMapEnabled=1 DOTNET_EnableWriteXorExecute=0 # the JIT's code in maps perf can read
+fi
 mkdir -p "$OUT"
 for project in samples/KestrelSample benchmarks/DbFloor; do
     dotnet build -c Release "$ROOT/$project" >>"$OUT/build.log" 2>&1 || { echo "build failed: $OUT/build.log"; exit 1; }
@@ -35,7 +39,7 @@ cleanup() { kill "${PID[@]}" 2>/dev/null || true; exec 3>&- 2>/dev/null || true;
 trap cleanup EXIT
 for name in iouring sockets; do
     taskset -c 0 "$SAMPLE" --transport "$name" --urls "http://127.0.0.1:${PORT[$name]}" --db "$DB_URL" \
-        >"$OUT/server-$name.log" 2>&1 &
+        $([[ $name == iouring ]] && echo "${IOURING_ARGS:-}") >"$OUT/server-$name.log" 2>&1 &
     PID[$name]=$!
 done
 coproc FLOOR_PROC { exec taskset -c 0 "$FLOOR" "$DB_URL" "$SCENARIO" 64 2>"$OUT/floor.log"; }
@@ -68,7 +72,12 @@ for round in $(seq "$ROUNDS"); do
     shift_by=$(( round % 3 ))
     for k in 0 1 2; do
         name=${names[$(( (k + shift_by) % 3 ))]}
+        if [[ ${PERF:-0} == 1 && $round == "$ROUNDS" ]]; then
+            perf record -F 2000 -g -p "${PID[$name]}" -o "$OUT/perf-$name.data" -- sleep "$WINDOW" >/dev/null 2>&1 &
+            PERF_PID=$!
+        fi
         window "$name" "$WINDOW"
+        [[ -n ${PERF_PID:-} ]] && wait "$PERF_PID" && PERF_PID=
         echo "$round $name $RESULT" | tee -a "$OUT/windows.txt"
     done
 done

@@ -45,13 +45,15 @@ internal static class Database
 
         app.MapGet("/db", async () => Results.Json(await ReadRowAsync(dataSource), DatabaseJsonContext.Default.World));
 
-        app.MapGet("/queries", async (HttpContext context) =>
+        // IResult spelled out: a lambda taking HttpContext and returning a bare Task would bind to RequestDelegate and
+        // drop the result.
+        app.MapGet("/queries", async Task<IResult> (HttpContext context) =>
             Results.Json(await QueriesAsync(dataSource, Count(context)), DatabaseJsonContext.Default.WorldArray));
 
         app.MapGet("/fortunes", async () =>
             Results.Text(await FortunesHtmlAsync(dataSource), "text/html; charset=utf-8"));
 
-        app.MapGet("/updates", async (HttpContext context) =>
+        app.MapGet("/updates", async Task<IResult> (HttpContext context) =>
             Results.Json(await UpdatesAsync(dataSource, Count(context)), DatabaseJsonContext.Default.WorldArray));
         return null;
     }

@@ -9,9 +9,10 @@
 #   SCENARIO=db ROUNDS=12 benchmarks/db/floor.sh
 #
 # Environment: SCENARIO (db, queries, fortunes, updates), ROUNDS, WINDOW and WARMUP (s), SPIN_LIMIT (the thread pool's
-# DOTNET_ThreadPool_UnfairSemaphoreSpinLimit for all three; default 0: see docs/benchmarks.md, "Database scenarios"),
-# PERF (1: perf record -g of each process in the last round's windows, OUT/perf-NAME.data, with the JIT's perf maps),
-# IOURING_ARGS (more options for the io_uring server, e.g. --inline), OUT (default a new temp dir). Needs wrk (apt-get install wrk) and what benchmarks/db/postgres.sh installs.
+# DOTNET_ThreadPool_UnfairSemaphoreSpinLimit for all three; default 0: see docs/deployment.md, "The thread pool's
+# spinning on a one-CPU server"), PERF (1: perf record -g of each process in the last round's windows,
+# OUT/perf-NAME.data, with the JIT's perf maps), IOURING_ARGS (more options for the io_uring server, e.g. --inline),
+# OUT (default a new temp dir). Installs wrk if missing; the database comes from benchmarks/db/postgres.sh.
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SCENARIO=${SCENARIO:-fortunes} ROUNDS=${ROUNDS:-8} WINDOW=${WINDOW:-8} WARMUP=${WARMUP:-45}
@@ -35,11 +36,13 @@ FLOOR=$ROOT/benchmarks/DbFloor/bin/Release/net10.0/DbFloor
 DB_URL=$(DB_CPU=1 "$ROOT/benchmarks/db/postgres.sh" start)
 
 declare -A PID PORT=([iouring]=5651 [sockets]=5652)
-cleanup() { kill "${PID[@]}" 2>/dev/null || true; exec 3>&- 2>/dev/null || true; }
+cleanup() { kill "${PID[@]}" 2>/dev/null || true; }
 trap cleanup EXIT
+read -r -a iouring_args <<<"${IOURING_ARGS:-}"
 for name in iouring sockets; do
-    taskset -c 0 "$SAMPLE" --transport "$name" --urls "http://127.0.0.1:${PORT[$name]}" --db "$DB_URL" \
-        $([[ $name == iouring ]] && echo "${IOURING_ARGS:-}") >"$OUT/server-$name.log" 2>&1 &
+    args=(--transport "$name" --urls "http://127.0.0.1:${PORT[$name]}" --db "$DB_URL")
+    [[ $name == iouring ]] && args+=("${iouring_args[@]}")
+    taskset -c 0 "$SAMPLE" "${args[@]}" >"$OUT/server-$name.log" 2>&1 &
     PID[$name]=$!
 done
 coproc FLOOR_PROC { exec taskset -c 0 "$FLOOR" "$DB_URL" "$SCENARIO" 64 2>"$OUT/floor.log"; }

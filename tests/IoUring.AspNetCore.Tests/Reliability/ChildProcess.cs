@@ -67,14 +67,15 @@ internal sealed partial class ChildProcess : IAsyncDisposable
     /// <summary>
     /// Runs <paramref name="program"/> to its end and returns its exit code and output (stdout, then stderr). Past
     /// <paramref name="timeout"/> it is killed with everything it started, and the test fails with its output. An
-    /// environment value of null removes that variable.
+    /// environment value of null removes that variable. <paramref name="input"/>, when given, is its whole stdin.
     /// </summary>
-    public static async Task<(int ExitCode, string Output)> RunAsync(string program, IEnumerable<string> args, TimeSpan timeout, string? workingDirectory = null, IReadOnlyDictionary<string, string?>? environment = null)
+    public static async Task<(int ExitCode, string Output)> RunAsync(string program, IEnumerable<string> args, TimeSpan timeout, string? workingDirectory = null, IReadOnlyDictionary<string, string?>? environment = null, string? input = null)
     {
         var start = new ProcessStartInfo(program)
         {
             RedirectStandardError = true,
             RedirectStandardOutput = true,
+            RedirectStandardInput = input is not null,
             UseShellExecute = false,
             WorkingDirectory = workingDirectory ?? "",
         };
@@ -99,6 +100,18 @@ internal sealed partial class ChildProcess : IAsyncDisposable
         using StreamReader output = process.StandardOutput, errors = process.StandardError;
         Task<string> stdout = output.ReadToEndAsync();
         Task<string> stderr = errors.ReadToEndAsync();
+        if (input is not null)
+        {
+            try
+            {
+                using StreamWriter stdin = process.StandardInput;
+                await stdin.WriteAsync(input);
+            }
+            catch (IOException)
+            {
+                // it exited without reading: its exit code and output say why
+            }
+        }
         if (!await ExitOrKillAsync(process, timeout))
         {
             Assert.Fail($"{program} {string.Join(' ', start.ArgumentList)} did not finish within {timeout}:\n{await stdout}{await stderr}");

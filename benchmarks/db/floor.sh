@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the transport costs in a database scenario: the application's floor (benchmarks/DbFloor: the Kestrel sample's
 # endpoint code in 64 loops, no HTTP) measured in windows that alternate with the sample on io_uring and on Sockets, all
-# three alive and warm on CPU 0, PostgreSQL and wrk on CPU 1. Per window: operations per CPU-second of the process. The
-# summary gives each one's cost per request, what HTTP and the transport add to the floor on each server, and the
-# highest io_uring/Sockets ratio any transport could reach (the floor's cost alone against Sockets').
+# three alive and warm on CPU 0, PostgreSQL and wrk on CPU 1. Per window: operations per CPU-second of the process.
+# The summary gives each one's cost per request and peak RSS, what HTTP and the transport add to the floor on each
+# server, and the highest io_uring/Sockets ratio any transport could reach (the floor's cost alone against Sockets').
 #
 #   benchmarks/db/floor.sh                    fortunes, 8 rounds of 8 s windows after a 45 s warm-up each
 #   SCENARIO=db ROUNDS=12 benchmarks/db/floor.sh
@@ -84,7 +84,10 @@ for round in $(seq "$ROUNDS"); do
         echo "$round $name $RESULT" | tee -a "$OUT/windows.txt"
     done
 done
-python3 - "$OUT/windows.txt" "$SCENARIO" <<'PY' | tee "$OUT/summary.md"
+for name in "${names[@]}"; do
+    echo "$name $(awk '/^VmHWM/ {print $2}' "/proc/${PID[$name]}/status")" # peak RSS, KiB
+done >"$OUT/rss.txt"
+python3 - "$OUT/windows.txt" "$SCENARIO" "$OUT/rss.txt" <<'PY' | tee "$OUT/summary.md"
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 rate = {}  # (round, name) -> operations per CPU-second
@@ -95,11 +98,12 @@ def q(values):
     values = sorted(values); n = len(values)
     return statistics.median(values), values[n // 4], values[(3 * n) // 4]
 print(f"## {sys.argv[2]}: {len(rounds)} rounds, per window operations per CPU-second of the process (CPU 0)\n")
-print("| | per CPU-second, median (IQR) | µs of CPU per request |")
-print("|---|---|---|")
+peak = dict((name, int(kib)) for name, kib in (line.split() for line in open(sys.argv[3])))
+print("| | per CPU-second, median (IQR) | µs of CPU per request | peak RSS MiB |")
+print("|---|---|---|---|")
 for name in ("floor", "iouring", "sockets"):
     m, lo, hi = q([rate[(r, name)] for r in rounds])
-    print(f"| {name} | {m:,.0f} ({lo:,.0f}-{hi:,.0f}) | {1e6 / m:.1f} |")
+    print(f"| {name} | {m:,.0f} ({lo:,.0f}-{hi:,.0f}) | {1e6 / m:.1f} | {peak[name] / 1024:.0f} |")
 print()
 ratio = lambda a, b: q([rate[(r, a)] / rate[(r, b)] for r in rounds])
 added = lambda name: q([1e6 / rate[(r, name)] - 1e6 / rate[(r, "floor")] for r in rounds])

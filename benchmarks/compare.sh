@@ -13,7 +13,8 @@
 #
 # Environment: SCENARIOS (default: the set below, ~29 min on this 2-CPU machine; the database scenarios warm up 40-60 s each), ROUNDS (pairs of windows per scenario, default 10),
 # DURATION (s per window, default 2), WARMUP and WARMUP_MAX (s, default 3 and 21: each server warms up until it stops
-# compiling), KEEP_SERVERS (default 1: scenarios that start the servers alike share the processes, except the database ones), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
+# compiling), PROCESSES (fresh pairs of server processes per scenario, default 1: with 4 or more the interval is
+# taken across them, which a verdict of a few percent needs), KEEP_SERVERS (default 1: scenarios that start the servers alike share the processes, except the database ones), SLOWDOWN (percent), OUT (default a new temp dir), and everything run-kestrel.sh reads. A scenario the
 # base cannot serve (e.g. static files or the database before they existed) fails its probe and reads "not measured".
 # Output: OUT/compare.md (and the harness's own results.md beside it).
 set -Eeuo pipefail

@@ -109,7 +109,11 @@
 # e.g. --report-iowait), IOURING_ENV ("NAME=value ...": environment of the iouring server only, e.g. benchmarks/compare.sh's
 # KESTREL_SAMPLE_SLOWDOWN self-check), KEEP_SERVERS=1 (load scenarios that start the servers alike — same scheme and
 # HTTP/2 setting — run on the same processes, started and warmed once; each scenario still warms up until it stops
-# compiling; the database scenarios always start fresh servers; benchmarks/compare.sh sets it), OUT (directory for
+# compiling; the database scenarios always start fresh servers; benchmarks/compare.sh sets it), PROCESSES (load
+# scenarios: split the rounds between that many sets of freshly started and warmed servers, started in the other order
+# each time, so that the spread covers what differs from one pair of processes to the next (one binary against
+# itself: sets read 0.72-1.01 on pipelined-256, log 2026-11-29 seventh session); OUT/processes.tsv says which set
+# measured each round and compare.py then takes its interval across the sets; default 1), OUT (directory for
 # everything;
 # default a new temp dir), PORT_BASE, DOCS=1 (also write docs/benchmarks-kestrel.md and docs/benchmarks-kestrel.svg).
 # Output in OUT: results.tsv (one row per round), results.md (medians, ratios against sockets), results.svg (chart
@@ -131,6 +135,7 @@ DOCS=${DOCS:-0}
 COLD_CACHE=${COLD_CACHE:-0}
 COLD_CACHE_EVERY=${COLD_CACHE_EVERY:-0}
 KEEP_SERVERS=${KEEP_SERVERS:-0}
+PROCESSES=${PROCESSES:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE="$ROOT/benchmarks/kestrel"
 OUT=${OUT:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
@@ -139,6 +144,8 @@ OUT=$(cd "$OUT" && pwd)
 COMMAND="ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP WARMUP_MAX=$WARMUP_MAX SERVERS=\"$SERVERS\" SCENARIOS=\"$SCENARIOS\" GENERATOR=$GENERATOR benchmarks/run-kestrel.sh"
 ((COLD_CACHE)) && COMMAND="COLD_CACHE=$COLD_CACHE COLD_CACHE_EVERY=$COLD_CACHE_EVERY $COMMAND"
 ((KEEP_SERVERS)) && COMMAND="KEEP_SERVERS=1 $COMMAND"
+((PROCESSES > 1)) && COMMAND="PROCESSES=$PROCESSES $COMMAND"
+[[ $PROCESSES =~ ^[1-9][0-9]*$ ]] && ((PROCESSES <= ROUNDS)) || { echo "PROCESSES must be 1 to ROUNDS ($ROUNDS)"; exit 2; }
 [[ $GENERATOR == wrk || $GENERATOR == loadgen ]] || { echo "GENERATOR must be wrk or loadgen"; exit 2; }
 
 # ---- processes: everything started in the background is killed on exit, Ctrl-C or failure ----
@@ -587,6 +594,16 @@ probe_h2() { # name
 }
 
 # ---- one scenario under load: start all servers, probe, warm up, interleaved rounds, stop ----
+# A new set of processes for the same servers, on the same ports, warmed up again; odd sets start in reverse order.
+restart_servers() { # scenario set names...
+    local scen=$1 set=$2 name order=() port
+    shift 2
+    for name in "$@"; do stop_server "$name"; done
+    if ((set % 2)); then for name in "$@"; do order=("$name" "${order[@]}"); done; else order=("$@"); fi
+    for name in "${order[@]}"; do port=${PORT[$name]}; start_server "$name" "$port" "$scen-set$set"; done
+    for name in "${order[@]}"; do warm_up "$name" "$scen"; done
+    for name in "$@"; do echo 5 >"/proc/${PID[$name]}/clear_refs"; done
+}
 load_scenario() {
     local scen=$1 servers=() name i out probe order
     declare -A PROBE
@@ -630,7 +647,14 @@ load_scenario() {
     # The peak RSS columns count from here: the scenario's measured windows (a kept server's earlier scenarios and
     # every warm-up are not in them). Writing 5 to clear_refs resets VmHWM to the current RSS.
     for name in "${ok[@]}"; do echo 5 >"/proc/${PID[$name]}/clear_refs"; done
+    local per_set=$(( (ROUNDS + PROCESSES - 1) / PROCESSES )) set=0
     for round in $(seq "$ROUNDS"); do
+        if ((round > 1 && (round - 1) % per_set == 0)); then
+            ((S_HOLD == 0)) || { echo "  PROCESSES > 1 does not restart servers that hold idle connections"; exit 2; }
+            set=$((set + 1))
+            restart_servers "$scen" "$set" "${ok[@]}"
+        fi
+        printf '%s\t%s\t%s\n' "$scen" "$round" "$set" >>"$OUT/processes.tsv"
         read -r -a order <<<"$(round_order "$round" "${ok[@]}")"
         for name in "${order[@]}"; do
             out="$OUT/$scen-round$round-$name.txt"

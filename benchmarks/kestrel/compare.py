@@ -9,6 +9,9 @@ scenario, the median of those ratios, their interquartile range, a 95% confidenc
 (Student's t over the rounds) and its half-width: the smallest difference the run could have told from noise, and
 the rounds the scenario's spread would need for a half-width of ±5%.
 A verdict says "same" when the interval holds 1.00. Peak RSS (VmHWM at the last window) and p99 stand beside.
+With PROCESSES > 1 (run-kestrel.sh: the rounds split between fresh sets of server processes) the interval is taken
+across the sets' mean log ratios instead (Student's t over the sets), since two processes of one binary differ by a
+few percent for their whole life, and rounds of one pair of processes share that difference.
 """
 import csv
 import math
@@ -43,6 +46,25 @@ def windows(out, a, b):
     return by
 
 
+def process_sets(out):
+    """{(scenario, round): set} from OUT/processes.tsv (absent before PROCESSES existed: every round in set 0)."""
+    sets = {}
+    path = os.path.join(out, "processes.tsv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                scen, rnd, pset = line.split()
+                sets[(scen, int(rnd))] = int(pset)
+    return sets
+
+
+def interval(logs):
+    """95% interval of the geometric mean of exp(logs) (Student's t) and its half-width in log units."""
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = T95[min(len(logs) - 1, len(T95)) - 1] * sd / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half), half, sd
+
+
 def quartiles(values):
     if len(values) < 2:
         return values[0], values[0]
@@ -50,19 +72,24 @@ def quartiles(values):
     return q[0], q[2]
 
 
-def summary(rounds, a, b):
-    pairs = [(r[a], r[b]) for r in rounds.values() if a in r and b in r]
+def summary(rounds, a, b, sets):
+    """sets: {round: process set}; with two or more sets the interval is across their mean log ratios."""
+    kept = sorted(n for n, r in rounds.items() if a in r and b in r)
+    pairs = [(rounds[n][a], rounds[n][b]) for n in kept]
     if len(pairs) < 2:
         return None
     ratios = [x["per_cpu"] / y["per_cpu"] for x, y in pairs]
     logs = [math.log(r) for r in ratios]
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    half = T95[min(len(logs) - 1, len(T95)) - 1] * sd / math.sqrt(len(logs))
-    low, high = math.exp(mean - half), math.exp(mean + half)
+    by_set = {}
+    for n, value in zip(kept, logs):
+        by_set.setdefault(sets.get(n, 0), []).append(value)
+    units = [statistics.fmean(v) for v in by_set.values()] if len(by_set) > 1 else logs
+    low, high, half, sd = interval(units)
     q1, q3 = quartiles(ratios)
-    # Rounds this scenario's spread needs for a ±5% half-width: the least n with t(n-1) * sd / sqrt(n) <= ln 1.05.
+    # Rounds (or process sets) this spread needs for a ±5% half-width: the least n with t(n-1) * sd / sqrt(n) <= ln 1.05.
     need = next((n for n in range(2, 1000) if T95[min(n - 1, len(T95)) - 1] * sd / math.sqrt(n) <= math.log(1.05)), 1000)
-    return dict(n=len(pairs), logs=logs, need=need, median=statistics.median(ratios), q1=q1, q3=q3, low=low, high=high,
+    return dict(n=len(pairs), sets=len(by_set), logs=units, need=need, median=statistics.median(ratios), q1=q1, q3=q3,
+                low=low, high=high,
                 detectable=math.exp(half) - 1,
                 a=statistics.median(x["per_cpu"] for x, _ in pairs), b=statistics.median(y["per_cpu"] for _, y in pairs),
                 a_p99=statistics.median(x["p99"] for x, _ in pairs), b_p99=statistics.median(y["p99"] for _, y in pairs),
@@ -82,6 +109,7 @@ def main():
     out, a, b = sys.argv[1], sys.argv[2], sys.argv[3]
     order = sys.argv[4].split() if len(sys.argv) > 4 else None
     by = windows(out, a, b)
+    sets = process_sets(out)
     header = open(os.path.join(out, "header.txt")).read().strip() if os.path.exists(os.path.join(out, "header.txt")) else ""
     print(f"# {a} against {b}: paired windows\n")
     print("```\n" + header + "\n```\n")
@@ -93,13 +121,14 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     logs = []  # every round's log ratio, of every scenario: the row "all" below
     for scen in order or sorted(by):
-        s = summary(by.get(scen, {}), a, b)
+        s = summary(by.get(scen, {}), a, b, {n: v for (sc, n), v in sets.items() if sc == scen})
         if s is None:
             print(f"| {scen} | 0 | | | | | | | not measured (a server failed its probe or served nothing) | | | |")
             continue
         logs += s["logs"]
         note = " (errors: %d)" % s["errors"] if s["errors"] else ""
         note += " (server CPU below 90%% busy: %.0f%%)" % (100 * s["busy"]) if s["busy"] < 0.9 else ""
+        note += f" (interval across {s['sets']} process sets; ±5% needs {s['need']} sets)" if s["sets"] > 1 else ""
         print(f"| {scen} | {s['n']} | {s['a']:,.0f} | {s['b']:,.0f} | {s['median']:.3f} | {s['q1']:.3f}-{s['q3']:.3f} "
               f"| {s['low']:.3f}-{s['high']:.3f} | ±{s['detectable']:.1%} | {verdict(s)}{note} | {s['need']} "
               f"| {s['a_p99']:.2f} / {s['b_p99']:.2f} | {s['a_hwm']:.0f} / {s['b_hwm']:.0f} |")

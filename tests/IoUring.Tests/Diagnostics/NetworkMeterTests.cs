@@ -162,10 +162,15 @@ public sealed class NetworkMeterTests
         using var meterFactory = new TestMeterFactory();
         WeakReference network = await DisposeFailingAsync(meterFactory);
 
-        // The meter (alive with its factory) holds no network it has not retired.
-        GC.Collect();
-        GC.WaitForPendingFinalizers();
-        GC.Collect();
+        // The meter (alive with its factory) holds no network it has not retired. Polled: the stopped loop's thread may
+        // still be unwinding frames that reach the network when DisposeAsync has already thrown.
+        await Eventually.WaitForAsync(() =>
+        {
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            GC.Collect();
+            return !network.IsAlive;
+        });
         Assert.False(network.IsAlive, "the meter still holds the network whose dispose failed");
     }
 

@@ -602,6 +602,11 @@ restart_servers() { # scenario set names...
     if ((set % 2)); then for name in "$@"; do order=("$name" "${order[@]}"); done; else order=("$@"); fi
     for name in "${order[@]}"; do port=${PORT[$name]}; start_server "$name" "$port" "$scen-set$set"; done
     for name in "${order[@]}"; do warm_up "$name" "$scen"; done
+    reset_peak_rss "$@"
+}
+# The peak RSS columns count from here: writing 5 to clear_refs resets VmHWM to the current RSS.
+reset_peak_rss() { # names...
+    local name
     for name in "$@"; do echo 5 >"/proc/${PID[$name]}/clear_refs"; done
 }
 load_scenario() {
@@ -645,8 +650,8 @@ load_scenario() {
         echo "  holding $S_HOLD idle connections on each server"
     fi
     # The peak RSS columns count from here: the scenario's measured windows (a kept server's earlier scenarios and
-    # every warm-up are not in them). Writing 5 to clear_refs resets VmHWM to the current RSS.
-    for name in "${ok[@]}"; do echo 5 >"/proc/${PID[$name]}/clear_refs"; done
+    # every warm-up are not in them).
+    reset_peak_rss "${ok[@]}"
     local per_set=$(( (ROUNDS + PROCESSES - 1) / PROCESSES )) set=0
     for round in $(seq "$ROUNDS"); do
         if ((round > 1 && (round - 1) % per_set == 0)); then
